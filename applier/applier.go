@@ -1,0 +1,163 @@
+package applier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+	"golang.org/x/time/rate"
+	"k8s.io/utils/clock"
+
+	"kvlive/events"
+	"kvlive/internal/fleet"
+	"kvlive/internal/natsutil"
+)
+
+const tracerName = "kvlive/applier"
+
+// Config configures an Applier.
+type Config struct {
+	Fleet     *fleet.Fleet
+	JetStream jetstream.JetStream
+	Log       *slog.Logger
+	Tracer    trace.TracerProvider
+	Clock     clock.PassiveClock
+	// Workers is how many VMs are moved at once.
+	Workers int
+	// Rate caps VM moves per second across workers; zero means no cap
+	// beyond the client's QPS and Burst.
+	Rate float64
+}
+
+// Applier consumes plans, moves VMs and publishes outcomes.
+type Applier struct {
+	cfg     Config
+	tracer  trace.Tracer
+	prop    propagation.TextMapPropagator
+	limiter *rate.Limiter
+}
+
+// New builds an Applier; nothing runs until Run.
+func New(cfg Config) (*Applier, error) {
+	if cfg.Fleet == nil || cfg.JetStream == nil {
+		return nil, errors.New("applier: fleet and JetStream are required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.NewTracerProvider()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	cfg.Workers = max(cfg.Workers, 1)
+	limiter := rate.NewLimiter(rate.Inf, 1)
+	if cfg.Rate > 0 {
+		limiter = rate.NewLimiter(rate.Limit(cfg.Rate), max(int(cfg.Rate), 1))
+	}
+	return &Applier{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}, limiter: limiter}, nil
+}
+
+// Run consumes plans until ctx ends. The fleet must be running.
+func (a *Applier) Run(ctx context.Context) error {
+	cons, err := a.cfg.JetStream.Consumer(ctx, events.StreamPlans, events.ConsumerApplier)
+	if err != nil {
+		return fmt.Errorf("applier: consumer: %w", err)
+	}
+	a.cfg.Log.Info("applier started", "workers", a.cfg.Workers)
+	natsutil.Consume(ctx, cons, a.cfg.Workers, a.handle, func(err error) {
+		a.cfg.Log.Warn("applier: consuming plans failed, retrying", "err", err)
+	})
+	return nil
+}
+
+// handle gives every plan an explicit fate: the outcome is published first,
+// then the plan is acked; a transient failure naks with a growing delay until
+// the last delivery, which records a failed outcome instead.
+func (a *Applier) handle(ctx context.Context, msg jetstream.Msg) {
+	ctx = a.prop.Extract(ctx, events.HeaderCarrier(msg.Headers()))
+	var plan events.Plan
+	if _, err := events.Decode(msg.Data(), events.TypePlan, &plan); err != nil {
+		a.cfg.Log.Error("applier: dead-lettering plan", "subject", msg.Subject(), "err", err)
+		if dlErr := events.DeadLetter(ctx, a.cfg.JetStream, events.ConsumerApplier, msg, err.Error()); dlErr != nil {
+			_ = msg.NakWithDelay(5 * time.Second)
+		}
+		return
+	}
+	attempt := 1
+	if md, err := msg.Metadata(); err == nil {
+		attempt = int(md.NumDelivered)
+	}
+	ctx, span := a.tracer.Start(ctx, "applier.apply "+plan.VM.String(),
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("kvlive.event.id", plan.EventID),
+			attribute.String("k8s.namespace.name", plan.VM.Namespace),
+			attribute.String("kubevirt.vm.name", plan.VM.Name),
+			attribute.String("kvlive.target", plan.Target.Object.String()),
+			attribute.Int64("kvlive.generation", plan.Target.Generation),
+			attribute.String("kvlive.plan.action", string(plan.Action)),
+			attribute.Int("kvlive.attempt", attempt),
+		))
+	defer span.End()
+
+	out, err := a.apply(ctx, plan)
+	if err != nil {
+		span.RecordError(err)
+		if attempt < events.ApplierMaxDeliver {
+			a.cfg.Log.Warn("applier: will retry", "vm", plan.VM.String(), "attempt", attempt, "err", err)
+			_ = msg.NakWithDelay(backoff(attempt))
+			return
+		}
+		out = events.Outcome{Result: events.ResultFailed, Error: err.Error(), Reason: fmt.Sprintf("gave up after %d attempts", attempt)}
+	}
+	out.EventID, out.VM, out.Attempt = plan.EventID, plan.VM, attempt
+	if out.Changes == nil && out.Result == plan.Action {
+		out.Changes = plan.Changes
+	}
+	sc := span.SpanContext()
+	out.TraceID, out.SpanID = sc.TraceID().String(), sc.SpanID().String()
+	out.FinishedAt = a.cfg.Clock.Now().UTC()
+	span.SetAttributes(attribute.String("kvlive.result", string(out.Result)), attribute.Bool("kvlive.wrote", out.Wrote))
+	if out.Result == events.ResultFailed {
+		span.SetStatus(codes.Error, out.Error)
+	}
+	if err := a.publishOutcome(ctx, out); err != nil {
+		// The VM may have moved; the redelivery finds it at the target and
+		// records the outcome without writing again.
+		a.cfg.Log.Warn("applier: outcome not stored, plan will be redelivered", "vm", plan.VM.String(), "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	if err := msg.Ack(); err != nil {
+		a.cfg.Log.Warn("applier: ack failed; redelivery will find the VM at its target", "vm", plan.VM.String(), "err", err)
+	}
+}
+
+func (a *Applier) publishOutcome(ctx context.Context, out events.Outcome) error {
+	id := events.OutcomeID(out.EventID, out.VM.UID, out.Attempt)
+	body, err := events.Encode(events.TypeOutcome, id, "kvlive/applier", out.VM.String(), out.FinishedAt, &out)
+	if err != nil {
+		return err
+	}
+	m := events.NewMsg(events.OutcomeSubject(out.VM.Namespace), id, events.TypeOutcome, body)
+	a.prop.Inject(ctx, events.HeaderCarrier(m.Header))
+	if _, err := a.cfg.JetStream.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("applier: publish outcome %s: %w", id, err)
+	}
+	return nil
+}
+
+// backoff grows the redelivery delay with the attempt: 1s, 2s, 4s … 30s.
+func backoff(attempt int) time.Duration {
+	return min(time.Second<<min(attempt-1, 5), 30*time.Second)
+}

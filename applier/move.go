@@ -1,0 +1,287 @@
+package applier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"kvlive/events"
+	"kvlive/internal/fleet"
+	"kvlive/planner"
+)
+
+// maxReplans bounds how often one plan is re-planned because the VM kept
+// changing under it; past that the plan is retried later.
+const maxReplans = 3
+
+// errTransient marks a failure worth another delivery.
+var errTransient = errors.New("transient")
+
+// apply carries one plan out. It returns an error only for a transient
+// failure; everything else, permanent failures included, is an outcome.
+func (a *Applier) apply(ctx context.Context, plan events.Plan) (events.Outcome, error) {
+	if !plan.Action.Moves() {
+		return events.Outcome{Result: plan.Action, Reason: plan.Reason}, nil
+	}
+	vm, err := a.currentVM(ctx, plan.VM, false)
+	if vm == nil || err != nil {
+		return a.vmGone(plan, err)
+	}
+	var note string
+	for range maxReplans {
+		out, moved, err := a.move(ctx, plan, vm)
+		if err != nil {
+			return out, err
+		}
+		if !moved {
+			out.Reason = joinReason(note, out.Reason)
+			return out, nil
+		}
+		// The pin (or name) moved since planning: re-read and decide again.
+		trace.SpanFromContext(ctx).AddEvent("pin moved", trace.WithAttributes(attribute.String("kvlive.pin.planned", plan.Target.FromRevision)))
+		if vm, err = a.currentVM(ctx, plan.VM, true); vm == nil || err != nil {
+			return a.vmGone(plan, err)
+		}
+		replanned, err := a.replan(plan, vm)
+		if err != nil {
+			return events.Outcome{}, err
+		}
+		note = "re-planned after the VM changed under the plan"
+		plan = replanned
+		if !plan.Action.Moves() {
+			return events.Outcome{Result: plan.Action, Reason: joinReason(note, plan.Reason), Changes: plan.Changes}, nil
+		}
+	}
+	return events.Outcome{}, fmt.Errorf("%w: VM %s kept changing while being moved", errTransient, plan.VM)
+}
+
+// move performs one attempt. moved reports that the VM no longer matches
+// what the plan tested against, so the caller re-plans.
+func (a *Applier) move(ctx context.Context, plan events.Plan, vm *virtv1.VirtualMachine) (events.Outcome, bool, error) {
+	if plan.Target.Move == events.MoveSwitch {
+		return a.switchVM(ctx, plan, vm)
+	}
+	return a.repin(ctx, plan, vm)
+}
+
+func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.VirtualMachine) (events.Outcome, bool, error) {
+	t := plan.Target
+	preference := t.Object.IsPreference()
+	obj, skip, err := a.targetObject(t)
+	if obj == nil {
+		return events.Outcome{Result: events.ResultSkip, Reason: skip}, false, err
+	}
+	want, err := fleet.NewRevision(vm, obj)
+	if err != nil {
+		return failed(err), false, nil
+	}
+	pin, err := fleet.PinOf(vm, preference)
+	if err != nil {
+		return events.Outcome{}, true, nil
+	}
+	if pin.Revision == want.Name {
+		return events.Outcome{Result: plan.Action, Reason: joinReason("already pinned to the target (an earlier attempt moved it)", plan.Reason), Revision: want.Name}, false, nil
+	}
+	if pin.Revision != t.FromRevision || pin.Field != t.Pin {
+		return events.Outcome{}, true, nil
+	}
+	if err := a.limiter.Wait(ctx); err != nil {
+		return events.Outcome{}, false, err
+	}
+	if err := a.ensureRevision(ctx, want); err != nil {
+		return classify(err)
+	}
+	patch, sub := RepinPatch(pin.Field, preference, pin.Revision, want.Name)
+	if _, err := a.cfg.Fleet.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, sub...); err != nil {
+		return a.patchFailed(ctx, plan, err, func(fresh *virtv1.VirtualMachine) bool {
+			p, perr := fleet.PinOf(fresh, preference)
+			return perr != nil || p.Revision != pin.Revision || p.Field != pin.Field
+		})
+	}
+	trace.SpanFromContext(ctx).AddEvent("pin moved", trace.WithAttributes(attribute.String("kvlive.revision", want.Name)))
+	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Revision: want.Name, Wrote: true}, false, nil
+}
+
+func (a *Applier) switchVM(ctx context.Context, plan events.Plan, vm *virtv1.VirtualMachine) (events.Outcome, bool, error) {
+	t := plan.Target
+	preference := t.Object.IsPreference()
+	current, ok := MatcherOf(vm, preference)
+	if !ok {
+		return events.Outcome{}, true, nil
+	}
+	currentRef, _ := fleet.InstancetypeRef(vm)
+	if preference {
+		currentRef, _ = fleet.PreferenceRef(vm)
+	}
+	if currentRef == t.Object {
+		return events.Outcome{Result: plan.Action, Reason: joinReason("already switched (an earlier attempt moved it)", plan.Reason)}, false, nil
+	}
+	if t.From == nil || currentRef != *t.From {
+		return events.Outcome{}, true, nil
+	}
+	if a.cfg.Fleet.Object(t.Object) == nil {
+		return events.Outcome{Result: events.ResultSkip, Reason: fmt.Sprintf("%s was deleted before the VM moved", t.Object)}, false, nil
+	}
+	if err := a.limiter.Wait(ctx); err != nil {
+		return events.Outcome{}, false, err
+	}
+	patch := SwitchPatch(current, preference, t.Object)
+	if _, err := a.cfg.Fleet.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+		return a.patchFailed(ctx, plan, err, func(fresh *virtv1.VirtualMachine) bool {
+			m, ok := MatcherOf(fresh, preference)
+			return !ok || m != current
+		})
+	}
+	trace.SpanFromContext(ctx).AddEvent("reference switched", trace.WithAttributes(attribute.String("kvlive.target", t.Object.String())))
+	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Wrote: true}, false, nil
+}
+
+// patchFailed tells a lost race (the test op failed because the VM changed,
+// which changed() sees on a fresh read) from a real failure.
+func (a *Applier) patchFailed(ctx context.Context, plan events.Plan, err error, changed func(*virtv1.VirtualMachine) bool) (events.Outcome, bool, error) {
+	if apierrors.IsNotFound(err) {
+		return events.Outcome{Result: events.ResultSkip, Reason: "VM was deleted before it could be moved"}, false, nil
+	}
+	fresh, getErr := a.currentVM(ctx, plan.VM, true)
+	if getErr == nil && fresh != nil && changed(fresh) {
+		return events.Outcome{}, true, nil
+	}
+	return classify(fmt.Errorf("patch VM %s: %w", plan.VM, err))
+}
+
+// targetObject returns the live object to snapshot, or why there is none.
+func (a *Applier) targetObject(t events.Target) (runtime.Object, string, error) {
+	live := a.cfg.Fleet.Object(t.Object)
+	if live == nil {
+		return nil, fmt.Sprintf("%s was deleted before the VM moved", t.Object), nil
+	}
+	m := live.(metav1.Object)
+	switch {
+	case string(m.GetUID()) != t.UID:
+		return nil, fmt.Sprintf("%s was re-created before the VM moved", t.Object), nil
+	case m.GetGeneration() > t.Generation:
+		return nil, fmt.Sprintf("superseded: %s moved on to generation %d, whose own event moves the VM", t.Object, m.GetGeneration()), nil
+	case m.GetGeneration() < t.Generation:
+		return nil, "", fmt.Errorf("%w: generation %d of %s is not in the cache yet", errTransient, t.Generation, t.Object)
+	}
+	return live.(runtime.Object), "", nil
+}
+
+// ensureRevision creates the snapshot; finding it already there with the
+// same data (an earlier attempt, or KubeVirt itself) is success.
+func (a *Applier) ensureRevision(ctx context.Context, want *appsv1.ControllerRevision) error {
+	crs := a.cfg.Fleet.Clients.Kube.AppsV1().ControllerRevisions(want.Namespace)
+	_, err := crs.Create(ctx, want, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		if err != nil {
+			return fmt.Errorf("create ControllerRevision %s/%s: %w", want.Namespace, want.Name, err)
+		}
+		return nil
+	}
+	existing, err := crs.Get(ctx, want.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get ControllerRevision %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	if !fleet.SameSnapshot(existing, want) {
+		return fmt.Errorf("ControllerRevision %s/%s exists with other data", want.Namespace, want.Name)
+	}
+	return nil
+}
+
+// currentVM reads the VM, from the cache unless fresh is set. A nil VM
+// with a nil error means it is gone or was re-created under the same name.
+func (a *Applier) currentVM(ctx context.Context, ref events.VMRef, fresh bool) (*virtv1.VirtualMachine, error) {
+	var vm *virtv1.VirtualMachine
+	if !fresh {
+		vm = a.cfg.Fleet.VM(ref.Namespace, ref.Name)
+	}
+	if vm == nil {
+		got, err := a.cfg.Fleet.Clients.Virt.KubevirtV1().VirtualMachines(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: get VM %s: %w", errTransient, ref, err)
+		}
+		vm = got
+	}
+	if string(vm.UID) != ref.UID {
+		return nil, nil
+	}
+	return vm, nil
+}
+
+func (a *Applier) vmGone(plan events.Plan, err error) (events.Outcome, error) {
+	if err != nil {
+		return events.Outcome{}, err
+	}
+	return events.Outcome{Result: events.ResultSkip, Reason: "VM was deleted (or re-created) after it was planned"}, nil
+}
+
+// replan decides the VM's plan again against the live target object.
+func (a *Applier) replan(plan events.Plan, vm *virtv1.VirtualMachine) (events.Plan, error) {
+	t := planner.Target{Target: plan.Target}
+	obj, skip, err := a.targetObject(plan.Target)
+	if err != nil {
+		return plan, err
+	}
+	if obj == nil {
+		t.Skip = skip
+	} else {
+		t.Spec, _ = fleet.SpecOf(obj)
+	}
+	if plan.Target.Move == events.MoveSwitch {
+		t.FromRevision, t.Pin = "", ""
+	}
+	return planner.PlanVM(a.cfg.Fleet, plan.EventID, t, vm), nil
+}
+
+// classify turns an API error into a retry (transient) or a failed outcome.
+func classify(err error) (events.Outcome, bool, error) {
+	if IsTransient(err) {
+		return events.Outcome{}, false, fmt.Errorf("%w: %w", errTransient, err)
+	}
+	return failed(err), false, nil
+}
+
+// IsTransient is the one place that decides whether a failure may succeed
+// on a later attempt.
+func IsTransient(err error) bool {
+	var netErr net.Error
+	switch {
+	case errors.Is(err, errTransient), errors.Is(err, context.DeadlineExceeded):
+		return true
+	case apierrors.IsServerTimeout(err), apierrors.IsTimeout(err), apierrors.IsTooManyRequests(err),
+		apierrors.IsInternalError(err), apierrors.IsServiceUnavailable(err), apierrors.IsConflict(err),
+		apierrors.IsUnexpectedServerError(err):
+		return true
+	case errors.As(err, &netErr):
+		return true
+	}
+	return false
+}
+
+func failed(err error) events.Outcome {
+	return events.Outcome{Result: events.ResultFailed, Error: err.Error()}
+}
+
+func joinReason(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}

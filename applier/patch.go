@@ -1,0 +1,78 @@
+package applier
+
+import (
+	"encoding/json"
+
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/events"
+)
+
+// op is one RFC 6902 JSON patch operation.
+type op struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// pinPath is where a pin lives in the VM, for the instance type or the preference.
+func pinPath(field events.PinField, preference bool) (path string, subresource []string) {
+	family := "instancetype"
+	if preference {
+		family = "preference"
+	}
+	if field == events.PinSpecRevisionName {
+		return "/spec/" + family + "/revisionName", nil
+	}
+	return "/status/" + family + "Ref/controllerRevisionRef/name", []string{"status"}
+}
+
+// RepinPatch moves a pin from one revision to another, failing on the server
+// if the pin is no longer from: the same test-and-replace KubeVirt's
+// upgrade handler uses (pkg/instancetype/upgrade/handler.go).
+func RepinPatch(field events.PinField, preference bool, from, to string) (patch []byte, subresource []string) {
+	path, sub := pinPath(field, preference)
+	patch, _ = json.Marshal([]op{{Op: "test", Path: path, Value: from}, {Op: "replace", Path: path, Value: to}})
+	return patch, sub
+}
+
+// Matcher is the part of a VM's spec.instancetype or spec.preference a switch reads.
+type Matcher struct {
+	Name, Kind, RevisionName string
+}
+
+// MatcherOf reads the VM's instance type (or preference) matcher; ok is false without one.
+func MatcherOf(vm *virtv1.VirtualMachine, preference bool) (m Matcher, ok bool) {
+	if preference {
+		if p := vm.Spec.Preference; p != nil {
+			return Matcher{Name: p.Name, Kind: p.Kind, RevisionName: p.RevisionName}, true
+		}
+		return m, false
+	}
+	if it := vm.Spec.Instancetype; it != nil {
+		return Matcher{Name: it.Name, Kind: it.Kind, RevisionName: it.RevisionName}, true
+	}
+	return m, false
+}
+
+// SwitchPatch points the VM's matcher at another object. It tests the
+// current name (and kind when set), and drops a legacy revisionName in the
+// same patch: KubeVirt's webhook rejects a new name with the old revision.
+func SwitchPatch(current Matcher, preference bool, to events.Ref) []byte {
+	base := "/spec/instancetype"
+	if preference {
+		base = "/spec/preference"
+	}
+	ops := []op{{Op: "test", Path: base + "/name", Value: current.Name}}
+	if current.Kind != "" {
+		ops = append(ops, op{Op: "test", Path: base + "/kind", Value: current.Kind})
+	}
+	ops = append(ops,
+		op{Op: "replace", Path: base + "/name", Value: to.Name},
+		op{Op: "add", Path: base + "/kind", Value: to.Kind})
+	if current.RevisionName != "" {
+		ops = append(ops, op{Op: "remove", Path: base + "/revisionName"})
+	}
+	patch, _ := json.Marshal(ops)
+	return patch
+}

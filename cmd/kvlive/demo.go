@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"errors"
+
+	"github.com/spf13/cobra"
+
+	"kvlive/internal/demo"
+	"kvlive/internal/telemetry"
+)
+
+func newDemoCmd(g *globals) *cobra.Command {
+	cfg := demo.Config{Fleet: demo.DefaultOptions(), Workers: 16, Progress: true}
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the whole pipeline on an in-memory cluster: edit an instance type, then switch VMs",
+		Long: `demo runs kvlive end to end with nothing installed: an in-memory cluster seeded
+with a fleet of VMs, a stand-in for KubeVirt's virt-controller, an embedded NATS
+server, and kvlive's watcher, planner and applier. It edits an instance type,
+then switches part of the fleet to another one, and checks every VM's result.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g.logLevel == "info" {
+				g.logLevel = "error" // the demo's own output tells the story
+			}
+			cfg.Log = g.logger()
+			cfg.Out = cmd.OutOrStdout()
+			tp, err := telemetry.Setup(cmd.Context(), "kvlive-demo")
+			if err != nil {
+				return err
+			}
+			cfg.Tracer = tp
+			err = demo.Run(cmd.Context(), cfg)
+			return errors.Join(err, tp.Shutdown(context.WithoutCancel(cmd.Context())))
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Fleet.VMs, "vms", cfg.Fleet.VMs, "number of VMs in the demo fleet")
+	f.IntVar(&cfg.Fleet.Namespaces, "namespaces", cfg.Fleet.Namespaces, "number of namespaces the fleet spreads over")
+	f.IntVar(&cfg.Fleet.RunningPercent, "running-percent", cfg.Fleet.RunningPercent, "percentage of VMs that are running")
+	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "applier workers")
+	f.StringVar(&cfg.DataDir, "data-dir", "", "keep the JetStream store here (default: a temporary directory)")
+	f.BoolVar(&cfg.Progress, "progress", cfg.Progress, "draw progress bars")
+	return cmd
+}

@@ -1,0 +1,63 @@
+// Command kvlive rolls KubeVirt instance type and preference changes out to
+// the VMs that use them, live where KubeVirt can, with a traced outcome per VM.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "kvlive:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return newRoot().ExecuteContext(ctx)
+}
+
+// globals are the flags every command shares.
+type globals struct {
+	logLevel string
+}
+
+func (g *globals) logger() *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	klog.SetSlogLogger(log)
+	return log
+}
+
+func newRoot() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "kvlive",
+		Short: "Roll KubeVirt instance type changes out to running VMs, live where KubeVirt can",
+		Long: `kvlive watches KubeVirt instance types and preferences, plans what each change
+means for every VM that uses it (live hotplug, restart, next boot), moves each
+VM's pin, and records a traced outcome per VM, over NATS JetStream.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.AddCommand(newRunCmd(g), newSwitchCmd(g), newDemoCmd(g))
+	return root
+}
+
+// errUsage marks a command-line mistake.
+var errUsage = errors.New("usage")

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"golang.org/x/sync/errgroup"
+
+	"kvlive/applier"
+	"kvlive/events"
+	"kvlive/internal/fleet"
+	"kvlive/internal/kube"
+	"kvlive/internal/natsutil"
+	"kvlive/internal/telemetry"
+	"kvlive/planner"
+	"kvlive/watcher"
+)
+
+var allStages = []string{"watcher", "planner", "applier"}
+
+// natsFlags are how a command reaches NATS.
+type natsFlags struct {
+	url      string
+	replicas int
+	maxAge   time.Duration
+	maxBytes int64
+}
+
+func (n *natsFlags) bind(f *pflag.FlagSet, urlHelp string) {
+	f.StringVar(&n.url, "nats-url", n.url, urlHelp)
+	f.IntVar(&n.replicas, "replicas", 1, "JetStream stream replicas (3 on a NATS cluster)")
+	f.DurationVar(&n.maxAge, "max-age", events.DefaultStreamOptions().MaxAge, "how long streams keep messages: the replay horizon")
+	f.Int64Var(&n.maxBytes, "max-bytes", 0, "size limit of each stream in bytes; 0 means unlimited")
+}
+
+func (n *natsFlags) streamOptions() events.StreamOptions {
+	o := events.DefaultStreamOptions()
+	o.Replicas, o.MaxAge, o.MaxBytes = n.replicas, n.maxAge, n.maxBytes
+	return o
+}
+
+type runOptions struct {
+	kube           kube.ConfigFlags
+	nats           natsFlags
+	listen         string
+	dataDir        string
+	stages         []string
+	workers        int
+	plannerWorkers int
+	rate           float64
+}
+
+func newRunCmd(g *globals) *cobra.Command {
+	o := &runOptions{nats: natsFlags{}}
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the watcher, planner and applier against the current kubeconfig's cluster",
+		Long: `run starts kvlive's stages in one process against the cluster of the current
+kubeconfig. By default it embeds a NATS server with JetStream, storing streams
+under --data-dir and listening on --listen for kvlive switch and NATS tools;
+--nats-url uses an external NATS server or cluster instead. --stages runs a
+subset, so planners and appliers can scale out as replicas on a NATS cluster.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runStages(cmd.Context(), g.logger(), o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.kube.Kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	f.StringVar(&o.kube.Context, "context", "", "kubeconfig context to use")
+	f.StringVarP(&o.kube.Namespace, "namespace", "n", "", "watch namespaced objects and VMs in this namespace only (default: all namespaces)")
+	f.Float32Var(&o.kube.QPS, "qps", 50, "Kubernetes client queries per second")
+	f.IntVar(&o.kube.Burst, "burst", 100, "Kubernetes client burst")
+	o.nats.bind(f, "external NATS server or cluster URL(s); empty embeds a server")
+	f.StringVar(&o.listen, "listen", "127.0.0.1:4222", "address the embedded NATS server listens on")
+	f.StringVar(&o.dataDir, "data-dir", defaultDataDir(), "embedded NATS JetStream store directory")
+	f.StringSliceVar(&o.stages, "stages", allStages, "stages to run: watcher, planner, applier")
+	f.IntVar(&o.workers, "workers", 16, "applier workers: VMs moved at once")
+	f.IntVar(&o.plannerWorkers, "planner-workers", 2, "planner workers: events planned at once")
+	f.Float64Var(&o.rate, "rate", 0, "cap on VM moves per second; 0 leaves only --qps/--burst")
+	return cmd
+}
+
+func defaultDataDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "kvlive")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "kvlive")
+	}
+	return "kvlive-data"
+}
+
+func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error) {
+	for _, s := range o.stages {
+		if !slices.Contains(allStages, s) {
+			return fmt.Errorf("%w: unknown stage %q (want %s)", errUsage, s, strings.Join(allStages, ", "))
+		}
+	}
+	restCfg, _, err := o.kube.Load()
+	if err != nil {
+		return err
+	}
+	clients, err := kube.NewClients(restCfg)
+	if err != nil {
+		return err
+	}
+	js, closeNATS, err := o.connect(log)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, closeNATS()) }()
+	if err := events.Setup(ctx, js, o.nats.streamOptions()); err != nil {
+		return err
+	}
+	tp, err := telemetry.Setup(ctx, "kvlive")
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, tp.Shutdown(context.WithoutCancel(ctx))) }()
+
+	group, ctx := errgroup.WithContext(ctx)
+	if slices.Contains(o.stages, "watcher") {
+		w, err := watcher.New(watcher.Config{Clients: clients, JetStream: js, Namespace: o.kube.Namespace, Log: log, Tracer: tp})
+		if err != nil {
+			return err
+		}
+		group.Go(func() error { return w.Run(ctx) })
+	}
+	if slices.Contains(o.stages, "planner") || slices.Contains(o.stages, "applier") {
+		f := fleet.New(clients, o.kube.Namespace)
+		if err := f.Run(ctx); err != nil {
+			return err
+		}
+		if slices.Contains(o.stages, "planner") {
+			p, err := planner.New(planner.Config{Fleet: f, JetStream: js, Log: log, Tracer: tp, Workers: o.plannerWorkers})
+			if err != nil {
+				return err
+			}
+			group.Go(func() error { return p.Run(ctx) })
+		}
+		if slices.Contains(o.stages, "applier") {
+			a, err := applier.New(applier.Config{Fleet: f, JetStream: js, Log: log, Tracer: tp, Workers: o.workers, Rate: o.rate})
+			if err != nil {
+				return err
+			}
+			group.Go(func() error { return a.Run(ctx) })
+		}
+	}
+	log.Info("kvlive running", "stages", o.stages, "namespace", o.kube.Namespace)
+	return group.Wait()
+}
+
+// connect reaches the external NATS server, or starts the embedded one.
+func (o *runOptions) connect(log *slog.Logger) (jetstream.JetStream, func() error, error) {
+	var nc *nats.Conn
+	var closers []func() error
+	if o.nats.url != "" {
+		c, err := natsutil.Connect("kvlive", log, o.nats.url)
+		if err != nil {
+			return nil, nil, err
+		}
+		nc = c
+	} else {
+		host, portStr, err := net.SplitHostPort(o.listen)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: --listen %q: %w", errUsage, o.listen, err)
+		}
+		port, err := strconv.Atoi(portStr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: --listen port %q", errUsage, portStr)
+		}
+		ns, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{StoreDir: o.dataDir, Host: host, Port: port})
+		if err != nil {
+			return nil, nil, err
+		}
+		closers = append(closers, func() error { ns.Shutdown(); ns.WaitForShutdown(); return nil })
+		log.Info("embedded NATS server started", "url", ns.ClientURL(), "store", o.dataDir)
+		if nc, err = natsutil.ConnectEmbedded(ns, "kvlive", log); err != nil {
+			ns.Shutdown()
+			return nil, nil, err
+		}
+	}
+	closeAll := func() error {
+		errs := []error{nc.Drain()}
+		for _, c := range closers {
+			errs = append(errs, c())
+		}
+		return errors.Join(errs...)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		_ = closeAll()
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return js, closeAll, nil
+}

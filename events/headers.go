@@ -1,0 +1,66 @@
+package events
+
+import (
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Header names kvlive sets on its messages.
+const (
+	// HeaderContentType is the message body's media type.
+	HeaderContentType = "Content-Type"
+	// HeaderCEType repeats the CloudEvents type so tools can filter without decoding.
+	HeaderCEType = "ce-type"
+	// HeaderDeadReason is why a message was dead-lettered.
+	HeaderDeadReason = "Kvlive-Dead-Reason"
+	// HeaderDeadSubject is the subject a dead-lettered message was read from.
+	HeaderDeadSubject = "Kvlive-Dead-Subject"
+	// HeaderDeadStream and HeaderDeadSequence locate the original message.
+	HeaderDeadStream   = "Kvlive-Dead-Stream"
+	HeaderDeadSequence = "Kvlive-Dead-Sequence"
+)
+
+// NewMsg builds a message for subject carrying an encoded envelope, with a
+// Nats-Msg-Id of id so JetStream drops a re-publish inside the duplicate window.
+func NewMsg(subject, id, typ string, body []byte) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Data = body
+	m.Header.Set(jetstream.MsgIDHeader, id)
+	m.Header.Set(HeaderContentType, ContentType)
+	m.Header.Set(HeaderCEType, typ)
+	return m
+}
+
+// HeaderCarrier adapts nats.Header to OpenTelemetry's TextMapCarrier. Keys
+// are stored exactly as the propagator gives them (W3C's lower-case
+// `traceparent`, `tracestate`): nats.Header is case-sensitive and
+// propagation.HeaderCarrier would canonicalise them to `Traceparent`.
+type HeaderCarrier nats.Header
+
+// Get returns the first value of key, matching it without regard to case so
+// messages from canonicalising producers are still read.
+func (c HeaderCarrier) Get(key string) string {
+	if v := nats.Header(c).Get(key); v != "" {
+		return v
+	}
+	for k, v := range c {
+		if strings.EqualFold(k, key) && len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// Set stores value under key as given.
+func (c HeaderCarrier) Set(key, value string) { nats.Header(c).Set(key, value) }
+
+// Keys lists the header names.
+func (c HeaderCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}

@@ -1,0 +1,217 @@
+package events
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Result is a VM's result in a plan or an outcome.
+type Result string
+
+// The results a plan or an outcome can carry (ARCHITECTURE.md, "Stages").
+const (
+	// ResultLive: the changes go live on the running VMI.
+	ResultLive Result = "live"
+	// ResultRestart: the pin moves, RestartRequired is expected.
+	ResultRestart Result = "restart"
+	// ResultNextBoot: the VM is not running and picks the pin up at its next start.
+	ResultNextBoot Result = "next-boot"
+	// ResultNone: the VM is already at the target.
+	ResultNone Result = "none"
+	// ResultSkip: the VM is out of scope; the reason says why.
+	ResultSkip Result = "skip"
+	// ResultFailed: outcomes only; the error says what went wrong.
+	ResultFailed Result = "failed"
+)
+
+// Results lists every result in the order summaries print them.
+var Results = []Result{ResultLive, ResultRestart, ResultNextBoot, ResultNone, ResultSkip, ResultFailed}
+
+// Moves reports whether a plan with this result moves the VM's pin.
+func (r Result) Moves() bool {
+	return r == ResultLive || r == ResultRestart || r == ResultNextBoot
+}
+
+func (r Result) valid(outcome bool) bool {
+	switch r {
+	case ResultLive, ResultRestart, ResultNextBoot, ResultNone, ResultSkip:
+		return true
+	case ResultFailed:
+		return outcome
+	}
+	return false
+}
+
+// Change is one field of the expanded VM that differs between the pinned and
+// the target generation, with how KubeVirt will treat it.
+type Change struct {
+	Field string `json:"field"`
+	From  string `json:"from"`
+	To    string `json:"to"`
+	// Class is "live", "restart" or "next-boot".
+	Class string `json:"class"`
+}
+
+// Changed reports that an instance type or preference object moved to a new
+// metadata.generation. It carries the old and the new spec so consumers can
+// plan without reading the old generation back.
+type Changed struct {
+	Object        Ref             `json:"object"`
+	UID           string          `json:"uid"`
+	Generation    int64           `json:"generation"`
+	OldGeneration int64           `json:"oldGeneration"`
+	OldSpec       json.RawMessage `json:"oldSpec,omitempty"`
+	NewSpec       json.RawMessage `json:"newSpec"`
+	ObservedAt    time.Time       `json:"observedAt"`
+}
+
+// Validate checks the fields every consumer relies on.
+func (c *Changed) Validate() error {
+	switch {
+	case c.Object.Kind == "" || c.Object.Name == "":
+		return errors.New("object kind and name are required")
+	case c.UID == "":
+		return errors.New("uid is required")
+	case c.Generation <= 0:
+		return fmt.Errorf("generation must be positive, got %d", c.Generation)
+	case len(c.NewSpec) == 0:
+		return errors.New("newSpec is required")
+	}
+	if _, err := NormalizeKind(c.Object.Kind, false); err != nil {
+		return err
+	}
+	return nil
+}
+
+// SwitchRequest asks to move VMs from one instance type to another.
+type SwitchRequest struct {
+	ID   string `json:"id"`
+	From Ref    `json:"from"`
+	To   Ref    `json:"to"`
+	// Namespace limits the switch to one namespace; empty means all.
+	Namespace string `json:"namespace,omitempty"`
+	// Selector is a label selector over VMs; empty selects every VM.
+	Selector    string    `json:"selector,omitempty"`
+	RequestedAt time.Time `json:"requestedAt"`
+}
+
+// Validate checks the request names two distinct instance types of the same family.
+func (s *SwitchRequest) Validate() error {
+	switch {
+	case s.ID == "":
+		return errors.New("id is required")
+	case s.From.Kind == "" || s.From.Name == "" || s.To.Kind == "" || s.To.Name == "":
+		return errors.New("from and to must name a kind and a name")
+	case s.From.IsPreference() != s.To.IsPreference():
+		return errors.New("cannot switch between an instance type and a preference")
+	case s.From == s.To:
+		return errors.New("from and to are the same object")
+	}
+	return nil
+}
+
+// VMRef identifies one VirtualMachine, UID included so a VM deleted and
+// re-created under the same name is told apart.
+type VMRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+}
+
+func (v VMRef) String() string { return v.Namespace + "/" + v.Name }
+
+// Move says how the applier moves a VM.
+type Move string
+
+const (
+	// MoveRepin snapshots the target generation and moves the pin to it.
+	MoveRepin Move = "repin"
+	// MoveSwitch points spec.instancetype (or spec.preference) at another object.
+	MoveSwitch Move = "switch"
+)
+
+// PinField says where a VM's pin lives.
+type PinField string
+
+const (
+	// PinStatus is status.{instancetype,preference}Ref.controllerRevisionRef.name.
+	PinStatus PinField = "status"
+	// PinSpecRevisionName is the legacy spec.{instancetype,preference}.revisionName.
+	PinSpecRevisionName PinField = "spec"
+)
+
+// Target is what a plan moves a VM to, with the values the applier's JSON
+// patch tests against so a concurrent change is detected, not overwritten.
+type Target struct {
+	Move   Move     `json:"move"`
+	Object Ref      `json:"object"`
+	UID    string   `json:"uid,omitempty"`
+	Pin    PinField `json:"pin,omitempty"`
+	// Generation is the object generation the pin moves to (re-pin).
+	Generation int64 `json:"generation,omitempty"`
+	// FromRevision is the pin seen when planning (re-pin).
+	FromRevision string `json:"fromRevision,omitempty"`
+	// From is the object a switch moves VMs away from; spec.*.name is tested
+	// against its name.
+	From *Ref `json:"from,omitempty"`
+}
+
+// Plan is one VM's live-update plan for one event.
+type Plan struct {
+	EventID string   `json:"eventId"`
+	VM      VMRef    `json:"vm"`
+	Action  Result   `json:"action"`
+	Reason  string   `json:"reason,omitempty"`
+	Changes []Change `json:"changes,omitempty"`
+	Target  Target   `json:"target"`
+}
+
+// Validate checks a plan is complete enough to apply.
+func (p *Plan) Validate() error {
+	switch {
+	case p.EventID == "":
+		return errors.New("eventId is required")
+	case p.VM.Namespace == "" || p.VM.Name == "" || p.VM.UID == "":
+		return errors.New("vm namespace, name and uid are required")
+	case !p.Action.valid(false):
+		return fmt.Errorf("unknown action %q", p.Action)
+	case p.Target.Move != MoveRepin && p.Target.Move != MoveSwitch:
+		return fmt.Errorf("unknown move %q", p.Target.Move)
+	case p.Target.Object.Kind == "" || p.Target.Object.Name == "":
+		return errors.New("target object kind and name are required")
+	}
+	return nil
+}
+
+// Outcome records what happened to one VM for one event.
+type Outcome struct {
+	EventID string   `json:"eventId"`
+	VM      VMRef    `json:"vm"`
+	Result  Result   `json:"result"`
+	Reason  string   `json:"reason,omitempty"`
+	Error   string   `json:"error,omitempty"`
+	Changes []Change `json:"changes,omitempty"`
+	// Revision is the ControllerRevision the VM is pinned to afterwards.
+	Revision string `json:"revision,omitempty"`
+	// Wrote is true when this attempt wrote to the API server.
+	Wrote      bool      `json:"wrote"`
+	Attempt    int       `json:"attempt"`
+	TraceID    string    `json:"traceId,omitempty"`
+	SpanID     string    `json:"spanId,omitempty"`
+	FinishedAt time.Time `json:"finishedAt"`
+}
+
+// Validate checks an outcome names its event, VM and a known result.
+func (o *Outcome) Validate() error {
+	switch {
+	case o.EventID == "":
+		return errors.New("eventId is required")
+	case o.VM.Namespace == "" || o.VM.Name == "":
+		return errors.New("vm namespace and name are required")
+	case !o.Result.valid(true):
+		return fmt.Errorf("unknown result %q", o.Result)
+	}
+	return nil
+}

@@ -1,0 +1,35 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Rollout is the planner's record of one event, kept in BucketRollouts under
+// the event id: how many plans it produced and of which results, so anyone
+// can tell when every outcome has arrived.
+type Rollout struct {
+	EventID   string         `json:"eventId"`
+	Type      string         `json:"type"`
+	Object    Ref            `json:"object"`
+	Planned   int            `json:"planned"`
+	Counts    map[Result]int `json:"counts"`
+	PlannedAt time.Time      `json:"plannedAt"`
+}
+
+// MarshalRollout encodes a rollout record for the KV bucket.
+func MarshalRollout(r Rollout) ([]byte, error) { return json.Marshal(r) }
+
+// UnmarshalRollout decodes a rollout record read from the KV bucket.
+func UnmarshalRollout(b []byte) (Rollout, error) {
+	var r Rollout
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("events: rollout record: %w", err)
+	}
+	return r, nil
+}
+
+// RolloutKey is the KV key of an event's rollout record. KV keys may hold
+// '/', '-', '_', '=' and '.', which covers every event id kvlive makes.
+func RolloutKey(eventID string) string { return eventID }

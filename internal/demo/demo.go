@@ -1,0 +1,178 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/watch"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	virtfake "kubevirt.io/client-go/kubevirt/fake"
+
+	"kvlive/applier"
+	"kvlive/events"
+	"kvlive/internal/fleet"
+	"kvlive/internal/kube"
+	"kvlive/internal/natsutil"
+	"kvlive/internal/standin"
+	"kvlive/planner"
+	"kvlive/watcher"
+)
+
+// Config configures a demo run.
+type Config struct {
+	Fleet Options
+	// DataDir keeps the JetStream store; empty uses a temporary directory
+	// removed at the end.
+	DataDir string
+	// Workers is the applier's concurrency.
+	Workers int
+	Out     io.Writer
+	Log     *slog.Logger
+	Tracer  trace.TracerProvider
+	// Progress draws progress bars on Out.
+	Progress bool
+}
+
+// Run plays the demo. It returns an error if any VM ends anywhere but where
+// the fleet's shape says it must.
+func Run(ctx context.Context, cfg Config) (err error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Fleet.VMs <= 0 || cfg.Fleet.Namespaces <= 0 {
+		return errors.New("demo: --vms and --namespaces must be positive")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	env, err := start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, env.stop(cancel)) }()
+
+	fmt.Fprintf(cfg.Out, "kvlive demo: %d VMs in %d namespaces, an in-memory cluster and an embedded NATS server\n",
+		cfg.Fleet.VMs, cfg.Fleet.Namespaces)
+	if err := env.waitPinned(ctx); err != nil {
+		return err
+	}
+	edit, err := env.editInstancetype(ctx)
+	if err != nil {
+		return err
+	}
+	sw, err := env.requestSwitch(ctx)
+	if err != nil {
+		return err
+	}
+	return env.report([]*stepResult{edit, sw})
+}
+
+// env is a running demo: the fake cluster, NATS and every stage.
+type env struct {
+	cfg     Config
+	clients kube.Clients
+	shapes  []vmShape
+	js      jetstream.JetStream
+	closers []func() error
+	group   *errgroup.Group
+}
+
+func start(ctx context.Context, cfg Config) (*env, error) {
+	// The fake clientsets' watchers panic once 100 events are unread
+	// (apimachinery watch.DefaultChanSize); a rollout writes faster than an
+	// informer drains on a busy machine, so the demo's in-memory cluster
+	// gets deeper buffers.
+	watch.DefaultChanSize = 1 << 20
+	objs, shapes := seed(cfg.Fleet)
+	e := &env{cfg: cfg, shapes: shapes, clients: kube.Clients{Kube: k8sfake.NewClientset(), Virt: virtfake.NewSimpleClientset(objs...)}}
+
+	dir := cfg.DataDir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "kvlive-demo-")
+		if err != nil {
+			return nil, fmt.Errorf("demo: data dir: %w", err)
+		}
+		dir = tmp
+		e.closers = append(e.closers, func() error { return os.RemoveAll(tmp) })
+	}
+	ns, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{StoreDir: dir, DontListen: true})
+	if err != nil {
+		return nil, err
+	}
+	e.closers = append(e.closers, func() error { ns.Shutdown(); ns.WaitForShutdown(); return nil })
+	nc, err := natsutil.ConnectEmbedded(ns, "kvlive-demo", cfg.Log)
+	if err != nil {
+		return e, err
+	}
+	e.closers = append(e.closers, func() error { return nc.Drain() })
+	if e.js, err = jetstream.New(nc); err != nil {
+		return e, fmt.Errorf("demo: jetstream: %w", err)
+	}
+	if err := events.Setup(ctx, e.js, events.DefaultStreamOptions()); err != nil {
+		return e, err
+	}
+	return e, e.startStages(ctx)
+}
+
+func (e *env) startStages(ctx context.Context) error {
+	cfg := e.cfg
+	f := fleet.New(e.clients, "")
+	w, err := watcher.New(watcher.Config{Clients: e.clients, JetStream: e.js, Log: cfg.Log, Tracer: cfg.Tracer})
+	if err != nil {
+		return err
+	}
+	p, err := planner.New(planner.Config{Fleet: f, JetStream: e.js, Log: cfg.Log, Tracer: cfg.Tracer})
+	if err != nil {
+		return err
+	}
+	a, err := applier.New(applier.Config{Fleet: f, JetStream: e.js, Log: cfg.Log, Tracer: cfg.Tracer, Workers: max(cfg.Workers, 1)})
+	if err != nil {
+		return err
+	}
+	s := standin.New(standin.Config{Clients: e.clients, Log: cfg.Log, Workers: 4})
+	e.group, ctx = errgroup.WithContext(ctx)
+	e.group.Go(func() error { return s.Run(ctx) })
+	e.group.Go(func() error { return w.Run(ctx) })
+	if err := f.Run(ctx); err != nil {
+		return err
+	}
+	e.group.Go(func() error { return p.Run(ctx) })
+	e.group.Go(func() error { return a.Run(ctx) })
+	return nil
+}
+
+func (e *env) stop(cancel context.CancelFunc) error {
+	cancel()
+	var errs []error
+	if e.group != nil {
+		errs = append(errs, e.group.Wait())
+	}
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		errs = append(errs, e.closers[i]())
+	}
+	return errors.Join(errs...)
+}
+
+// poll calls cond every interval until it returns true, an error, or the timeout.
+func poll(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		ok, err := cond()
+		if err != nil || ok {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("demo: %s: %w", what, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,117 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"kvlive/events"
+)
+
+// RequestSwitch publishes a switch request and returns its event id.
+func RequestSwitch(ctx context.Context, js jetstream.JetStream, req events.SwitchRequest) (string, error) {
+	if req.ID == "" {
+		req.ID = uuid.NewString()
+	}
+	if req.RequestedAt.IsZero() {
+		req.RequestedAt = time.Now().UTC()
+	}
+	id := events.SwitchEventID(req.ID)
+	body, err := events.Encode(events.TypeSwitchRequested, id, "kvlive/switch", req.From.String(), req.RequestedAt, &req)
+	if err != nil {
+		return "", err
+	}
+	if _, err := js.PublishMsg(ctx, events.NewMsg(events.SwitchSubject(), id, events.TypeSwitchRequested, body)); err != nil {
+		return "", fmt.Errorf("rollout: publish switch %s: %w", id, err)
+	}
+	return id, nil
+}
+
+// Progress is a snapshot of one event's rollout.
+type Progress struct {
+	EventID string
+	// Planned is zero until the planner has recorded the rollout.
+	Planned int
+	// Outcomes holds the latest outcome per VM UID.
+	Outcomes map[string]events.Outcome
+}
+
+// Done reports whether every planned VM has an outcome.
+func (p Progress) Done() bool { return p.Planned > 0 && len(p.Outcomes) >= p.Planned }
+
+// Counts tallies outcomes by result.
+func (p Progress) Counts() map[events.Result]int {
+	c := map[events.Result]int{}
+	for _, o := range p.Outcomes {
+		c[o.Result]++
+	}
+	return c
+}
+
+// Follow reads the outcomes stream for eventID and calls update after each
+// outcome, until every planned VM has one or ctx ends. It reads from the
+// start of the stream, so following an event that already finished returns
+// at once. An event that reaches no VM completes with zero outcomes.
+func Follow(ctx context.Context, js jetstream.JetStream, eventID string, update func(Progress)) (Progress, error) {
+	p := Progress{EventID: eventID, Outcomes: map[string]events.Outcome{}}
+	kv, err := js.KeyValue(ctx, events.BucketRollouts)
+	if err != nil {
+		return p, fmt.Errorf("rollout: kv: %w", err)
+	}
+	cons, err := js.OrderedConsumer(ctx, events.StreamOutcomes, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return p, fmt.Errorf("rollout: outcomes consumer: %w", err)
+	}
+	for ctx.Err() == nil {
+		if p.Planned == 0 {
+			if planned, ok := plannedCount(ctx, kv, eventID); ok {
+				if planned == 0 {
+					return p, nil
+				}
+				p.Planned = planned
+			}
+		}
+		batch, err := cons.FetchNoWait(256)
+		if err != nil {
+			return p, fmt.Errorf("rollout: fetch outcomes: %w", err)
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			var o events.Outcome
+			if _, err := events.Decode(msg.Data(), events.TypeOutcome, &o); err != nil || o.EventID != eventID {
+				continue
+			}
+			p.Outcomes[o.VM.UID] = o
+			if update != nil {
+				update(p)
+			}
+		}
+		if p.Done() {
+			return p, nil
+		}
+		if n == 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return p, ctx.Err()
+}
+
+func plannedCount(ctx context.Context, kv jetstream.KeyValue, eventID string) (int, bool) {
+	entry, err := kv.Get(ctx, events.RolloutKey(eventID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) || err != nil {
+		return 0, false
+	}
+	r, err := events.UnmarshalRollout(entry.Value())
+	if err != nil {
+		return 0, false
+	}
+	return r.Planned, true
+}

@@ -1,0 +1,129 @@
+package standin
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/internal/kube"
+)
+
+// Config configures the stand-in controller.
+type Config struct {
+	Clients kube.Clients
+	Log     *slog.Logger
+	// Workers is how many VMs are reconciled at once.
+	Workers int
+}
+
+// Controller is the virt-controller stand-in.
+type Controller struct {
+	cfg       Config
+	vms       cache.SharedIndexInformer
+	vmis      cache.SharedIndexInformer
+	kubevirts cache.SharedIndexInformer
+	queue     workqueue.TypedRateLimitingInterface[string]
+}
+
+// New builds the stand-in; Run starts it.
+func New(cfg Config) *Controller {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	cfg.Workers = max(cfg.Workers, 1)
+	c := &Controller{
+		cfg:       cfg,
+		vms:       cfg.Clients.VMInformer("", nil),
+		vmis:      cfg.Clients.VMIInformer(""),
+		kubevirts: cfg.Clients.KubeVirtInformer(),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](20*time.Millisecond, 5*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kvlive-standin"}),
+	}
+	enqueue := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			c.queue.Add(key)
+		}
+	}
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+	}
+	_, _ = c.vms.AddEventHandler(handler)
+	_, _ = c.vmis.AddEventHandler(handler)
+	return c
+}
+
+// Run reconciles until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrashWithContext(ctx)
+	defer c.queue.ShutDown()
+	for _, inf := range []cache.SharedIndexInformer{c.vms, c.vmis, c.kubevirts} {
+		go inf.RunWithContext(ctx)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), c.vms.HasSynced, c.vmis.HasSynced, c.kubevirts.HasSynced) {
+		return fmt.Errorf("standin: caches did not sync: %w", ctx.Err())
+	}
+	for range c.cfg.Workers {
+		go func() {
+			for c.processNext(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// HasSynced reports whether the stand-in's caches are filled.
+func (c *Controller) HasSynced() bool {
+	return c.vms.HasSynced() && c.vmis.HasSynced() && c.kubevirts.HasSynced()
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	if err := c.sync(ctx, key); err != nil {
+		if c.queue.NumRequeues(key) < 10 {
+			c.queue.AddRateLimited(key)
+			return true
+		}
+		c.cfg.Log.Warn("standin: giving up on VM", "vm", key, "err", err)
+	}
+	c.queue.Forget(key)
+	return true
+}
+
+func (c *Controller) sync(ctx context.Context, key string) error {
+	obj, ok, err := c.vms.GetIndexer().GetByKey(key)
+	if err != nil || !ok {
+		return err
+	}
+	vm := obj.(*virtv1.VirtualMachine)
+	changed, err := c.ensurePins(ctx, vm)
+	if err != nil || changed {
+		return err // the status write brings the VM back through the queue
+	}
+	vmiObj, ok, _ := c.vmis.GetIndexer().GetByKey(key)
+	if !ok {
+		return nil
+	}
+	return c.liveUpdate(ctx, vm, vmiObj.(*virtv1.VirtualMachineInstance))
+}
+
+// stageRollout reports whether the KubeVirt CR asks for the Stage strategy.
+func (c *Controller) stageRollout() bool {
+	for _, o := range c.kubevirts.GetStore().List() {
+		s := o.(*virtv1.KubeVirt).Spec.Configuration.VMRolloutStrategy
+		return s != nil && *s == virtv1.VMRolloutStrategyStage
+	}
+	return false
+}

@@ -1,0 +1,188 @@
+package planner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/clock"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/events"
+	"kvlive/internal/fleet"
+	"kvlive/internal/natsutil"
+)
+
+const tracerName = "kvlive/planner"
+
+// Config configures a Planner.
+type Config struct {
+	Fleet     *fleet.Fleet
+	JetStream jetstream.JetStream
+	Log       *slog.Logger
+	Tracer    trace.TracerProvider
+	Clock     clock.PassiveClock
+	// Workers is how many events are planned at once.
+	Workers int
+}
+
+// Planner consumes events and publishes per-VM plans.
+type Planner struct {
+	cfg    Config
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
+}
+
+// New builds a Planner; nothing runs until Run.
+func New(cfg Config) (*Planner, error) {
+	if cfg.Fleet == nil || cfg.JetStream == nil {
+		return nil, errors.New("planner: fleet and JetStream are required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.NewTracerProvider()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	cfg.Workers = max(cfg.Workers, 1)
+	return &Planner{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}}, nil
+}
+
+// Run consumes events until ctx ends. The fleet must be running.
+func (p *Planner) Run(ctx context.Context) error {
+	cons, err := p.cfg.JetStream.Consumer(ctx, events.StreamEvents, events.ConsumerPlanner)
+	if err != nil {
+		return fmt.Errorf("planner: consumer: %w", err)
+	}
+	p.cfg.Log.Info("planner started")
+	natsutil.Consume(ctx, cons, p.cfg.Workers, p.handle, func(err error) {
+		p.cfg.Log.Warn("planner: consuming events failed, retrying", "err", err)
+	})
+	return nil
+}
+
+// handle gives every event an explicit fate: ack once all plans are stored,
+// nak with a delay on a transient failure, dead-letter what cannot decode.
+func (p *Planner) handle(ctx context.Context, msg jetstream.Msg) {
+	ctx = p.prop.Extract(ctx, events.HeaderCarrier(msg.Headers()))
+	eventID, target, vms, err := p.resolve(msg)
+	if err != nil {
+		p.reject(ctx, msg, err)
+		return
+	}
+	ctx, span := p.tracer.Start(ctx, "planner.plan "+target.Object.String(),
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("kvlive.event.id", eventID), attribute.Int("kvlive.vms", len(vms))))
+	defer span.End()
+	counts, err := p.publishPlans(ctx, msg, eventID, target, vms)
+	if err == nil {
+		err = p.recordRollout(ctx, eventID, target, counts)
+	}
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		p.cfg.Log.Warn("planner: event will be retried", "event", eventID, "err", err)
+		_ = msg.NakWithDelay(2 * time.Second)
+		return
+	}
+	for r, n := range counts {
+		span.SetAttributes(attribute.Int("kvlive.plans."+string(r), n))
+	}
+	if err := msg.Ack(); err != nil {
+		p.cfg.Log.Warn("planner: ack failed; the event will be redelivered and its plans deduplicated", "event", eventID, "err", err)
+	}
+	p.cfg.Log.Info("event planned", "event", eventID, "object", target.Object.String(), "vms", len(vms), "counts", counts)
+}
+
+func (p *Planner) reject(ctx context.Context, msg jetstream.Msg, err error) {
+	if events.IsDecodeError(err) {
+		p.cfg.Log.Error("planner: dead-lettering event", "subject", msg.Subject(), "err", err)
+		if dlErr := events.DeadLetter(ctx, p.cfg.JetStream, events.ConsumerPlanner, msg, err.Error()); dlErr != nil {
+			p.cfg.Log.Error("planner: dead-letter failed", "err", dlErr)
+			_ = msg.NakWithDelay(5 * time.Second)
+		}
+		return
+	}
+	p.cfg.Log.Warn("planner: event will be retried", "subject", msg.Subject(), "err", err)
+	_ = msg.NakWithDelay(2 * time.Second)
+}
+
+// resolve decodes an event into its id, its target and the VMs it reaches.
+func (p *Planner) resolve(msg jetstream.Msg) (string, Target, []*virtv1.VirtualMachine, error) {
+	env, err := events.Parse(msg.Data())
+	if err != nil {
+		return "", Target{}, nil, err
+	}
+	switch env.Type {
+	case events.TypeInstancetypeChanged, events.TypePreferenceChanged:
+		var c events.Changed
+		if err := env.Into(&c); err != nil {
+			return "", Target{}, nil, err
+		}
+		t, err := p.changeTarget(c)
+		if err != nil {
+			return "", Target{}, nil, err
+		}
+		vms, err := p.cfg.Fleet.Referencing(c.Object, "", nil)
+		return env.ID, t, vms, err
+	case events.TypeSwitchRequested:
+		var s events.SwitchRequest
+		if err := env.Into(&s); err != nil {
+			return "", Target{}, nil, err
+		}
+		sel, err := labels.Parse(s.Selector)
+		if err != nil {
+			return "", Target{}, nil, &events.DecodeError{Reason: events.ReasonInvalid, Err: fmt.Errorf("selector %q: %w", s.Selector, err)}
+		}
+		vms, err := p.cfg.Fleet.Referencing(s.From, s.Namespace, sel)
+		return env.ID, p.switchTarget(s), vms, err
+	}
+	return "", Target{}, nil, &events.DecodeError{Reason: events.ReasonUnknownType, Err: fmt.Errorf("%s is not an event the planner handles", env.Type)}
+}
+
+// changeTarget moves VMs to the event's generation, unless the object was
+// deleted, re-created, or has moved on (its newer event moves the VMs).
+func (p *Planner) changeTarget(c events.Changed) (Target, error) {
+	t := Target{Target: events.Target{Move: events.MoveRepin, Object: c.Object, UID: c.UID, Generation: c.Generation}}
+	spec, err := fleet.DecodeSpec(c.NewSpec, c.Object.IsPreference())
+	if err != nil {
+		return t, &events.DecodeError{Reason: events.ReasonInvalid, Err: err}
+	}
+	t.Spec = spec
+	live, ok := p.cfg.Fleet.Object(c.Object).(metav1.Object)
+	switch {
+	case !ok:
+		t.Skip = fmt.Sprintf("%s was deleted after generation %d was observed", c.Object, c.Generation)
+	case string(live.GetUID()) != c.UID:
+		t.Skip = fmt.Sprintf("%s was deleted and re-created after generation %d was observed", c.Object, c.Generation)
+	case live.GetGeneration() > c.Generation:
+		t.Skip = fmt.Sprintf("superseded: %s is at generation %d, whose own event moves the VMs", c.Object, live.GetGeneration())
+	}
+	return t, nil
+}
+
+func (p *Planner) switchTarget(s events.SwitchRequest) Target {
+	from := s.From
+	t := Target{Target: events.Target{Move: events.MoveSwitch, Object: s.To, From: &from}}
+	live := p.cfg.Fleet.Object(s.To)
+	spec, ok := fleet.SpecOf(live)
+	if !ok {
+		t.Skip = fmt.Sprintf("%s does not exist", s.To)
+		return t
+	}
+	m := live.(metav1.Object)
+	t.UID, t.Generation, t.Spec = string(m.GetUID()), m.GetGeneration(), spec
+	return t
+}

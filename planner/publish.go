@@ -1,0 +1,80 @@
+package planner
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/events"
+)
+
+// progressEvery is how many plans go out between InProgress signals, which
+// keep a long fan-out from outliving the event's ack wait.
+const progressEvery = 500
+
+// publishPlans plans every VM and publishes the plans asynchronously, then
+// waits for every publish ack. Plans carry deterministic Msg-Ids, so a retry
+// after a partial failure or a crash is deduplicated by the stream.
+func (p *Planner) publishPlans(ctx context.Context, msg jetstream.Msg, eventID string, t Target, vms []*virtv1.VirtualMachine) (map[events.Result]int, error) {
+	counts := map[events.Result]int{}
+	futures := make([]jetstream.PubAckFuture, 0, len(vms))
+	now := p.cfg.Clock.Now()
+	for i, vm := range vms {
+		plan := PlanVM(p.cfg.Fleet, eventID, t, vm)
+		counts[plan.Action]++
+		id := events.PlanID(eventID, plan.VM.UID)
+		body, err := events.Encode(events.TypePlan, id, "kvlive/planner", plan.VM.String(), now, &plan)
+		if err != nil {
+			return nil, err
+		}
+		m := events.NewMsg(events.PlanSubject(plan.VM.Namespace), id, events.TypePlan, body)
+		p.prop.Inject(ctx, events.HeaderCarrier(m.Header))
+		f, err := p.cfg.JetStream.PublishMsgAsync(m)
+		if err != nil {
+			return nil, fmt.Errorf("planner: publish plan %s: %w", id, err)
+		}
+		futures = append(futures, f)
+		if (i+1)%progressEvery == 0 {
+			_ = msg.InProgress()
+		}
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return nil, fmt.Errorf("planner: plan %s not stored: %w", f.Msg().Header.Get(jetstream.MsgIDHeader), err)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	trace.SpanFromContext(ctx).AddEvent("plans published", trace.WithAttributes(attribute.Int("kvlive.plans", len(futures))))
+	return counts, nil
+}
+
+// recordRollout stores how many plans the event produced, by result, so
+// progress and completion can be read without scanning the plans stream.
+func (p *Planner) recordRollout(ctx context.Context, eventID string, t Target, counts map[events.Result]int) error {
+	kv, err := p.cfg.JetStream.KeyValue(ctx, events.BucketRollouts)
+	if err != nil {
+		return fmt.Errorf("planner: kv %s: %w", events.BucketRollouts, err)
+	}
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	rec, err := events.MarshalRollout(events.Rollout{
+		EventID: eventID, Type: string(t.Move), Object: t.Object,
+		Planned: total, Counts: counts, PlannedAt: p.cfg.Clock.Now().UTC(),
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(ctx, events.RolloutKey(eventID), rec); err != nil {
+		return fmt.Errorf("planner: record rollout %s: %w", eventID, err)
+	}
+	return nil
+}

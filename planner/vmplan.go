@@ -1,0 +1,99 @@
+package planner
+
+import (
+	"errors"
+	"fmt"
+
+	virtv1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/api/instancetype/v1beta1"
+
+	"kvlive/events"
+	"kvlive/internal/fleet"
+	"kvlive/planner/liveplan"
+)
+
+// Target is the generation an event moves VMs to.
+type Target struct {
+	events.Target
+	// Spec is the target generation's spec: a *v1beta1.VirtualMachineInstancetypeSpec
+	// or *v1beta1.VirtualMachinePreferenceSpec.
+	Spec any
+	// Skip, when set, is why no VM moves for this event (object deleted,
+	// superseded by a newer generation…).
+	Skip string
+}
+
+// PlanVM decides one VM's plan for t. It reads only the fleet's caches, so
+// the applier calls it again to re-plan a VM whose pin moved meanwhile.
+func PlanVM(f *fleet.Fleet, eventID string, t Target, vm *virtv1.VirtualMachine) events.Plan {
+	p := events.Plan{
+		EventID: eventID,
+		VM:      events.VMRef{Namespace: vm.Namespace, Name: vm.Name, UID: string(vm.UID)},
+		Target:  t.Target,
+	}
+	skip := func(result events.Result, format string, args ...any) events.Plan {
+		p.Action, p.Reason = result, fmt.Sprintf(format, args...)
+		return p
+	}
+	if t.Skip != "" {
+		return skip(events.ResultSkip, "%s", t.Skip)
+	}
+	preference := t.Object.IsPreference()
+	ref, ok := fleet.InstancetypeRef(vm)
+	if preference {
+		ref, ok = fleet.PreferenceRef(vm)
+	}
+	switch {
+	case t.Move == events.MoveSwitch && ok && ref == t.Object:
+		return skip(events.ResultNone, "already references %s", t.Object)
+	case t.Move == events.MoveSwitch && (!ok || t.From == nil || ref != *t.From):
+		return skip(events.ResultSkip, "no longer references %s", refString(t.From))
+	case t.Move == events.MoveRepin && (!ok || ref != t.Object):
+		return skip(events.ResultSkip, "no longer references %s", t.Object)
+	case t.Move == events.MoveSwitch && !t.Object.IsClusterScoped() && t.Object.Namespace != vm.Namespace:
+		return skip(events.ResultSkip, "%s lives in another namespace than the VM", t.Object)
+	}
+	pin, err := fleet.PinOf(vm, preference)
+	if errors.Is(err, fleet.ErrNotPinned) {
+		return skip(events.ResultSkip, "KubeVirt has not pinned the VM to a revision yet; it will snapshot the current generation itself")
+	}
+	if pin, _, err = f.ResolvePin(vm.Namespace, pin); err != nil {
+		return skip(events.ResultSkip, "%v", err)
+	}
+	p.Target.Pin, p.Target.FromRevision = pin.Field, pin.Revision
+	if t.Move == events.MoveRepin && pin.UID == t.UID && pin.Generation >= t.Generation {
+		if pin.Generation == t.Generation {
+			return skip(events.ResultNone, "already pinned to generation %d", t.Generation)
+		}
+		return skip(events.ResultNone, "pinned to generation %d, newer than %d", pin.Generation, t.Generation)
+	}
+	pinned, err := f.Pinned(vm)
+	if err != nil {
+		return skip(events.ResultSkip, "cannot read the pinned snapshot: %v", err)
+	}
+	d := liveplan.Decide(liveplan.Input{
+		VM:      vm,
+		VMI:     f.VMI(vm.Namespace, vm.Name),
+		Pinned:  pinned,
+		Target:  withSpec(pinned, t.Spec, preference),
+		Cluster: f.Cluster(),
+	})
+	p.Action, p.Reason, p.Changes = d.Action, d.Reason, d.Changes
+	return p
+}
+
+func withSpec(g liveplan.Generation, spec any, preference bool) liveplan.Generation {
+	if preference {
+		g.Preference, _ = spec.(*v1beta1.VirtualMachinePreferenceSpec)
+	} else {
+		g.Instancetype, _ = spec.(*v1beta1.VirtualMachineInstancetypeSpec)
+	}
+	return g
+}
+
+func refString(r *events.Ref) string {
+	if r == nil {
+		return "the source object"
+	}
+	return r.String()
+}

@@ -1,0 +1,255 @@
+package watcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"kvlive/events"
+	"kvlive/internal/kube"
+)
+
+const tracerName = "kvlive/watcher"
+
+// maxRetries bounds how often one object's sync is retried before it is
+// dropped; a dropped change is still caught up on the next start, because
+// the KV record keeps the old generation.
+const maxRetries = 15
+
+// Config configures a Watcher.
+type Config struct {
+	Clients   kube.Clients
+	JetStream jetstream.JetStream
+	// Namespace limits namespaced kinds to one namespace; "" watches all.
+	Namespace string
+	Log       *slog.Logger
+	Tracer    trace.TracerProvider
+	// Clock stamps events; tests set a fake one.
+	Clock clock.PassiveClock
+}
+
+// objectKey is the work queue key: an object's kind and name, never the object.
+type objectKey struct {
+	kind, namespace, name string
+}
+
+// Watcher emits change events for instance types and preferences.
+type Watcher struct {
+	cfg       Config
+	informers kube.ObjectInformers
+	queue     workqueue.TypedRateLimitingInterface[objectKey]
+	tracer    trace.Tracer
+	prop      propagation.TextMapPropagator
+	kv        jetstream.KeyValue
+}
+
+// New builds a Watcher; nothing runs until Run.
+func New(cfg Config) (*Watcher, error) {
+	if cfg.JetStream == nil || cfg.Clients.Virt == nil {
+		return nil, errors.New("watcher: JetStream and clients are required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.NewTracerProvider()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	w := &Watcher{
+		cfg:       cfg,
+		informers: cfg.Clients.NewObjectInformers(cfg.Namespace),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[objectKey](),
+			workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "kvlive-watcher"}),
+		tracer: cfg.Tracer.Tracer(tracerName),
+		prop:   propagation.TraceContext{},
+	}
+	for kind, inf := range w.informers {
+		if _, err := inf.AddEventHandler(w.handler(kind)); err != nil {
+			return nil, fmt.Errorf("watcher: %s handler: %w", kind, err)
+		}
+	}
+	return w, nil
+}
+
+// handler only filters and enqueues: an update counts when the generation
+// moved, which excludes resyncs and status- or metadata-only writes.
+func (w *Watcher) handler(kind string) cache.ResourceEventHandler {
+	enqueue := func(obj any) {
+		if m, err := metaOf(obj); err == nil {
+			w.queue.Add(objectKey{kind: kind, namespace: m.GetNamespace(), name: m.GetName()})
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { enqueue(obj) },
+		UpdateFunc: func(oldObj, newObj any) {
+			o, err1 := metaOf(oldObj)
+			n, err2 := metaOf(newObj)
+			if err1 == nil && err2 == nil && o.GetGeneration() != n.GetGeneration() {
+				enqueue(newObj)
+			}
+		},
+	}
+}
+
+func metaOf(obj any) (metav1.Object, error) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return nil, fmt.Errorf("watcher: unexpected object %T", obj)
+	}
+	return m, nil
+}
+
+// Run watches until ctx ends.
+func (w *Watcher) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrashWithContext(ctx)
+	defer w.queue.ShutDown()
+	kv, err := w.cfg.JetStream.KeyValue(ctx, events.BucketGenerations)
+	if err != nil {
+		return fmt.Errorf("watcher: kv %s: %w", events.BucketGenerations, err)
+	}
+	w.kv = kv
+	w.informers.Run(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), w.informers.HasSynced) {
+		return fmt.Errorf("watcher: caches did not sync: %w", ctx.Err())
+	}
+	w.cfg.Log.Info("watcher started", "namespace", w.cfg.Namespace)
+	go func() {
+		for w.processNext(ctx) {
+		}
+	}()
+	<-ctx.Done()
+	return nil
+}
+
+func (w *Watcher) processNext(ctx context.Context) bool {
+	key, quit := w.queue.Get()
+	if quit {
+		return false
+	}
+	defer w.queue.Done(key)
+	err := w.sync(ctx, key)
+	switch {
+	case err == nil:
+		w.queue.Forget(key)
+	case w.queue.NumRequeues(key) < maxRetries:
+		w.cfg.Log.Warn("watcher: sync failed, retrying", "kind", key.kind, "namespace", key.namespace, "name", key.name, "err", err)
+		w.queue.AddRateLimited(key)
+	default:
+		w.cfg.Log.Error("watcher: giving up until restart", "kind", key.kind, "namespace", key.namespace, "name", key.name, "err", err)
+		w.queue.Forget(key)
+	}
+	return true
+}
+
+// seen is the KV record per object UID.
+type seen struct {
+	Generation int64           `json:"generation"`
+	Spec       json.RawMessage `json:"spec"`
+}
+
+// sync compares the object with its KV record and emits when it moved on.
+// A first sighting is recorded without an event: nothing referenced a
+// generation kvlive never saw differ.
+func (w *Watcher) sync(ctx context.Context, key objectKey) error {
+	obj, ok, err := w.informers[key.kind].GetIndexer().GetByKey(cacheKey(key))
+	if err != nil || !ok {
+		return err // deleted: nothing to emit
+	}
+	m, _ := metaOf(obj)
+	spec, err := specOf(obj)
+	if err != nil {
+		return err
+	}
+	uid := string(m.GetUID())
+	entry, err := w.kv.Get(ctx, uid)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		rec, _ := json.Marshal(seen{Generation: m.GetGeneration(), Spec: spec})
+		if _, err := w.kv.Create(ctx, uid, rec); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("watcher: record %s: %w", uid, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("watcher: read %s: %w", uid, err)
+	}
+	var last seen
+	if err := json.Unmarshal(entry.Value(), &last); err != nil {
+		w.cfg.Log.Warn("watcher: unreadable KV record, replacing it", "uid", uid, "err", err)
+	}
+	if last.Generation >= m.GetGeneration() {
+		return nil
+	}
+	ref := events.Ref{Kind: key.kind, Namespace: key.namespace, Name: key.name}
+	change := events.Changed{
+		Object: ref, UID: uid, Generation: m.GetGeneration(),
+		OldGeneration: last.Generation, OldSpec: last.Spec, NewSpec: spec,
+		ObservedAt: w.cfg.Clock.Now().UTC(),
+	}
+	if err := w.publish(ctx, change); err != nil {
+		return err
+	}
+	rec, _ := json.Marshal(seen{Generation: m.GetGeneration(), Spec: spec})
+	if _, err := w.kv.Update(ctx, uid, rec, entry.Revision()); err != nil {
+		return fmt.Errorf("watcher: record %s generation %d: %w", uid, m.GetGeneration(), err)
+	}
+	return nil
+}
+
+func (w *Watcher) publish(ctx context.Context, change events.Changed) error {
+	id := events.EventID(change.Object.Kind, change.UID, change.Generation)
+	ctx, span := w.cfg.Tracer.Tracer(tracerName).Start(ctx, "watcher.observe "+change.Object.String(),
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(
+			attribute.String("kvlive.event.id", id),
+			attribute.String("kvlive.object", change.Object.String()),
+			attribute.Int64("kvlive.generation", change.Generation),
+			attribute.Int64("kvlive.generation.old", change.OldGeneration),
+		))
+	defer span.End()
+	typ := events.TypeInstancetypeChanged
+	if change.Object.IsPreference() {
+		typ = events.TypePreferenceChanged
+	}
+	body, err := events.Encode(typ, id, "kvlive/watcher", change.Object.String(), change.ObservedAt, &change)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		return err
+	}
+	msg := events.NewMsg(events.ChangedSubject(change.Object.Kind), id, typ, body)
+	w.prop.Inject(ctx, events.HeaderCarrier(msg.Header))
+	if _, err := w.cfg.JetStream.PublishMsg(ctx, msg); err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		return fmt.Errorf("watcher: publish %s: %w", id, err)
+	}
+	w.cfg.Log.Info("instance type changed", "event", id, "object", change.Object.String(),
+		"generation", change.Generation, "previous", change.OldGeneration)
+	return nil
+}
+
+func cacheKey(k objectKey) string {
+	if k.namespace == "" {
+		return k.name
+	}
+	return k.namespace + "/" + k.name
+}
+
