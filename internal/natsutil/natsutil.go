@@ -55,6 +55,9 @@ func ConnectEmbedded(ns *server.Server, name string, log *slog.Logger) (*nats.Co
 // Connect connects to url with reconnects that never give up, so a NATS
 // restart pauses kvlive instead of ending it.
 func Connect(name string, log *slog.Logger, url string, extra ...nats.Option) (*nats.Conn, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	opts := append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
