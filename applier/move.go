@@ -38,29 +38,30 @@ func (a *Applier) apply(ctx context.Context, plan events.Plan) (events.Outcome, 
 	if vm == nil || err != nil {
 		return a.vmGone(plan, err)
 	}
-	var note string
+	out, moved, err := a.move(ctx, plan, vm)
+	if err != nil || !moved {
+		return out, err
+	}
+	// The VM no longer matches the plan. The cache may just be behind:
+	// look at the VM as the server has it before deciding anew.
 	for range maxReplans {
-		out, moved, err := a.move(ctx, plan, vm)
-		if err != nil {
-			return out, err
-		}
-		if !moved {
-			out.Reason = joinReason(note, out.Reason)
-			return out, nil
-		}
-		// The pin (or name) moved since planning: re-read and decide again.
 		trace.SpanFromContext(ctx).AddEvent("pin moved", trace.WithAttributes(attribute.String("kvlive.pin.planned", plan.Target.FromRevision)))
 		if vm, err = a.currentVM(ctx, plan.VM, true); vm == nil || err != nil {
 			return a.vmGone(plan, err)
 		}
-		replanned, err := a.replan(plan, vm)
-		if err != nil {
+		if out, moved, err = a.move(ctx, plan, vm); err != nil || !moved {
+			return out, err
+		}
+		if plan, err = a.replan(plan, vm); err != nil {
 			return events.Outcome{}, err
 		}
-		note = "re-planned after the VM changed under the plan"
-		plan = replanned
+		const note = "re-planned: the VM changed after it was planned"
 		if !plan.Action.Moves() {
 			return events.Outcome{Result: plan.Action, Reason: joinReason(note, plan.Reason), Changes: plan.Changes}, nil
+		}
+		if out, moved, err = a.move(ctx, plan, vm); err != nil || !moved {
+			out.Reason = joinReason(note, out.Reason)
+			return out, err
 		}
 	}
 	return events.Outcome{}, fmt.Errorf("%w: VM %s kept changing while being moved", errTransient, plan.VM)

@@ -116,6 +116,8 @@ func Parse(body []byte) (*Envelope, error) {
 		return nil, decodeErr(ReasonMalformed, "envelope: %v", err)
 	}
 	switch {
+	case env.SpecVersion == "":
+		return nil, decodeErr(ReasonMalformed, "not a CloudEvents envelope: no specversion")
 	case env.SpecVersion != SpecVersion:
 		return nil, decodeErr(ReasonUnknownVersion, "specversion %q, want %q", env.SpecVersion, SpecVersion)
 	case env.ID == "" || env.Source == "" || env.Type == "":

@@ -252,4 +252,3 @@ func cacheKey(k objectKey) string {
 	}
 	return k.namespace + "/" + k.name
 }
-

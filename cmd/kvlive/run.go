@@ -17,19 +17,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"golang.org/x/sync/errgroup"
 
-	"kvlive/applier"
 	"kvlive/events"
-	"kvlive/internal/fleet"
 	"kvlive/internal/kube"
 	"kvlive/internal/natsutil"
+	"kvlive/internal/pipeline"
 	"kvlive/internal/telemetry"
-	"kvlive/planner"
-	"kvlive/watcher"
 )
-
-var allStages = []string{"watcher", "planner", "applier"}
 
 // natsFlags are how a command reaches NATS.
 type natsFlags struct {
@@ -85,7 +79,7 @@ subset, so planners and appliers can scale out as replicas on a NATS cluster.`,
 	o.nats.bind(f, "external NATS server or cluster URL(s); empty embeds a server")
 	f.StringVar(&o.listen, "listen", "127.0.0.1:4222", "address the embedded NATS server listens on")
 	f.StringVar(&o.dataDir, "data-dir", defaultDataDir(), "embedded NATS JetStream store directory")
-	f.StringSliceVar(&o.stages, "stages", allStages, "stages to run: watcher, planner, applier")
+	f.StringSliceVar(&o.stages, "stages", pipeline.AllStages, "stages to run: watcher, planner, applier")
 	f.IntVar(&o.workers, "workers", 16, "applier workers: VMs moved at once")
 	f.IntVar(&o.plannerWorkers, "planner-workers", 2, "planner workers: events planned at once")
 	f.Float64Var(&o.rate, "rate", 0, "cap on VM moves per second; 0 leaves only --qps/--burst")
@@ -104,8 +98,8 @@ func defaultDataDir() string {
 
 func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error) {
 	for _, s := range o.stages {
-		if !slices.Contains(allStages, s) {
-			return fmt.Errorf("%w: unknown stage %q (want %s)", errUsage, s, strings.Join(allStages, ", "))
+		if !slices.Contains(pipeline.AllStages, s) {
+			return fmt.Errorf("%w: unknown stage %q (want %s)", errUsage, s, strings.Join(pipeline.AllStages, ", "))
 		}
 	}
 	restCfg, _, err := o.kube.Load()
@@ -130,36 +124,15 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 	}
 	defer func() { err = errors.Join(err, tp.Shutdown(context.WithoutCancel(ctx))) }()
 
-	group, ctx := errgroup.WithContext(ctx)
-	if slices.Contains(o.stages, "watcher") {
-		w, err := watcher.New(watcher.Config{Clients: clients, JetStream: js, Namespace: o.kube.Namespace, Log: log, Tracer: tp})
-		if err != nil {
-			return err
-		}
-		group.Go(func() error { return w.Run(ctx) })
-	}
-	if slices.Contains(o.stages, "planner") || slices.Contains(o.stages, "applier") {
-		f := fleet.New(clients, o.kube.Namespace)
-		if err := f.Run(ctx); err != nil {
-			return err
-		}
-		if slices.Contains(o.stages, "planner") {
-			p, err := planner.New(planner.Config{Fleet: f, JetStream: js, Log: log, Tracer: tp, Workers: o.plannerWorkers})
-			if err != nil {
-				return err
-			}
-			group.Go(func() error { return p.Run(ctx) })
-		}
-		if slices.Contains(o.stages, "applier") {
-			a, err := applier.New(applier.Config{Fleet: f, JetStream: js, Log: log, Tracer: tp, Workers: o.workers, Rate: o.rate})
-			if err != nil {
-				return err
-			}
-			group.Go(func() error { return a.Run(ctx) })
-		}
+	running, err := pipeline.Start(ctx, pipeline.Config{
+		Clients: clients, JetStream: js, Namespace: o.kube.Namespace, Stages: o.stages,
+		Log: log, Tracer: tp, ApplierWorkers: o.workers, PlannerWorkers: o.plannerWorkers, Rate: o.rate,
+	})
+	if err != nil {
+		return err
 	}
 	log.Info("kvlive running", "stages", o.stages, "namespace", o.kube.Namespace)
-	return group.Wait()
+	return running.Wait()
 }
 
 // connect reaches the external NATS server, or starts the embedded one.

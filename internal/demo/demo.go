@@ -11,19 +11,14 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/watch"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	virtfake "kubevirt.io/client-go/kubevirt/fake"
 
-	"kvlive/applier"
 	"kvlive/events"
-	"kvlive/internal/fleet"
 	"kvlive/internal/kube"
 	"kvlive/internal/natsutil"
-	"kvlive/internal/standin"
-	"kvlive/planner"
-	"kvlive/watcher"
+	"kvlive/internal/pipeline"
 )
 
 // Config configures a demo run.
@@ -81,7 +76,7 @@ type env struct {
 	shapes  []vmShape
 	js      jetstream.JetStream
 	closers []func() error
-	group   *errgroup.Group
+	running *pipeline.Running
 }
 
 func start(ctx context.Context, cfg Config) (*env, error) {
@@ -122,37 +117,19 @@ func start(ctx context.Context, cfg Config) (*env, error) {
 }
 
 func (e *env) startStages(ctx context.Context) error {
-	cfg := e.cfg
-	f := fleet.New(e.clients, "")
-	w, err := watcher.New(watcher.Config{Clients: e.clients, JetStream: e.js, Log: cfg.Log, Tracer: cfg.Tracer})
-	if err != nil {
-		return err
-	}
-	p, err := planner.New(planner.Config{Fleet: f, JetStream: e.js, Log: cfg.Log, Tracer: cfg.Tracer})
-	if err != nil {
-		return err
-	}
-	a, err := applier.New(applier.Config{Fleet: f, JetStream: e.js, Log: cfg.Log, Tracer: cfg.Tracer, Workers: max(cfg.Workers, 1)})
-	if err != nil {
-		return err
-	}
-	s := standin.New(standin.Config{Clients: e.clients, Log: cfg.Log, Workers: 4})
-	e.group, ctx = errgroup.WithContext(ctx)
-	e.group.Go(func() error { return s.Run(ctx) })
-	e.group.Go(func() error { return w.Run(ctx) })
-	if err := f.Run(ctx); err != nil {
-		return err
-	}
-	e.group.Go(func() error { return p.Run(ctx) })
-	e.group.Go(func() error { return a.Run(ctx) })
-	return nil
+	r, err := pipeline.Start(ctx, pipeline.Config{
+		Clients: e.clients, JetStream: e.js, Stages: pipeline.AllStages, StandIn: true,
+		Log: e.cfg.Log, Tracer: e.cfg.Tracer, ApplierWorkers: e.cfg.Workers,
+	})
+	e.running = r
+	return err
 }
 
 func (e *env) stop(cancel context.CancelFunc) error {
 	cancel()
 	var errs []error
-	if e.group != nil {
-		errs = append(errs, e.group.Wait())
+	if e.running != nil {
+		errs = append(errs, e.running.Wait())
 	}
 	for i := len(e.closers) - 1; i >= 0; i-- {
 		errs = append(errs, e.closers[i]())

@@ -278,7 +278,9 @@ func TestTopology(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 func hugepages(size string) func(*v1beta1.VirtualMachineInstancetypeSpec) {
-	return func(s *v1beta1.VirtualMachineInstancetypeSpec) { s.Memory.Hugepages = &virtv1.Hugepages{PageSize: size} }
+	return func(s *v1beta1.VirtualMachineInstancetypeSpec) {
+		s.Memory.Hugepages = &virtv1.Hugepages{PageSize: size}
+	}
 }
 
 func realtime(s *v1beta1.VirtualMachineInstancetypeSpec) { s.CPU.Realtime = &virtv1.Realtime{} }

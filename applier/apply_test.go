@@ -1,0 +1,167 @@
+package applier
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	virtv1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/api/instancetype/v1beta1"
+
+	"kvlive/events"
+	"kvlive/internal/fleet"
+	"kvlive/internal/kube"
+	"kvlive/internal/testutil"
+)
+
+// fixture: cluster instance type u1 at generation 2, VM "a" (stopped)
+// pinned to generation 1's snapshot.
+func fixture(t *testing.T) (*Applier, kube.Clients, events.Plan) {
+	t.Helper()
+	u1 := &v1beta1.VirtualMachineClusterInstancetype{
+		ObjectMeta: metav1.ObjectMeta{Name: "u1", UID: "uid-u1", Generation: 1},
+		Spec:       v1beta1.VirtualMachineInstancetypeSpec{CPU: v1beta1.CPUInstancetype{Guest: 2}, Memory: v1beta1.MemoryInstancetype{Guest: resource.MustParse("4Gi")}},
+	}
+	vm := &virtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "uid-a"},
+		Spec:       virtv1.VirtualMachineSpec{Instancetype: &virtv1.InstancetypeMatcher{Name: "u1"}},
+	}
+	gen1, err := fleet.NewRevision(vm, u1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm.Status.InstancetypeRef = &virtv1.InstancetypeStatusRef{Name: "u1", ControllerRevisionRef: &virtv1.ControllerRevisionRef{Name: gen1.Name}}
+	u1.Generation, u1.Spec.CPU.Guest = 2, 3
+	clients := testutil.FakeClients([]runtime.Object{gen1}, u1, vm)
+	f := fleet.New(clients, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := f.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{Fleet: f, JetStream: testutil.JetStream(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := events.Plan{
+		EventID: "VirtualMachineClusterInstancetype/uid-u1/2",
+		VM:      events.VMRef{Namespace: "ns", Name: "a", UID: "uid-a"},
+		Action:  events.ResultNextBoot,
+		Target: events.Target{Move: events.MoveRepin, Object: events.Ref{Kind: events.KindClusterInstancetype, Name: "u1"},
+			UID: "uid-u1", Generation: 2, Pin: events.PinStatus, FromRevision: gen1.Name},
+	}
+	return a, clients, plan
+}
+
+const gen2 = "a-u1-v1beta1-uid-u1-2"
+
+func pinOf(t *testing.T, c kube.Clients) string {
+	t.Helper()
+	vm, err := c.Virt.KubevirtV1().VirtualMachines("ns").Get(context.Background(), "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vm.Status.InstancetypeRef.ControllerRevisionRef.Name
+}
+
+func TestApplyRepinsThenIsIdempotent(t *testing.T) {
+	a, clients, plan := fixture(t)
+	ctx := context.Background()
+	out, err := a.apply(ctx, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Result != events.ResultNextBoot || !out.Wrote || out.Revision != gen2 || pinOf(t, clients) != gen2 {
+		t.Fatalf("first apply: %+v, pin %s", out, pinOf(t, clients))
+	}
+	// A redelivery (crash before the ack) finds the VM at the target,
+	// even while the cache still shows the old pin.
+	out, err = a.apply(ctx, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Wrote || out.Result != events.ResultNextBoot || !strings.Contains(out.Reason, "already pinned") {
+		t.Fatalf("second apply: %+v", out)
+	}
+}
+
+func TestApplyReplansWhenThePinMoved(t *testing.T) {
+	a, clients, plan := fixture(t)
+	plan.Target.FromRevision = "a-u1-v1beta1-uid-u1-0" // what the planner saw is gone
+	out, err := a.apply(context.Background(), plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.Wrote || out.Result != events.ResultNextBoot || !strings.Contains(out.Reason, "re-planned") || pinOf(t, clients) != gen2 {
+		t.Fatalf("outcome %+v, pin %s", out, pinOf(t, clients))
+	}
+}
+
+func TestApplyDeletedVMIsSkipped(t *testing.T) {
+	a, clients, plan := fixture(t)
+	ctx := context.Background()
+	if err := clients.Virt.KubevirtV1().VirtualMachines("ns").Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, func() bool { return a.cfg.Fleet.VM("ns", "a") == nil })
+	out, err := a.apply(ctx, plan)
+	if err != nil || out.Result != events.ResultSkip || out.Wrote || !strings.Contains(out.Reason, "deleted") {
+		t.Fatalf("outcome %+v, err %v", out, err)
+	}
+}
+
+func TestApplyDeletedInstancetypeIsSkipped(t *testing.T) {
+	a, clients, plan := fixture(t)
+	ctx := context.Background()
+	if err := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes().Delete(ctx, "u1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, func() bool { return a.cfg.Fleet.Object(plan.Target.Object) == nil })
+	out, err := a.apply(ctx, plan)
+	if err != nil || out.Result != events.ResultSkip || out.Wrote || !strings.Contains(out.Reason, "deleted") {
+		t.Fatalf("outcome %+v, err %v", out, err)
+	}
+	if pinOf(t, clients) == gen2 {
+		t.Error("VM moved to a deleted instance type")
+	}
+}
+
+func TestApplySupersededGenerationIsSkipped(t *testing.T) {
+	a, clients, plan := fixture(t)
+	ctx := context.Background()
+	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
+	u1, _ := its.Get(ctx, "u1", metav1.GetOptions{})
+	u1.Generation = 3
+	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, func() bool {
+		o, _ := a.cfg.Fleet.Object(plan.Target.Object).(metav1.Object)
+		return o != nil && o.GetGeneration() == 3
+	})
+	out, err := a.apply(ctx, plan)
+	if err != nil || out.Result != events.ResultSkip || !strings.Contains(out.Reason, "superseded") {
+		t.Fatalf("outcome %+v, err %v", out, err)
+	}
+}
+
+func TestIsTransient(t *testing.T) {
+	if !IsTransient(context.DeadlineExceeded) || IsTransient(context.Canceled) {
+		t.Error("deadline should be transient, cancel not")
+	}
+}
+
+func waitGone(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("cache did not catch up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,179 @@
+package watcher_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"kubevirt.io/api/instancetype/v1beta1"
+
+	"kvlive/events"
+	"kvlive/internal/kube"
+	"kvlive/internal/testutil"
+	"kvlive/watcher"
+)
+
+func clusterIT(name, uid string, vcpus uint32) *v1beta1.VirtualMachineClusterInstancetype {
+	return &v1beta1.VirtualMachineClusterInstancetype{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid), Generation: 1},
+		Spec:       v1beta1.VirtualMachineInstancetypeSpec{CPU: v1beta1.CPUInstancetype{Guest: vcpus}, Memory: v1beta1.MemoryInstancetype{Guest: resource.MustParse("2Gi")}},
+	}
+}
+
+// startWatcher runs a watcher until the returned stop is called.
+func startWatcher(t *testing.T, clients kube.Clients, js jetstream.JetStream) (stop func()) {
+	t.Helper()
+	w, err := watcher.New(watcher.Config{Clients: clients, JetStream: js, Tracer: sdktrace.NewTracerProvider()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// waitRecorded waits until the watcher has recorded n objects.
+func waitRecorded(t *testing.T, js jetstream.JetStream, n int) {
+	t.Helper()
+	kv, err := js.KeyValue(context.Background(), events.BucketGenerations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool {
+		keys, err := kv.Keys(context.Background())
+		return (err == nil || errors.Is(err, jetstream.ErrNoKeysFound)) && len(keys) == n
+	})
+}
+
+// changes returns every change event in the stream, in order, once there are want of them.
+func changes(t *testing.T, js jetstream.JetStream, want int) []events.Changed {
+	t.Helper()
+	s, err := js.Stream(context.Background(), events.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool {
+		info, err := s.Info(context.Background())
+		return err == nil && int(info.State.Msgs) >= want
+	})
+	info, _ := s.Info(context.Background())
+	var out []events.Changed
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(context.Background(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c events.Changed
+		if _, err := events.Decode(m.Data, events.TypeInstancetypeChanged, &c); err != nil {
+			t.Fatal(err)
+		}
+		if m.Header.Get("traceparent") == "" {
+			t.Error("event without traceparent header")
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func TestWatcherEmitsOnGenerationChangeOnly(t *testing.T) {
+	js := testutil.JetStream(t)
+	clients := testutil.FakeClients(nil, clusterIT("u1", "uid-u1", 2), clusterIT("u2", "uid-u2", 4))
+	startWatcher(t, clients, js)
+	waitRecorded(t, js, 2) // first sight: recorded, not emitted
+	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
+	ctx := context.Background()
+
+	// A metadata-only update keeps the generation: no event.
+	u1, _ := its.Get(ctx, "u1", metav1.GetOptions{})
+	u1.Labels = map[string]string{"owner": "team-a"}
+	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A spec edit: the API server bumps the generation (the fake does not).
+	u2, _ := its.Get(ctx, "u2", metav1.GetOptions{})
+	u2.Spec.CPU.Guest, u2.Generation = 8, 2
+	if _, err := its.Update(ctx, u2, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := changes(t, js, 1)
+	if len(got) != 1 {
+		t.Fatalf("%d events, want 1: %+v", len(got), got)
+	}
+	c := got[0]
+	if c.Object.Name != "u2" || c.UID != "uid-u2" || c.Generation != 2 || c.OldGeneration != 1 {
+		t.Errorf("event = %+v", c)
+	}
+	var oldSpec, newSpec v1beta1.VirtualMachineInstancetypeSpec
+	_ = json.Unmarshal(c.OldSpec, &oldSpec)
+	_ = json.Unmarshal(c.NewSpec, &newSpec)
+	if oldSpec.CPU.Guest != 4 || newSpec.CPU.Guest != 8 {
+		t.Errorf("old/new vCPUs = %d/%d, want 4/8", oldSpec.CPU.Guest, newSpec.CPU.Guest)
+	}
+}
+
+func TestWatcherCatchesUpAfterRestart(t *testing.T) {
+	js := testutil.JetStream(t)
+	clients := testutil.FakeClients(nil, clusterIT("u1", "uid-u1", 2), clusterIT("u2", "uid-u2", 4))
+	stop := startWatcher(t, clients, js)
+	waitRecorded(t, js, 2)
+	stop()
+
+	// Edited while no watcher ran.
+	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
+	ctx := context.Background()
+	u1, _ := its.Get(ctx, "u1", metav1.GetOptions{})
+	u1.Spec.CPU.Guest, u1.Generation = 3, 2
+	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	startWatcher(t, clients, js)
+	got := changes(t, js, 1)
+	if len(got) != 1 || got[0].Object.Name != "u1" || got[0].Generation != 2 || got[0].OldGeneration != 1 {
+		t.Fatalf("events after restart = %+v, want u1 1→2 only", got)
+	}
+	// And a further edit after the restart is seen too, with the right old spec.
+	u1, _ = its.Get(ctx, "u1", metav1.GetOptions{})
+	u1.Spec.CPU.Guest, u1.Generation = 5, 3
+	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got = changes(t, js, 2)
+	if len(got) != 2 || got[1].Generation != 3 || got[1].OldGeneration != 2 {
+		t.Fatalf("events = %+v", got)
+	}
+	var oldSpec v1beta1.VirtualMachineInstancetypeSpec
+	_ = json.Unmarshal(got[1].OldSpec, &oldSpec)
+	if oldSpec.CPU.Guest != 3 {
+		t.Errorf("old spec vCPUs = %d, want 3", oldSpec.CPU.Guest)
+	}
+}
+
+func eventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
