@@ -161,6 +161,28 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	return true
 }
 
+// decision is what sync does with an object it compared with its record.
+type decision int
+
+const (
+	skip   decision = iota // nothing new
+	record                 // first sighting: remember the generation, emit nothing
+	emit                   // the generation moved on: emit, then remember
+)
+
+// decide compares an object's generation with its KV record (nil when the
+// object was never seen). A first sighting is recorded without an event:
+// no VM can be pinned to a generation kvlive never saw differ.
+func decide(last *seen, generation int64) decision {
+	switch {
+	case last == nil:
+		return record
+	case generation > last.Generation:
+		return emit
+	}
+	return skip
+}
+
 // seen is the KV record per object UID.
 type seen struct {
 	Generation int64           `json:"generation"`
@@ -168,8 +190,6 @@ type seen struct {
 }
 
 // sync compares the object with its KV record and emits when it moved on.
-// A first sighting is recorded without an event: nothing referenced a
-// generation kvlive never saw differ.
 func (w *Watcher) sync(ctx context.Context, key objectKey) error {
 	obj, ok, err := w.informers[key.kind].GetIndexer().GetByKey(cacheKey(key))
 	if err != nil || !ok {
@@ -182,21 +202,25 @@ func (w *Watcher) sync(ctx context.Context, key objectKey) error {
 	}
 	uid := string(m.GetUID())
 	entry, err := w.kv.Get(ctx, uid)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("watcher: read %s: %w", uid, err)
+	}
+	var last *seen
+	if entry != nil {
+		last = &seen{}
+		if err := json.Unmarshal(entry.Value(), last); err != nil {
+			w.cfg.Log.Warn("watcher: unreadable KV record, treating the object as new", "uid", uid, "err", err)
+			last = &seen{}
+		}
+	}
+	switch decide(last, m.GetGeneration()) {
+	case skip:
+		return nil
+	case record:
 		rec, _ := json.Marshal(seen{Generation: m.GetGeneration(), Spec: spec})
 		if _, err := w.kv.Create(ctx, uid, rec); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("watcher: record %s: %w", uid, err)
 		}
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("watcher: read %s: %w", uid, err)
-	}
-	var last seen
-	if err := json.Unmarshal(entry.Value(), &last); err != nil {
-		w.cfg.Log.Warn("watcher: unreadable KV record, replacing it", "uid", uid, "err", err)
-	}
-	if last.Generation >= m.GetGeneration() {
 		return nil
 	}
 	ref := events.Ref{Kind: key.kind, Namespace: key.namespace, Name: key.name}
