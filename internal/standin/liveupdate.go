@@ -185,16 +185,15 @@ func (c *Controller) setRestartRequired(ctx context.Context, vm *virtv1.VirtualM
 	return nil
 }
 
+// patchVMI writes the VMI in one merge patch: KubeVirt's VMI CRD has no
+// status subresource (virt-handler writes status with the object), so spec,
+// status and annotations travel together.
 func (c *Controller) patchVMI(ctx context.Context, vmi *virtv1.VirtualMachineInstance, main, status map[string]any) error {
-	vmis := c.cfg.Clients.Virt.KubevirtV1().VirtualMachineInstances(vmi.Namespace)
 	if len(status) > 0 {
-		patch, _ := json.Marshal(map[string]any{"status": status})
-		if _, err := vmis.Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-			return fmt.Errorf("standin: VMI %s/%s status: %w", vmi.Namespace, vmi.Name, err)
-		}
+		main["status"] = status
 	}
 	patch, _ := json.Marshal(main)
-	if _, err := vmis.Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := c.cfg.Clients.Virt.KubevirtV1().VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("standin: VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	return nil
