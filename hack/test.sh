@@ -1,17 +1,38 @@
 #!/usr/bin/env bash
 # The test command: everything CI runs, on a fresh clone with only Go installed.
-# Unit tests, vet and formatting; the integration tests on a real
-# kube-apiserver + etcd and real NATS servers (their binaries are built into
-# .bin/ by hack/tools.sh, and reused when present).
+#
+#   1. builds kube-apiserver, etcd, nats-server and golangci-lint into .bin/
+#      (hack/tools.sh; reused when already built at the pinned versions);
+#   2. gofmt, go vet, golangci-lint, go mod tidy;
+#   3. unit tests (fake clientsets, embedded NATS);
+#   4. integration tests (build tag `integration`) on a real kube-apiserver +
+#      etcd, real nats-server processes and the kvlive binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+echo "== tools"
+./hack/tools.sh
+
 echo "== gofmt"
-unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.bin/*'))
+unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
 
 echo "== go vet"
 go vet ./...
+go vet -tags integration ./...
+
+echo "== golangci-lint"
+./.bin/golangci-lint run --build-tags integration ./...
+
+echo "== go mod tidy"
+cp go.mod /tmp/kvlive-go.mod.$$; cp go.sum /tmp/kvlive-go.sum.$$
+go mod tidy
+if ! diff -q go.mod /tmp/kvlive-go.mod.$$ >/dev/null || ! diff -q go.sum /tmp/kvlive-go.sum.$$ >/dev/null; then
+  echo "go.mod/go.sum are not tidy"; git --no-pager diff go.mod go.sum; exit 1
+fi
 
 echo "== unit tests"
 go test -count=1 ./...
+
+echo "== integration tests"
+go test -count=1 -tags integration -timeout 40m -p 1 ./internal/testenv/ ./integration/...

@@ -4,14 +4,6 @@ import (
 	"kvlive/events"
 )
 
-// step is one rollout the demo performs.
-type step struct {
-	title   string
-	eventID string
-	// selects says whether a VM of the fleet is in the step's reach.
-	selects func(vmShape) bool
-}
-
 // expected is the result the fleet's shape dictates for a VM the step
 // reaches, given the demo's changes: both grow CPU and memory within the
 // VMI's hotplug limits, so a running VM goes live unless it cannot migrate

@@ -122,16 +122,16 @@ func liveUpdatable(field string) bool {
 }
 
 func classify(in Input, to view, c *events.Change) (class, why string) {
-	switch {
-	case c.Field == "annotations" || c.Field == "preference.annotations":
+	switch c.Field {
+	case "annotations", "preference.annotations":
 		return ClassNextBoot, ""
-	case c.Field == "cpu.sockets":
+	case "cpu.sockets":
 		return classifySockets(in, to)
-	case c.Field == "memory.guest":
+	case "memory.guest":
 		return classifyMemory(in, to)
-	case c.Field == "nodeSelector":
+	case "nodeSelector":
 		return ClassLive, ""
-	case c.Field == "cpu.maxSockets" || c.Field == "memory.maxGuest":
+	case "cpu.maxSockets", "memory.maxGuest":
 		return ClassRestart, "a changed hotplug limit takes effect only at boot"
 	}
 	return ClassRestart, "not live-updatable"
