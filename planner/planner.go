@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -131,7 +130,7 @@ func (p *Planner) resolve(msg jetstream.Msg) (string, Target, []*virtv1.VirtualM
 		if err := env.Into(&c); err != nil {
 			return "", Target{}, nil, err
 		}
-		t, err := p.changeTarget(c)
+		t, err := ChangeTarget(p.cfg.Fleet, c)
 		if err != nil {
 			return "", Target{}, nil, err
 		}
@@ -147,42 +146,7 @@ func (p *Planner) resolve(msg jetstream.Msg) (string, Target, []*virtv1.VirtualM
 			return "", Target{}, nil, &events.DecodeError{Reason: events.ReasonInvalid, Err: fmt.Errorf("selector %q: %w", s.Selector, err)}
 		}
 		vms, err := p.cfg.Fleet.Referencing(s.From, s.Namespace, sel)
-		return env.ID, p.switchTarget(s), vms, err
+		return env.ID, SwitchTarget(p.cfg.Fleet, s.From, s.To), vms, err
 	}
 	return "", Target{}, nil, &events.DecodeError{Reason: events.ReasonUnknownType, Err: fmt.Errorf("%s is not an event the planner handles", env.Type)}
-}
-
-// changeTarget moves VMs to the event's generation, unless the object was
-// deleted, re-created, or has moved on (its newer event moves the VMs).
-func (p *Planner) changeTarget(c events.Changed) (Target, error) {
-	t := Target{Target: events.Target{Move: events.MoveRepin, Object: c.Object, UID: c.UID, Generation: c.Generation}}
-	spec, err := fleet.DecodeSpec(c.NewSpec, c.Object.IsPreference())
-	if err != nil {
-		return t, &events.DecodeError{Reason: events.ReasonInvalid, Err: err}
-	}
-	t.Spec = spec
-	live, ok := p.cfg.Fleet.Object(c.Object).(metav1.Object)
-	switch {
-	case !ok:
-		t.Skip = fmt.Sprintf("%s was deleted after generation %d was observed", c.Object, c.Generation)
-	case string(live.GetUID()) != c.UID:
-		t.Skip = fmt.Sprintf("%s was deleted and re-created after generation %d was observed", c.Object, c.Generation)
-	case live.GetGeneration() > c.Generation:
-		t.Skip = fmt.Sprintf("superseded: %s is at generation %d, whose own event moves the VMs", c.Object, live.GetGeneration())
-	}
-	return t, nil
-}
-
-func (p *Planner) switchTarget(s events.SwitchRequest) Target {
-	from := s.From
-	t := Target{Target: events.Target{Move: events.MoveSwitch, Object: s.To, From: &from}}
-	live := p.cfg.Fleet.Object(s.To)
-	spec, ok := fleet.SpecOf(live)
-	if !ok {
-		t.Skip = fmt.Sprintf("%s does not exist", s.To)
-		return t
-	}
-	m := live.(metav1.Object)
-	t.UID, t.Generation, t.Spec = string(m.GetUID()), m.GetGeneration(), spec
-	return t
 }

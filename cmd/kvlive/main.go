@@ -55,7 +55,7 @@ VM's pin, and records a traced outcome per VM, over NATS JetStream.`,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newRunCmd(g), newSwitchCmd(g), newDemoCmd(g))
+	root.AddCommand(newRunCmd(g), newSwitchCmd(g), newPlanCmd(), newDemoCmd(g))
 	return root
 }
 

@@ -11,9 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
-	"k8s.io/apimachinery/pkg/watch"
-	k8sfake "k8s.io/client-go/kubernetes/fake"
-	virtfake "kubevirt.io/client-go/kubevirt/fake"
 
 	"kvlive/events"
 	"kvlive/internal/kube"
@@ -80,13 +77,8 @@ type env struct {
 }
 
 func start(ctx context.Context, cfg Config) (*env, error) {
-	// The fake clientsets' watchers panic once 100 events are unread
-	// (apimachinery watch.DefaultChanSize); a rollout writes faster than an
-	// informer drains on a busy machine, so the demo's in-memory cluster
-	// gets deeper buffers.
-	watch.DefaultChanSize = 1 << 20
 	objs, shapes := seed(cfg.Fleet)
-	e := &env{cfg: cfg, shapes: shapes, clients: kube.Clients{Kube: k8sfake.NewClientset(), Virt: virtfake.NewSimpleClientset(objs...)}}
+	e := &env{cfg: cfg, shapes: shapes, clients: kube.NewInMemory(nil, objs...)}
 
 	dir := cfg.DataDir
 	if dir == "" {

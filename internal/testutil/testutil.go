@@ -8,9 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-	k8sfake "k8s.io/client-go/kubernetes/fake"
-	virtfake "kubevirt.io/client-go/kubevirt/fake"
 
 	"kvlive/events"
 	"kvlive/internal/kube"
@@ -43,8 +40,5 @@ func JetStream(t testing.TB) jetstream.JetStream {
 // FakeClients returns fake clientsets holding objs (KubeVirt kinds to the
 // KubeVirt clientset, everything else to the core one).
 func FakeClients(kubeObjs []runtime.Object, virtObjs ...runtime.Object) kube.Clients {
-	// The fake watchers panic after 100 unread events; rollouts in tests
-	// write faster than that on a loaded machine.
-	watch.DefaultChanSize = 1 << 20
-	return kube.Clients{Kube: k8sfake.NewClientset(kubeObjs...), Virt: virtfake.NewSimpleClientset(virtObjs...)}
+	return kube.NewInMemory(kubeObjs, virtObjs...)
 }
