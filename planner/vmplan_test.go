@@ -33,8 +33,11 @@ func TestPlanVM(t *testing.T) {
 	dangling := newVM("dangling", "ns", &virtv1.InstancetypeMatcher{Name: "u1"})
 	dangling.Status.InstancetypeRef = &virtv1.InstancetypeStatusRef{Name: "u1", ControllerRevisionRef: &virtv1.ControllerRevisionRef{Name: "gone"}}
 	other := newVM("other", "ns", &virtv1.InstancetypeMatcher{Name: "u9"})
+	legacy := newVM("legacy", "ns", &virtv1.InstancetypeMatcher{Name: "u1"})
+	legacyRev, _ := fleet.NewRevision(legacy, u1)
+	legacy.Spec.Instancetype.RevisionName = legacyRev.Name
 
-	f := fleet.New(testutil.FakeClients([]runtime.Object{gen1}, u1, pinned, unpinned, dangling, other), "")
+	f := fleet.New(testutil.FakeClients([]runtime.Object{gen1, legacyRev}, u1, pinned, unpinned, dangling, other, legacy), "")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := f.Run(ctx); err != nil {
@@ -76,5 +79,9 @@ func TestPlanVM(t *testing.T) {
 	}
 	if p := PlanVM(f, "ev", repin(2), pinned); p.Target.FromRevision != gen1.Name || p.Target.Pin != events.PinStatus {
 		t.Errorf("target = %+v, want the status pin %s to test against", p.Target, gen1.Name)
+	}
+	// A VM created before KubeVirt v1.5 is pinned by spec.instancetype.revisionName.
+	if p := PlanVM(f, "ev", repin(2), legacy); p.Action != events.ResultNextBoot || p.Target.FromRevision != legacyRev.Name || p.Target.Pin != events.PinSpecRevisionName {
+		t.Errorf("legacy plan = %s, target %+v", p.Action, p.Target)
 	}
 }

@@ -51,7 +51,9 @@ func Decide(in Input) Decision {
 		}
 		return Decision{Action: events.ResultNextBoot, Reason: "VM is not running: the new generation applies at its next start", Changes: changes}
 	}
-	return decideRunning(in, to, changes)
+	d := decideRunning(in, to, changes)
+	d.Changes = append(d.Changes, nextBootLimits(in, from, to)...)
+	return d
 }
 
 func decideRunning(in Input, to view, changes []events.Change) Decision {
@@ -268,16 +270,10 @@ func diff(a, b view) []events.Change {
 			out = append(out, events.Change{Field: field, From: display(from), To: display(to)})
 		}
 	}
-	u := func(n uint32) string {
-		if n == 0 {
-			return ""
-		}
-		return strconv.FormatUint(uint64(n), 10)
-	}
-	add("cpu.sockets", u(a.sockets), u(b.sockets))
-	add("cpu.cores", u(a.cores), u(b.cores))
-	add("cpu.threads", u(a.threads), u(b.threads))
-	add("cpu.maxSockets", u(a.maxSockets), u(b.maxSockets))
+	add("cpu.sockets", u32(a.sockets), u32(b.sockets))
+	add("cpu.cores", u32(a.cores), u32(b.cores))
+	add("cpu.threads", u32(a.threads), u32(b.threads))
+	add("cpu.maxSockets", u32(a.maxSockets), u32(b.maxSockets))
 	add("memory.guest", quantity(a.guest), quantity(b.guest))
 	add("memory.maxGuest", quantity(a.maxGuest), quantity(b.maxGuest))
 	for _, k := range diffKeys(a.other, b.other) {
@@ -294,4 +290,12 @@ func quantity(q *resource.Quantity) string {
 		return ""
 	}
 	return q.String()
+}
+
+// u32 renders a count, with zero as unset.
+func u32(n uint32) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.FormatUint(uint64(n), 10)
 }
