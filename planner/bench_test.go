@@ -1,0 +1,91 @@
+package planner
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	k8scorev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	virtv1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/api/instancetype/v1beta1"
+
+	"kvlive/events"
+	"kvlive/internal/fleet"
+	"kvlive/internal/testutil"
+)
+
+// BenchmarkPlanEvent plans one event that references 10,000 of 100,000
+// cached VMs (half of them running): the index lookup plus one plan per VM,
+// as the planner stage does before publishing.
+func BenchmarkPlanEvent(b *testing.B) {
+	const cached, referencing = 100_000, 10_000
+	hot := &v1beta1.VirtualMachineClusterInstancetype{
+		ObjectMeta: metav1.ObjectMeta{Name: "hot", UID: "uid-hot", Generation: 1},
+		Spec:       v1beta1.VirtualMachineInstancetypeSpec{CPU: v1beta1.CPUInstancetype{Guest: 2}, Memory: v1beta1.MemoryInstancetype{Guest: resource.MustParse("4Gi")}},
+	}
+	var kubeObjs []runtime.Object
+	virtObjs := []runtime.Object{hot}
+	four := resource.MustParse("4Gi")
+	for i := range cached {
+		ns, name := fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("vm-%06d", i)
+		it := fmt.Sprintf("cold-%d", i%20)
+		if i%(cached/referencing) == 0 {
+			it = "hot"
+		}
+		vm := &virtv1.VirtualMachine{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name)},
+			Spec: virtv1.VirtualMachineSpec{Instancetype: &virtv1.InstancetypeMatcher{Name: it},
+				Template: &virtv1.VirtualMachineInstanceTemplateSpec{Spec: virtv1.VirtualMachineInstanceSpec{Architecture: "amd64"}}},
+		}
+		if it == "hot" {
+			rev, err := fleet.NewRevision(vm, hot)
+			if err != nil {
+				b.Fatal(err)
+			}
+			vm.Status.InstancetypeRef = &virtv1.InstancetypeStatusRef{Name: it, ControllerRevisionRef: &virtv1.ControllerRevisionRef{Name: rev.Name}}
+			kubeObjs = append(kubeObjs, rev)
+		}
+		virtObjs = append(virtObjs, vm)
+		if i%2 == 0 {
+			virtObjs = append(virtObjs, &virtv1.VirtualMachineInstance{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+				Spec: virtv1.VirtualMachineInstanceSpec{Architecture: "amd64", Domain: virtv1.DomainSpec{
+					CPU:    &virtv1.CPU{Sockets: 2, Cores: 1, Threads: 1, MaxSockets: 8},
+					Memory: &virtv1.Memory{Guest: &four, MaxGuest: resource.NewQuantity(16<<30, resource.BinarySI)},
+				}},
+				Status: virtv1.VirtualMachineInstanceStatus{Phase: virtv1.Running,
+					Conditions: []virtv1.VirtualMachineInstanceCondition{{Type: virtv1.VirtualMachineInstanceIsMigratable, Status: k8scorev1.ConditionTrue}},
+					Memory:     &virtv1.MemoryStatus{GuestAtBoot: &four, GuestCurrent: &four, GuestRequested: &four}},
+			})
+		}
+	}
+	f := fleet.New(testutil.FakeClients(kubeObjs, virtObjs...), "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := f.Run(ctx); err != nil {
+		b.Fatal(err)
+	}
+	spec := hot.Spec.DeepCopy()
+	spec.CPU.Guest, spec.Memory.Guest = 3, resource.MustParse("6Gi")
+	ref := events.Ref{Kind: events.KindClusterInstancetype, Name: "hot"}
+	target := Target{Target: events.Target{Move: events.MoveRepin, Object: ref, UID: "uid-hot", Generation: 2}, Spec: spec}
+
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		vms, err := f.Referencing(ref, "", nil)
+		if err != nil || len(vms) != referencing {
+			b.Fatalf("%d VMs, %v", len(vms), err)
+		}
+		for _, vm := range vms {
+			if p := PlanVM(f, "ev", target, vm); p.Action != events.ResultLive && p.Action != events.ResultNextBoot {
+				b.Fatalf("%s: %s %s", vm.Name, p.Action, p.Reason)
+			}
+		}
+	}
+	b.ReportMetric(float64(referencing*b.N)/b.Elapsed().Seconds(), "VMs/s")
+}
