@@ -16,6 +16,10 @@ type Rollout struct {
 	Planned   int            `json:"planned"`
 	Counts    map[Result]int `json:"counts"`
 	PlannedAt time.Time      `json:"plannedAt"`
+	// TraceID and SpanID name the planner's span, the root under which
+	// `kvlive trace EVENT-ID` shows the rollout.
+	TraceID string `json:"traceId,omitempty"`
+	SpanID  string `json:"spanId,omitempty"`
 }
 
 // MarshalRollout encodes a rollout record for the KV bucket.

@@ -76,6 +76,7 @@ func StreamConfigs(o StreamOptions) []jetstream.StreamConfig {
 		mk(StreamPlans, subjectPlans, "kvlive: one live-update plan per VM per event"),
 		mk(StreamOutcomes, subjectOutcomes, "kvlive: one outcome per VM per event"),
 		mk(StreamDLQ, subjectDLQ, "kvlive: messages a stage could not process, with the reason"),
+		mk(StreamSpans, subjectSpans, "kvlive: finished trace spans, for kvlive trace"),
 	}
 }
 

@@ -66,10 +66,14 @@ func (p *Planner) recordRollout(ctx context.Context, eventID string, t Target, c
 	for _, n := range counts {
 		total += n
 	}
-	rec, err := events.MarshalRollout(events.Rollout{
+	r := events.Rollout{
 		EventID: eventID, Type: string(t.Move), Object: t.Object,
 		Planned: total, Counts: counts, PlannedAt: p.cfg.Clock.Now().UTC(),
-	})
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r.TraceID, r.SpanID = sc.TraceID().String(), sc.SpanID().String()
+	}
+	rec, err := events.MarshalRollout(r)
 	if err != nil {
 		return err
 	}
