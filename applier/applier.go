@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,6 +19,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/fleet"
+	"kvlive/internal/metrics"
 	"kvlive/internal/natsutil"
 )
 
@@ -35,6 +37,11 @@ type Config struct {
 	// Rate caps VM moves per second across workers; zero means no cap
 	// beyond the client's QPS and Burst.
 	Rate float64
+	// ObserveTimeout is how long each moved VM is watched for KubeVirt's
+	// reaction (the live change on the VMI, or RestartRequired), recorded as
+	// span events; zero turns observation off.
+	ObserveTimeout time.Duration
+	Metrics        *metrics.Metrics
 }
 
 // Applier consumes plans, moves VMs and publishes outcomes.
@@ -43,6 +50,10 @@ type Applier struct {
 	tracer  trace.Tracer
 	prop    propagation.TextMapPropagator
 	limiter *rate.Limiter
+	// observers bounds the VMs watched at once; past it a VM's span ends
+	// unobserved rather than holding memory for a huge rollout.
+	observers chan struct{}
+	observing sync.WaitGroup
 }
 
 // New builds an Applier; nothing runs until Run.
@@ -64,7 +75,8 @@ func New(cfg Config) (*Applier, error) {
 	if cfg.Rate > 0 {
 		limiter = rate.NewLimiter(rate.Limit(cfg.Rate), max(int(cfg.Rate), 1))
 	}
-	return &Applier{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}, limiter: limiter}, nil
+	return &Applier{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}, limiter: limiter,
+		observers: make(chan struct{}, maxObservers)}, nil
 }
 
 // Run consumes plans until ctx ends. The fleet must be running.
@@ -77,6 +89,7 @@ func (a *Applier) Run(ctx context.Context) error {
 	natsutil.Consume(ctx, cons, a.cfg.Workers, a.handle, func(err error) {
 		a.cfg.Log.Warn("applier: consuming plans failed, retrying", "err", err)
 	})
+	a.observing.Wait()
 	return nil
 }
 
@@ -97,24 +110,14 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg) {
 	if md, err := msg.Metadata(); err == nil {
 		attempt = int(md.NumDelivered)
 	}
-	ctx, span := a.tracer.Start(ctx, "applier.apply "+plan.VM.String(),
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			attribute.String("kvlive.event.id", plan.EventID),
-			attribute.String("k8s.namespace.name", plan.VM.Namespace),
-			attribute.String("kubevirt.vm.name", plan.VM.Name),
-			attribute.String("kvlive.target", plan.Target.Object.String()),
-			attribute.Int64("kvlive.generation", plan.Target.Generation),
-			attribute.String("kvlive.plan.action", string(plan.Action)),
-			attribute.Int("kvlive.attempt", attempt),
-		))
-	defer span.End()
-
+	started := a.cfg.Clock.Now()
+	ctx, span := a.startSpan(ctx, msg, plan, attempt)
 	out, err := a.apply(ctx, plan)
 	if err != nil {
 		span.RecordError(err)
 		if attempt < events.ApplierMaxDeliver {
 			a.cfg.Log.Warn("applier: will retry", "vm", plan.VM.String(), "attempt", attempt, "err", err)
+			span.End()
 			_ = msg.NakWithDelay(backoff(attempt))
 			return
 		}
@@ -127,7 +130,11 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg) {
 	sc := span.SpanContext()
 	out.TraceID, out.SpanID = sc.TraceID().String(), sc.SpanID().String()
 	out.FinishedAt = a.cfg.Clock.Now().UTC()
-	span.SetAttributes(attribute.String("kvlive.result", string(out.Result)), attribute.Bool("kvlive.wrote", out.Wrote))
+	span.SetAttributes(attribute.String("kvlive.result", string(out.Result)), attribute.Bool("kvlive.wrote", out.Wrote),
+		attribute.StringSlice("kvlive.changes", changeStrings(out.Changes)))
+	if out.Reason != "" {
+		span.SetAttributes(attribute.String("kvlive.reason", out.Reason))
+	}
 	if out.Result == events.ResultFailed {
 		span.SetStatus(codes.Error, out.Error)
 	}
@@ -135,12 +142,47 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg) {
 		// The VM may have moved; the redelivery finds it at the target and
 		// records the outcome without writing again.
 		a.cfg.Log.Warn("applier: outcome not stored, plan will be redelivered", "vm", plan.VM.String(), "err", err)
+		span.End()
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
+	a.cfg.Metrics.Outcome(out.Result, a.cfg.Clock.Since(started))
 	if err := msg.Ack(); err != nil {
 		a.cfg.Log.Warn("applier: ack failed; redelivery will find the VM at its target", "vm", plan.VM.String(), "err", err)
 	}
+	a.observe(ctx, span, plan, out) // ends the span
+}
+
+// startSpan starts the VM's apply span: a child of the plan span, or, when
+// the planner asked for it (a large fan-out), the root of a trace of its
+// own linked to the plan span.
+func (a *Applier) startSpan(ctx context.Context, msg jetstream.Msg, plan events.Plan, attempt int) (context.Context, trace.Span) {
+	opts := []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("kvlive.event.id", plan.EventID),
+			attribute.String("k8s.namespace.name", plan.VM.Namespace),
+			attribute.String("kubevirt.vm.name", plan.VM.Name),
+			attribute.String("kvlive.target", plan.Target.Object.String()),
+			attribute.Int64("kvlive.generation", plan.Target.Generation),
+			attribute.String("kvlive.plan.action", string(plan.Action)),
+			attribute.Int("kvlive.attempt", attempt),
+		),
+	}
+	if msg.Headers().Get(events.HeaderTraceRoot) != "" {
+		if parent := trace.SpanContextFromContext(ctx); parent.IsValid() {
+			opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: parent}))
+		}
+	}
+	return a.tracer.Start(ctx, "applier.apply "+plan.VM.String(), opts...)
+}
+
+func changeStrings(changes []events.Change) []string {
+	out := make([]string, 0, len(changes))
+	for _, c := range changes {
+		out = append(out, fmt.Sprintf("%s %s→%s (%s)", c.Field, c.From, c.To, c.Class))
+	}
+	return out
 }
 
 func (a *Applier) publishOutcome(ctx context.Context, out events.Outcome) error {

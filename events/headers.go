@@ -17,6 +17,10 @@ const (
 	HeaderDeadReason = "Kvlive-Dead-Reason"
 	// HeaderDeadSubject is the subject a dead-lettered message was read from.
 	HeaderDeadSubject = "Kvlive-Dead-Subject"
+	// HeaderTraceRoot on a plan asks the applier to root the VM's span in a
+	// trace of its own, linked to the plan span, because the event reaches
+	// more VMs than one trace should hold.
+	HeaderTraceRoot = "Kvlive-Trace-Root"
 	// HeaderDeadStream and HeaderDeadSequence locate the original message.
 	HeaderDeadStream   = "Kvlive-Dead-Stream"
 	HeaderDeadSequence = "Kvlive-Dead-Sequence"

@@ -19,6 +19,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/fleet"
+	"kvlive/internal/metrics"
 	"kvlive/internal/natsutil"
 )
 
@@ -33,7 +34,15 @@ type Config struct {
 	Clock     clock.PassiveClock
 	// Workers is how many events are planned at once.
 	Workers int
+	// TraceFanout is the fleet size above which each VM's apply span roots
+	// a trace of its own, linked to the plan span, so a huge rollout stays
+	// readable in a trace backend. Zero means DefaultTraceFanout.
+	TraceFanout int
+	Metrics     *metrics.Metrics
 }
+
+// DefaultTraceFanout keeps rollouts of up to 1,000 VMs in one trace.
+const DefaultTraceFanout = 1000
 
 // Planner consumes events and publishes per-VM plans.
 type Planner struct {
@@ -57,6 +66,9 @@ func New(cfg Config) (*Planner, error) {
 		cfg.Clock = clock.RealClock{}
 	}
 	cfg.Workers = max(cfg.Workers, 1)
+	if cfg.TraceFanout <= 0 {
+		cfg.TraceFanout = DefaultTraceFanout
+	}
 	return &Planner{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}}, nil
 }
 
@@ -77,7 +89,7 @@ func (p *Planner) Run(ctx context.Context) error {
 // nak with a delay on a transient failure, dead-letter what cannot decode.
 func (p *Planner) handle(ctx context.Context, msg jetstream.Msg) {
 	ctx = p.prop.Extract(ctx, events.HeaderCarrier(msg.Headers()))
-	eventID, target, vms, err := p.resolve(msg)
+	eventID, typ, target, vms, err := p.resolve(msg)
 	if err != nil {
 		p.reject(ctx, msg, err)
 		return
@@ -99,6 +111,8 @@ func (p *Planner) handle(ctx context.Context, msg jetstream.Msg) {
 	for r, n := range counts {
 		span.SetAttributes(attribute.Int("kvlive.plans."+string(r), n))
 	}
+	p.cfg.Metrics.Event(typ)
+	p.cfg.Metrics.Plans(counts)
 	if err := msg.Ack(); err != nil {
 		p.cfg.Log.Warn("planner: ack failed; the event will be redelivered and its plans deduplicated", "event", eventID, "err", err)
 	}
@@ -118,12 +132,17 @@ func (p *Planner) reject(ctx context.Context, msg jetstream.Msg, err error) {
 	_ = msg.NakWithDelay(2 * time.Second)
 }
 
-// resolve decodes an event into its id, its target and the VMs it reaches.
-func (p *Planner) resolve(msg jetstream.Msg) (string, Target, []*virtv1.VirtualMachine, error) {
+// resolve decodes an event into its id and type, its target and the VMs it reaches.
+func (p *Planner) resolve(msg jetstream.Msg) (string, string, Target, []*virtv1.VirtualMachine, error) {
 	env, err := events.Parse(msg.Data())
 	if err != nil {
-		return "", Target{}, nil, err
+		return "", "", Target{}, nil, err
 	}
+	id, t, vms, err := p.resolveEnvelope(env)
+	return id, env.Type, t, vms, err
+}
+
+func (p *Planner) resolveEnvelope(env *events.Envelope) (string, Target, []*virtv1.VirtualMachine, error) {
 	switch env.Type {
 	case events.TypeInstancetypeChanged, events.TypePreferenceChanged:
 		var c events.Changed

@@ -20,9 +20,13 @@ const progressEvery = 500
 // waits for every publish ack. Plans carry deterministic Msg-Ids, so a retry
 // after a partial failure or a crash is deduplicated by the stream.
 func (p *Planner) publishPlans(ctx context.Context, msg jetstream.Msg, eventID string, t Target, vms []*virtv1.VirtualMachine) (map[events.Result]int, error) {
+	ctx, span := p.tracer.Start(ctx, "publish plans", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("messaging.destination.name", events.StreamPlans), attribute.Int("messaging.batch.message_count", len(vms))))
+	defer span.End()
 	counts := map[events.Result]int{}
 	futures := make([]jetstream.PubAckFuture, 0, len(vms))
 	now := p.cfg.Clock.Now()
+	ownTraces := len(vms) > p.cfg.TraceFanout
 	for i, vm := range vms {
 		plan := PlanVM(p.cfg.Fleet, eventID, t, vm)
 		counts[plan.Action]++
@@ -33,6 +37,9 @@ func (p *Planner) publishPlans(ctx context.Context, msg jetstream.Msg, eventID s
 		}
 		m := events.NewMsg(events.PlanSubject(plan.VM.Namespace), id, events.TypePlan, body)
 		p.prop.Inject(ctx, events.HeaderCarrier(m.Header))
+		if ownTraces {
+			m.Header.Set(events.HeaderTraceRoot, "true")
+		}
 		f, err := p.cfg.JetStream.PublishMsgAsync(m)
 		if err != nil {
 			return nil, fmt.Errorf("planner: publish plan %s: %w", id, err)
@@ -51,7 +58,6 @@ func (p *Planner) publishPlans(ctx context.Context, msg jetstream.Msg, eventID s
 			return nil, ctx.Err()
 		}
 	}
-	trace.SpanFromContext(ctx).AddEvent("plans published", trace.WithAttributes(attribute.Int("kvlive.plans", len(futures))))
 	return counts, nil
 }
 

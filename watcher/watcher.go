@@ -119,6 +119,9 @@ func metaOf(obj any) (metav1.Object, error) {
 	return m, nil
 }
 
+// QueueDepth is how many objects wait to be compared with their records.
+func (w *Watcher) QueueDepth() int { return w.queue.Len() }
+
 // Run watches until ctx ends.
 func (w *Watcher) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrashWithContext(ctx)

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"context"
-	"errors"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"kvlive/internal/demo"
-	"kvlive/internal/telemetry"
 )
 
 func newDemoCmd(g *globals) *cobra.Command {
@@ -26,13 +24,7 @@ then switches part of the fleet to another one, and checks every VM's result.`,
 			}
 			cfg.Log = g.logger()
 			cfg.Out = cmd.OutOrStdout()
-			tp, err := telemetry.Setup(cmd.Context(), "kvlive-demo")
-			if err != nil {
-				return err
-			}
-			cfg.Tracer = tp
-			err = demo.Run(cmd.Context(), cfg)
-			return errors.Join(err, tp.Shutdown(context.WithoutCancel(cmd.Context())))
+			return demo.Run(cmd.Context(), cfg)
 		},
 	}
 	f := cmd.Flags()
@@ -40,7 +32,7 @@ then switches part of the fleet to another one, and checks every VM's result.`,
 	f.IntVar(&cfg.Fleet.Namespaces, "namespaces", cfg.Fleet.Namespaces, "number of namespaces the fleet spreads over")
 	f.IntVar(&cfg.Fleet.RunningPercent, "running-percent", cfg.Fleet.RunningPercent, "percentage of VMs that are running")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "applier workers")
-	f.StringVar(&cfg.DataDir, "data-dir", "", "keep the JetStream store here (default: a temporary directory)")
+	f.StringVar(&cfg.DataDir, "data-dir", filepath.Join(defaultDataDir(), "demo"), "JetStream store of the demo, kept for kvlive trace/outcomes/events (emptied at each run)")
 	f.BoolVar(&cfg.Progress, "progress", cfg.Progress, "draw progress bars")
 	return cmd
 }

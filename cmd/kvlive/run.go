@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,9 +21,11 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/kube"
+	"kvlive/internal/metrics"
 	"kvlive/internal/natsutil"
 	"kvlive/internal/pipeline"
 	"kvlive/internal/telemetry"
+	"kvlive/planner"
 )
 
 // natsFlags are how a command reaches NATS.
@@ -55,6 +58,9 @@ type runOptions struct {
 	workers        int
 	plannerWorkers int
 	rate           float64
+	metricsAddr    string
+	observeTimeout time.Duration
+	traceFanout    int
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -83,6 +89,9 @@ subset, so planners and appliers can scale out as replicas on a NATS cluster.`,
 	f.IntVar(&o.workers, "workers", 16, "applier workers: VMs moved at once")
 	f.IntVar(&o.plannerWorkers, "planner-workers", 2, "planner workers: events planned at once")
 	f.Float64Var(&o.rate, "rate", 0, "cap on VM moves per second; 0 leaves only --qps/--burst")
+	f.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "address serving /metrics, /healthz and /readyz; empty turns it off")
+	f.DurationVar(&o.observeTimeout, "observe-timeout", 2*time.Minute, "how long each moved VM is watched for KubeVirt's reaction (recorded on its span); 0 turns it off")
+	f.IntVar(&o.traceFanout, "trace-fanout-limit", planner.DefaultTraceFanout, "above this many VMs, each VM's span roots its own trace, linked to the plan span")
 	return cmd
 }
 
@@ -110,7 +119,7 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 	if err != nil {
 		return err
 	}
-	js, closeNATS, err := o.connect(log)
+	js, natsReady, closeNATS, err := o.connect(log)
 	if err != nil {
 		return err
 	}
@@ -118,64 +127,93 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 	if err := events.Setup(ctx, js, o.nats.streamOptions()); err != nil {
 		return err
 	}
-	tp, err := telemetry.Setup(ctx, "kvlive")
+	tp, err := telemetry.Setup(ctx, "kvlive", js)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, tp.Shutdown(context.WithoutCancel(ctx))) }()
 
+	m := metrics.New()
+	m.ConsumerLag(js)
+	var ready atomic.Bool
+	serveErr := make(chan error, 1)
+	if o.metricsAddr != "" {
+		ln, err := net.Listen("tcp", o.metricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
+		go func() {
+			serveErr <- m.Serve(ctx, ln, func() error {
+				if !ready.Load() {
+					return errors.New("caches not synced yet")
+				}
+				return natsReady()
+			})
+		}()
+	}
 	running, err := pipeline.Start(ctx, pipeline.Config{
 		Clients: clients, JetStream: js, Namespace: o.kube.Namespace, Stages: o.stages,
 		Log: log, Tracer: tp, ApplierWorkers: o.workers, PlannerWorkers: o.plannerWorkers, Rate: o.rate,
+		ObserveTimeout: o.observeTimeout, TraceFanout: o.traceFanout, Metrics: m,
 	})
 	if err != nil {
 		return err
 	}
+	ready.Store(true)
 	log.Info("kvlive running", "stages", o.stages, "namespace", o.kube.Namespace)
-	return running.Wait()
+	err = running.Wait()
+	if o.metricsAddr != "" {
+		err = errors.Join(err, <-serveErr)
+	}
+	return err
 }
 
-// connect reaches the external NATS server, or starts the embedded one.
-func (o *runOptions) connect(log *slog.Logger) (jetstream.JetStream, func() error, error) {
+// connect reaches the external NATS server, or starts the embedded one. The
+// returned ready func reports whether NATS is connected, for /readyz.
+func (o *runOptions) connect(log *slog.Logger) (js jetstream.JetStream, ready func() error, closeAll func() error, err error) {
 	var nc *nats.Conn
 	var closers []func() error
 	if o.nats.url != "" {
-		c, err := natsutil.Connect("kvlive", log, o.nats.url)
-		if err != nil {
-			return nil, nil, err
+		if nc, err = natsutil.Connect("kvlive", log, o.nats.url); err != nil {
+			return nil, nil, nil, err
 		}
-		nc = c
 	} else {
 		host, portStr, err := net.SplitHostPort(o.listen)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: --listen %q: %w", errUsage, o.listen, err)
+			return nil, nil, nil, fmt.Errorf("%w: --listen %q: %w", errUsage, o.listen, err)
 		}
 		port, err := strconv.Atoi(portStr)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: --listen port %q", errUsage, portStr)
+			return nil, nil, nil, fmt.Errorf("%w: --listen port %q", errUsage, portStr)
 		}
 		ns, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{StoreDir: o.dataDir, Host: host, Port: port})
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		closers = append(closers, func() error { ns.Shutdown(); ns.WaitForShutdown(); return nil })
 		log.Info("embedded NATS server started", "url", ns.ClientURL(), "store", o.dataDir)
 		if nc, err = natsutil.ConnectEmbedded(ns, "kvlive", log); err != nil {
 			ns.Shutdown()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
-	closeAll := func() error {
+	closeAll = func() error {
 		errs := []error{nc.Drain()}
 		for _, c := range closers {
 			errs = append(errs, c())
 		}
 		return errors.Join(errs...)
 	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
-	if err != nil {
-		_ = closeAll()
-		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	ready = func() error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("NATS %s", nc.Status())
+		}
+		return nil
 	}
-	return js, closeAll, nil
+	if js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096)); err != nil {
+		_ = closeAll()
+		return nil, nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return js, ready, closeAll, nil
 }

@@ -10,25 +10,26 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/trace"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"kvlive/events"
 	"kvlive/internal/kube"
 	"kvlive/internal/natsutil"
 	"kvlive/internal/pipeline"
+	"kvlive/internal/telemetry"
 )
 
 // Config configures a demo run.
 type Config struct {
 	Fleet Options
-	// DataDir keeps the JetStream store; empty uses a temporary directory
-	// removed at the end.
+	// DataDir holds the JetStream store, emptied at the start and kept
+	// afterwards so kvlive trace, outcomes and events can read the rollouts;
+	// empty uses a temporary directory removed at the end.
 	DataDir string
 	// Workers is the applier's concurrency.
 	Workers int
 	Out     io.Writer
 	Log     *slog.Logger
-	Tracer  trace.TracerProvider
 	// Progress draws progress bars on Out.
 	Progress bool
 }
@@ -74,6 +75,7 @@ type env struct {
 	js      jetstream.JetStream
 	closers []func() error
 	running *pipeline.Running
+	tracer  *sdktrace.TracerProvider
 }
 
 func start(ctx context.Context, cfg Config) (*env, error) {
@@ -81,7 +83,13 @@ func start(ctx context.Context, cfg Config) (*env, error) {
 	e := &env{cfg: cfg, shapes: shapes, clients: kube.NewInMemory(nil, objs...)}
 
 	dir := cfg.DataDir
-	if dir == "" {
+	if dir != "" {
+		// The demo's deterministic event ids would be deduplicated against
+		// an earlier run's: every run starts from an empty store.
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, fmt.Errorf("demo: data dir: %w", err)
+		}
+	} else {
 		tmp, err := os.MkdirTemp("", "kvlive-demo-")
 		if err != nil {
 			return nil, fmt.Errorf("demo: data dir: %w", err)
@@ -105,13 +113,20 @@ func start(ctx context.Context, cfg Config) (*env, error) {
 	if err := events.Setup(ctx, e.js, events.DefaultStreamOptions()); err != nil {
 		return e, err
 	}
+	tp, err := telemetry.Setup(ctx, "kvlive-demo", e.js)
+	if err != nil {
+		return e, err
+	}
+	e.tracer = tp
+	// Flushed before NATS closes, so every span is stored.
+	e.closers = append(e.closers, func() error { return tp.Shutdown(context.WithoutCancel(ctx)) })
 	return e, e.startStages(ctx)
 }
 
 func (e *env) startStages(ctx context.Context) error {
 	r, err := pipeline.Start(ctx, pipeline.Config{
 		Clients: e.clients, JetStream: e.js, Stages: pipeline.AllStages, StandIn: true,
-		Log: e.cfg.Log, Tracer: e.cfg.Tracer, ApplierWorkers: e.cfg.Workers,
+		Log: e.cfg.Log, Tracer: e.tracer, ApplierWorkers: e.cfg.Workers, ObserveTimeout: time.Minute,
 	})
 	e.running = r
 	return err

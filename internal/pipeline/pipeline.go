@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
@@ -16,6 +17,7 @@ import (
 	"kvlive/applier"
 	"kvlive/internal/fleet"
 	"kvlive/internal/kube"
+	"kvlive/internal/metrics"
 	"kvlive/internal/standin"
 	"kvlive/planner"
 	"kvlive/watcher"
@@ -46,6 +48,10 @@ type Config struct {
 	Rate           float64
 	// StandIn also runs the virt-controller stand-in (demo and tests only).
 	StandIn bool
+	// ObserveTimeout and TraceFanout tune tracing (see applier.Config and planner.Config).
+	ObserveTimeout time.Duration
+	TraceFanout    int
+	Metrics        *metrics.Metrics
 }
 
 // Running is a started pipeline.
@@ -79,6 +85,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		if err != nil {
 			return nil, err
 		}
+		cfg.Metrics.QueueDepth(StageWatcher, w.QueueDepth)
 		group.Go(func() error { return w.Run(ctx) })
 	}
 	plan, apply := slices.Contains(cfg.Stages, StagePlanner), slices.Contains(cfg.Stages, StageApplier)
@@ -90,14 +97,16 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		return nil, err
 	}
 	if plan {
-		p, err := planner.New(planner.Config{Fleet: f, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer, Workers: cfg.PlannerWorkers})
+		p, err := planner.New(planner.Config{Fleet: f, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer, Workers: cfg.PlannerWorkers,
+			TraceFanout: cfg.TraceFanout, Metrics: cfg.Metrics})
 		if err != nil {
 			return nil, err
 		}
 		group.Go(func() error { return p.Run(ctx) })
 	}
 	if apply {
-		a, err := applier.New(applier.Config{Fleet: f, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer, Workers: cfg.ApplierWorkers, Rate: cfg.Rate})
+		a, err := applier.New(applier.Config{Fleet: f, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer, Workers: cfg.ApplierWorkers, Rate: cfg.Rate,
+			ObserveTimeout: cfg.ObserveTimeout, Metrics: cfg.Metrics})
 		if err != nil {
 			return nil, err
 		}

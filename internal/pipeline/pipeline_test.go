@@ -98,13 +98,17 @@ func (w *writes) get(vm string) int {
 	return w.perVM[vm]
 }
 
-func start(t *testing.T) (kube.Clients, jetstream.JetStream, *writes) {
+func start(t *testing.T, configure ...func(*pipeline.Config, jetstream.JetStream)) (kube.Clients, jetstream.JetStream, *writes) {
 	t.Helper()
 	clients := testutil.FakeClients(nil, fleet()...)
 	w := countWrites(clients)
 	js := testutil.JetStream(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	r, err := pipeline.Start(ctx, pipeline.Config{Clients: clients, JetStream: js, Stages: pipeline.AllStages, StandIn: true, ApplierWorkers: 8})
+	cfg := pipeline.Config{Clients: clients, JetStream: js, Stages: pipeline.AllStages, StandIn: true, ApplierWorkers: 8}
+	for _, c := range configure {
+		c(&cfg, js)
+	}
+	r, err := pipeline.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,10 @@ func TestLimitsAtBoot(t *testing.T) {
 		{name: "ratio default", rule: "defaults.go setupCPUHotplug/setupMemoryHotplug: × maxHotplugRatio",
 			vm: vm(), it: it(2, "4Gi"), cluster: defaults, wantSockets: 8, wantMaxGuest: "16Gi"},
 		{name: "instance type maxSockets and maxGuest win", rule: "apply/cpu.go, apply/memory.go copy them onto the VMI",
-			vm: vm(), it: it(2, "4Gi", func(s *v1beta1.VirtualMachineInstancetypeSpec) { s.CPU.MaxSockets = &four; s.Memory.MaxGuest = q("6Gi") }),
+			vm: vm(), it: it(2, "4Gi", func(s *v1beta1.VirtualMachineInstancetypeSpec) {
+				s.CPU.MaxSockets = &four
+				s.Memory.MaxGuest = q("6Gi")
+			}),
 			cluster: defaults, wantSockets: 4, wantMaxGuest: "6Gi"},
 		{name: "VM template limits without an instance type", rule: "defaults.go: the VMI spec's own maxSockets and maxGuest",
 			vm: vm(func(v *virtv1.VirtualMachine) {
