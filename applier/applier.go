@@ -147,10 +147,22 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	a.cfg.Metrics.Outcome(out.Result, a.cfg.Clock.Since(started))
+	a.settle(ctx, msg, plan, out)
+	a.observe(ctx, span, plan, out) // ends the span
+}
+
+// settle acks a carried-out plan. A plan given up on after the last
+// delivery is dead-lettered instead, with the error, so `kvlive dlq retry`
+// can send it again once the cause is fixed.
+func (a *Applier) settle(ctx context.Context, msg jetstream.Msg, plan events.Plan, out events.Outcome) {
+	if out.Result == events.ResultFailed && out.Attempt >= events.ApplierMaxDeliver {
+		if err := events.DeadLetter(ctx, a.cfg.JetStream, events.ConsumerApplier, msg, out.Reason+": "+out.Error); err == nil {
+			return
+		}
+	}
 	if err := msg.Ack(); err != nil {
 		a.cfg.Log.Warn("applier: ack failed; redelivery will find the VM at its target", "vm", plan.VM.String(), "err", err)
 	}
-	a.observe(ctx, span, plan, out) // ends the span
 }
 
 // startSpan starts the VM's apply span: a child of the plan span, or, when

@@ -21,6 +21,8 @@ const (
 	// trace of its own, linked to the plan span, because the event reaches
 	// more VMs than one trace should hold.
 	HeaderTraceRoot = "Kvlive-Trace-Root"
+	// HeaderReplayOf on a replayed event names the event it replays.
+	HeaderReplayOf = "Kvlive-Replay-Of"
 	// HeaderDeadStream and HeaderDeadSequence locate the original message.
 	HeaderDeadStream   = "Kvlive-Dead-Stream"
 	HeaderDeadSequence = "Kvlive-Dead-Sequence"

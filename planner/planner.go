@@ -104,8 +104,7 @@ func (p *Planner) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
-		p.cfg.Log.Warn("planner: event will be retried", "event", eventID, "err", err)
-		_ = msg.NakWithDelay(2 * time.Second)
+		p.retry(ctx, msg, eventID, err)
 		return
 	}
 	for r, n := range counts {
@@ -128,7 +127,20 @@ func (p *Planner) reject(ctx context.Context, msg jetstream.Msg, err error) {
 		}
 		return
 	}
-	p.cfg.Log.Warn("planner: event will be retried", "subject", msg.Subject(), "err", err)
+	p.retry(ctx, msg, msg.Subject(), err)
+}
+
+// retry naks an event that failed for a transient cause, until its last
+// delivery, when it is dead-lettered with the error instead.
+func (p *Planner) retry(ctx context.Context, msg jetstream.Msg, what string, err error) {
+	if md, mdErr := msg.Metadata(); mdErr == nil && md.NumDelivered >= events.PlannerMaxDeliver {
+		p.cfg.Log.Error("planner: giving up on event, dead-lettering it", "event", what, "err", err)
+		reason := fmt.Sprintf("gave up after %d deliveries: %v", md.NumDelivered, err)
+		if dlErr := events.DeadLetter(ctx, p.cfg.JetStream, events.ConsumerPlanner, msg, reason); dlErr == nil {
+			return
+		}
+	}
+	p.cfg.Log.Warn("planner: event will be retried", "event", what, "err", err)
 	_ = msg.NakWithDelay(2 * time.Second)
 }
 

@@ -1,0 +1,186 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	virtv1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/api/instancetype/v1beta1"
+
+	"kvlive/events"
+	"kvlive/internal/fleet"
+	"kvlive/internal/testutil"
+)
+
+var (
+	u1 = events.Ref{Kind: events.KindClusterInstancetype, Name: "u1"}
+	u2 = events.Ref{Kind: events.KindClusterInstancetype, Name: "u2"}
+)
+
+func publishChange(t *testing.T, js jetstream.JetStream, gen int64) string {
+	t.Helper()
+	c := events.Changed{Object: u1, UID: "uid-u1", Generation: gen, OldGeneration: gen - 1, NewSpec: json.RawMessage(`{"cpu":{"guest":2},"memory":{"guest":"4Gi"}}`)}
+	id := events.EventID(u1.Kind, c.UID, gen)
+	body, err := events.Encode(events.TypeInstancetypeChanged, id, "test", "", time.Now(), &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(context.Background(), events.NewMsg(events.ChangedSubject(u1.Kind), id, events.TypeInstancetypeChanged, body)); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func publishSwitch(t *testing.T, js jetstream.JetStream) string {
+	t.Helper()
+	req := events.SwitchRequest{ID: "s1", From: u1, To: u2, Selector: "tier=web", RequestedAt: time.Now()}
+	id := events.SwitchEventID(req.ID)
+	body, err := events.Encode(events.TypeSwitchRequested, id, "test", "", time.Now(), &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(context.Background(), events.NewMsg(events.SwitchSubject(), id, events.TypeSwitchRequested, body)); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func ids(stored []Stored) string {
+	var out []string
+	for _, s := range stored {
+		out = append(out, s.ID)
+	}
+	return strings.Join(out, ",")
+}
+
+func TestSelect(t *testing.T) {
+	js := testutil.JetStream(t)
+	e1 := publishChange(t, js, 2)
+	time.Sleep(20 * time.Millisecond) // a boundary for --since
+	mid := time.Now()
+	sw := publishSwitch(t, js)
+	e3 := publishChange(t, js, 3)
+	// A poison message in the stream is skipped, not fatal.
+	if _, err := js.Publish(context.Background(), events.ChangedSubject(u1.Kind), []byte("junk")); err != nil {
+		t.Fatal(err)
+	}
+	other := events.Ref{Kind: events.KindClusterInstancetype, Name: "other"}
+	tests := []struct {
+		name string
+		sel  Selection
+		want string
+	}{
+		{"everything", Selection{}, e1 + "," + sw + "," + e3},
+		{"by id", Selection{EventID: sw}, sw},
+		{"since", Selection{Since: mid}, sw + "," + e3},
+		{"from seq", Selection{FromSeq: 2}, sw + "," + e3},
+		{"seq range", Selection{FromSeq: 1, ToSeq: 2}, e1 + "," + sw},
+		{"by object includes switches from or to it", Selection{Object: &u2}, sw},
+		{"by object", Selection{Object: &u1}, e1 + "," + sw + "," + e3},
+		{"nothing matches", Selection{Object: &other}, ""},
+		{"past the end", Selection{FromSeq: 99}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Select(context.Background(), js, tt.sel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ids(got) != tt.want {
+				t.Errorf("selected %q, want %q", ids(got), tt.want)
+			}
+		})
+	}
+}
+
+// replayFleet: u1 now at generation 3, one stopped VM pinned to generation 2.
+func replayFleet(t *testing.T) *fleet.Fleet {
+	t.Helper()
+	it := &v1beta1.VirtualMachineClusterInstancetype{
+		ObjectMeta: metav1.ObjectMeta{Name: "u1", UID: "uid-u1", Generation: 2},
+		Spec:       v1beta1.VirtualMachineInstancetypeSpec{CPU: v1beta1.CPUInstancetype{Guest: 2}, Memory: v1beta1.MemoryInstancetype{Guest: resource.MustParse("4Gi")}},
+	}
+	vm := &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "uid-a"},
+		Spec: virtv1.VirtualMachineSpec{Instancetype: &virtv1.InstancetypeMatcher{Name: "u1"}}}
+	rev, err := fleet.NewRevision(vm, it)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm.Status.InstancetypeRef = &virtv1.InstancetypeStatusRef{Name: "u1", ControllerRevisionRef: &virtv1.ControllerRevisionRef{Name: rev.Name}}
+	it.Generation, it.Spec.CPU.Guest = 3, 4
+	f := fleet.New(testutil.FakeClients([]runtime.Object{rev}, it, vm), "")
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := f.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestDryRunPlansTodayAndSaysWhenSuperseded(t *testing.T) {
+	js := testutil.JetStream(t)
+	publishChange(t, js, 2)
+	stored, err := Select(context.Background(), js, Selection{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	previews, err := DryRun(replayFleet(t), stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(previews) != 1 || !strings.Contains(previews[0].Note, "superseded") || !strings.Contains(previews[0].Note, "generation 3") {
+		t.Fatalf("previews = %+v", previews)
+	}
+	r := previews[0].Report
+	if len(r.VMs) != 1 || r.VMs[0].Action != events.ResultNextBoot {
+		t.Errorf("plan = %+v", r)
+	}
+}
+
+func TestApplyPublishesALinkedNewEvent(t *testing.T) {
+	js := testutil.JetStream(t)
+	orig := publishChange(t, js, 2)
+	kv, err := js.KeyValue(context.Background(), events.BucketRollouts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := events.MarshalRollout(events.Rollout{EventID: orig, TraceID: "0102030405060708090a0b0c0d0e0f10", SpanID: "0102030405060708"})
+	if _, err := kv.Put(context.Background(), events.RolloutKey(orig), rec); err != nil {
+		t.Fatal(err)
+	}
+	stored, _ := Select(context.Background(), js, Selection{EventID: orig})
+	spans := tracetest.NewSpanRecorder()
+	p := Publisher{JetStream: js, Fleet: replayFleet(t), Tracer: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))}
+	replayed, err := p.Apply(context.Background(), stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(replayed) != 1 || replayed[0].Original != orig || !strings.HasPrefix(replayed[0].EventID, "replay/") || !strings.Contains(replayed[0].Note, "superseded") {
+		t.Fatalf("replayed = %+v", replayed)
+	}
+	all, _ := Select(context.Background(), js, Selection{EventID: replayed[0].EventID})
+	if len(all) != 1 {
+		t.Fatalf("replayed event not in the stream")
+	}
+	got := all[0]
+	if got.Headers.Get(events.HeaderReplayOf) != orig || got.Headers.Get("traceparent") == "" {
+		t.Errorf("headers = %v", got.Headers)
+	}
+	if got.Change.Generation != 3 || got.Change.OldGeneration != 1 {
+		t.Errorf("replayed change = gen %d (old %d), want the current generation 3", got.Change.Generation, got.Change.OldGeneration)
+	}
+	ended := spans.Ended()
+	if len(ended) != 1 || ended[0].Parent().IsValid() || len(ended[0].Links()) != 1 ||
+		ended[0].Links()[0].SpanContext.TraceID().String() != "0102030405060708090a0b0c0d0e0f10" {
+		t.Errorf("replay span: %d spans, links %v", len(ended), ended[0].Links())
+	}
+}
