@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"kvlive/events"
+	"kvlive/internal/inspect"
+	"kvlive/internal/natsutil"
+)
+
+// storeFlags say where the inspection commands read kvlive's records: the
+// NATS server kvlive run listens on, or a JetStream store directory opened
+// in-process (what kvlive demo --data-dir leaves behind).
+type storeFlags struct {
+	url     string
+	dataDir string
+}
+
+func (s *storeFlags) bind(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&s.url, "nats-url", "nats://127.0.0.1:4222", "NATS server kvlive run uses")
+	f.StringVar(&s.dataDir, "data-dir", "", "open this JetStream store in-process instead of --nats-url, e.g. after kvlive demo --data-dir DIR "+
+		"(never while a kvlive process is using it)")
+	cmd.MarkFlagsMutuallyExclusive("nats-url", "data-dir")
+}
+
+// withReader opens the store, runs fn on it and closes the store again.
+func (s *storeFlags) withReader(cmd *cobra.Command, log *slog.Logger, fn func(context.Context, *inspect.Reader) error) (err error) {
+	nc, closeStore, err := s.connect(log)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, closeStore()) }()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	return fn(cmd.Context(), inspect.NewReader(js))
+}
+
+// connect reaches --nats-url, or starts a server that does not listen on
+// --data-dir's store.
+func (s *storeFlags) connect(log *slog.Logger) (*nats.Conn, func() error, error) {
+	if s.dataDir == "" {
+		nc, err := natsutil.Connect("kvlive-inspect", log, s.url)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w (is kvlive run up? after kvlive demo --data-dir DIR, pass --data-dir DIR)", err)
+		}
+		return nc, func() error { nc.Close(); return nil }, nil
+	}
+	// The server would make an empty store where none is: say so instead.
+	if _, err := os.Stat(filepath.Join(s.dataDir, "jetstream")); err != nil {
+		return nil, nil, fmt.Errorf("--data-dir %s holds no JetStream store: %w", s.dataDir, err)
+	}
+	ns, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{StoreDir: s.dataDir, DontListen: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := natsutil.ConnectEmbedded(ns, "kvlive-inspect", log)
+	if err != nil {
+		ns.Shutdown()
+		return nil, nil, err
+	}
+	return nc, func() error { nc.Close(); ns.Shutdown(); ns.WaitForShutdown(); return nil }, nil
+}
+
+// checkOutput rejects an -o value before anything is read.
+func checkOutput(output string, allowed ...string) error {
+	if !slices.Contains(allowed, output) {
+		return fmt.Errorf("%w: -o %q: want %s", errUsage, output, strings.Join(allowed, " or "))
+	}
+	return nil
+}
+
+func newOutcomesCmd(g *globals) *cobra.Command {
+	var store storeFlags
+	var eventID, vm, result, output string
+	cmd := &cobra.Command{
+		Use:   "outcomes [--event ID] [--vm NS/NAME] [--result RESULT]",
+		Short: "List what happened to each VM: the latest attempt's outcome per event and VM",
+		Long: `outcomes reads the outcomes the applier recorded and shows, per event and VM,
+the latest attempt: its result (live, restart, next-boot, none, skip or failed),
+whether it wrote to the cluster, its trace id and its reason or error, then a
+count per result. kvlive events lists the event ids.`,
+		Example: `  kvlive outcomes --result failed
+  kvlive outcomes --vm shop/web-1 -o json
+  kvlive outcomes --event switch/0b5c… --data-dir /tmp/kvlive-demo`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := outcomeFilter(eventID, vm, result)
+			if err != nil {
+				return err
+			}
+			if err := checkOutput(output, "table", "json"); err != nil {
+				return err
+			}
+			return store.withReader(cmd, g.logger(), func(ctx context.Context, r *inspect.Reader) error {
+				outs, err := r.Outcomes(ctx, f)
+				if err != nil {
+					return err
+				}
+				return inspect.WriteOutcomes(cmd.OutOrStdout(), outs, output)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&eventID, "event", "", "only this event's outcomes")
+	f.StringVar(&vm, "vm", "", "only this VM's outcomes, as NAMESPACE/NAME")
+	f.StringVar(&result, "result", "", "only VMs whose latest result is this: live, restart, next-boot, none, skip or failed")
+	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	store.bind(cmd)
+	return cmd
+}
+
+func outcomeFilter(eventID, vm, result string) (inspect.OutcomeFilter, error) {
+	f := inspect.OutcomeFilter{EventID: eventID, Result: events.Result(result)}
+	if vm != "" {
+		ns, name, ok := strings.Cut(vm, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return f, fmt.Errorf("%w: --vm %q: want NAMESPACE/NAME", errUsage, vm)
+		}
+		f.Namespace, f.Name = ns, name
+	}
+	if result != "" && !slices.Contains(events.Results, f.Result) {
+		return f, fmt.Errorf("%w: --result %q: want one of %v", errUsage, result, events.Results)
+	}
+	return f, nil
+}
+
+func newEventsCmd(g *globals) *cobra.Command {
+	var store storeFlags
+	var limit int
+	var output string
+	cmd := &cobra.Command{
+		Use:   "events [--limit N]",
+		Short: "List recent instance type changes and switches, with planned and recorded results",
+		Long: `events lists the most recent events, newest last: the id (for kvlive outcomes
+--event and kvlive trace), when it happened, what changed (or what a switch
+moves VMs from and to), the generation, how many VMs the planner planned per
+result, and how many outcomes per result have been recorded so far.`,
+		Example: `  kvlive events
+  kvlive events --limit 5 -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output, "table", "json"); err != nil {
+				return err
+			}
+			return store.withReader(cmd, g.logger(), func(ctx context.Context, r *inspect.Reader) error {
+				list, err := r.Events(ctx, limit)
+				if err != nil {
+					return err
+				}
+				return inspect.WriteEvents(cmd.OutOrStdout(), list, output)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&limit, "limit", 20, "how many of the newest events to list; 0 lists all")
+	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	store.bind(cmd)
+	return cmd
+}
+
+func newTraceCmd(g *globals) *cobra.Command {
+	var store storeFlags
+	var output, color string
+	var maxDepth int
+	cmd := &cobra.Command{
+		Use:   "trace EVENT-ID|TRACE-ID",
+		Short: "Draw an event's trace as a waterfall: watcher, planner and every VM's apply span",
+		Long: `trace reads the spans kvlive stored for an event's trace (an event id is
+resolved through its rollout record; 32 hex digits are a trace id) and draws
+them as a tree with a time bar per span. Per-VM spans that root their own trace
+and link to the plan span are drawn under it, marked ↪. Results are coloured on
+a terminal unless NO_COLOR is set; --color overrides both.`,
+		Example: `  kvlive trace VirtualMachineClusterInstancetype/6f1c…/2
+  kvlive trace 4bf92f3577b34da6a3ce929d0e0e4736 --max-depth 2
+  kvlive trace switch/0b5c… -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			out := cmd.OutOrStdout()
+			colour, err := inspect.UseColor(color, isTerminal(out), os.Getenv("NO_COLOR"))
+			if err != nil {
+				return fmt.Errorf("%w: --color: %w", errUsage, err)
+			}
+			if err := checkOutput(output, "waterfall", "json"); err != nil {
+				return err
+			}
+			return store.withReader(cmd, g.logger(), func(ctx context.Context, r *inspect.Reader) error {
+				traceID, err := r.ResolveTrace(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				spans, err := r.Spans(ctx, traceID)
+				if err != nil {
+					return err
+				}
+				tree := inspect.NewTree(traceID, spans)
+				if output == "json" {
+					return tree.WriteJSON(out)
+				}
+				return tree.Render(out, inspect.WaterfallOptions{Color: colour, MaxDepth: maxDepth})
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&output, "output", "o", "waterfall", "output format: waterfall or json (the spans in tree order)")
+	f.StringVar(&color, "color", inspect.ColorAuto, "colour the waterfall: auto (a terminal, without NO_COLOR), always or never")
+	f.IntVar(&maxDepth, "max-depth", 0, "draw this many levels of the tree; 0 draws all")
+	store.bind(cmd)
+	return cmd
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}

@@ -1,0 +1,223 @@
+package inspect
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"kvlive/events"
+)
+
+// The kinds of event an EventSummary describes.
+const (
+	EventInstancetypeChange = "instancetype-change"
+	EventPreferenceChange   = "preference-change"
+	EventSwitch             = "switch"
+)
+
+// EventSummary is one event and how far its rollout got.
+type EventSummary struct {
+	ID   string    `json:"id"`
+	Time time.Time `json:"time"`
+	// Type is EventInstancetypeChange, EventPreferenceChange or EventSwitch.
+	Type string `json:"type"`
+	// Object is the changed object, or "from → to" for a switch.
+	Object        string `json:"object"`
+	Generation    int64  `json:"generation,omitempty"`
+	OldGeneration int64  `json:"oldGeneration,omitempty"`
+	// Planned is how many VMs the planner planned; nil until it recorded
+	// the rollout.
+	Planned *int `json:"planned"`
+	// PlannedCounts are the planned actions per result.
+	PlannedCounts map[events.Result]int `json:"plannedCounts,omitempty"`
+	// Outcomes counts the latest outcome per VM by result.
+	Outcomes map[events.Result]int `json:"outcomes"`
+	// TraceID is the trace `kvlive trace` shows for the event.
+	TraceID string `json:"traceId,omitempty"`
+}
+
+// Events returns the newest limit events (every event when limit <= 0),
+// newest last, each with its rollout record's counts and the counts of its
+// VMs' latest outcomes.
+func (r *Reader) Events(ctx context.Context, limit int) ([]EventSummary, error) {
+	list, err := r.readEvents(ctx, limit)
+	if err != nil || len(list) == 0 {
+		return list, err
+	}
+	if err := r.addPlanned(ctx, list); err != nil {
+		return nil, err
+	}
+	return list, r.addOutcomes(ctx, list)
+}
+
+// readEvents reads the tail of the events stream: every message in it is
+// one event, so the last limit sequences hold the last limit events.
+func (r *Reader) readEvents(ctx context.Context, limit int) ([]EventSummary, error) {
+	s, err := r.stream(ctx, events.StreamEvents)
+	if err != nil {
+		return nil, err
+	}
+	cfg := jetstream.OrderedConsumerConfig{}
+	if last := s.CachedInfo().State.LastSeq; limit > 0 && last > uint64(limit) {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, last-uint64(limit)+1
+	}
+	var list []EventSummary
+	index := map[string]int{}
+	err = r.scan(ctx, events.StreamEvents, cfg, func(m jetstream.Msg) {
+		e, ok := summarize(m.Data())
+		if !ok {
+			return
+		}
+		// A re-emit after the duplicate window repeats an id: keep the last.
+		if i, seen := index[e.ID]; seen {
+			list[i].ID = ""
+		}
+		index[e.ID] = len(list)
+		list = append(list, e)
+	})
+	out := list[:0]
+	for _, e := range list {
+		if e.ID != "" {
+			out = append(out, e)
+		}
+	}
+	if limit > 0 && len(out) > limit {
+		out = out[len(out)-limit:]
+	}
+	return out, err
+}
+
+// summarize decodes one events-stream message; ok is false for a message
+// the planner would dead-letter.
+func summarize(body []byte) (EventSummary, bool) {
+	env, err := events.Parse(body)
+	if err != nil {
+		return EventSummary{}, false
+	}
+	e := EventSummary{ID: env.ID, Time: env.Time, Outcomes: map[events.Result]int{}}
+	switch env.Type {
+	case events.TypeInstancetypeChanged, events.TypePreferenceChanged:
+		var c events.Changed
+		if env.Into(&c) != nil {
+			return e, false
+		}
+		e.Type = EventInstancetypeChange
+		if env.Type == events.TypePreferenceChanged {
+			e.Type = EventPreferenceChange
+		}
+		e.Object, e.Generation, e.OldGeneration = c.Object.String(), c.Generation, c.OldGeneration
+	case events.TypeSwitchRequested:
+		var s events.SwitchRequest
+		if env.Into(&s) != nil {
+			return e, false
+		}
+		e.Type, e.Object = EventSwitch, s.From.String()+" → "+s.To.String()
+	default:
+		return e, false
+	}
+	return e, true
+}
+
+func (r *Reader) addPlanned(ctx context.Context, list []EventSummary) error {
+	kv, err := r.rollouts(ctx)
+	if err != nil {
+		return err
+	}
+	for i := range list {
+		rec, ok, err := rollout(ctx, kv, list[i].ID)
+		if err != nil {
+			return err
+		}
+		if ok {
+			list[i].Planned, list[i].PlannedCounts, list[i].TraceID = &rec.Planned, rec.Counts, rec.TraceID
+		}
+	}
+	return nil
+}
+
+// addOutcomes scans the outcomes stream once for every listed event.
+func (r *Reader) addOutcomes(ctx context.Context, list []EventSummary) error {
+	want := make(map[string]bool, len(list))
+	for _, e := range list {
+		want[e.ID] = true
+	}
+	latest, err := r.latestOutcomes(ctx, "", func(o *events.Outcome) bool { return want[o.EventID] })
+	if err != nil {
+		return err
+	}
+	counts := latest.counts()
+	for i := range list {
+		if c := counts[list[i].ID]; c != nil {
+			list[i].Outcomes = c
+		}
+	}
+	return nil
+}
+
+// WriteEvents writes list as a table ("table" or "") or as JSON ("json").
+func WriteEvents(w io.Writer, list []EventSummary, format string) error {
+	switch format {
+	case "json":
+		return writeJSON(w, nonNil(list))
+	case "table", "":
+		return writeEventTable(w, list)
+	}
+	return fmt.Errorf("unknown output format %q (want table or json)", format)
+}
+
+func writeEventTable(w io.Writer, list []EventSummary) error {
+	if len(list) == 0 {
+		_, err := fmt.Fprintln(w, "no events recorded")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTIME\tTYPE\tOBJECT\tGENERATION\tPLANNED\tOUTCOMES")
+	for _, e := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Time.UTC().Format(time.RFC3339), e.Type, e.Object,
+			generation(e), planned(e), tally(e.Outcomes))
+	}
+	return tw.Flush()
+}
+
+// generation renders "4 → 5", or "5" when the previous one is unknown.
+func generation(e EventSummary) string {
+	switch {
+	case e.Generation == 0:
+		return "-"
+	case e.OldGeneration == 0:
+		return strconv.FormatInt(e.Generation, 10)
+	}
+	return fmt.Sprintf("%d → %d", e.OldGeneration, e.Generation)
+}
+
+func planned(e EventSummary) string {
+	if e.Planned == nil {
+		return "not yet"
+	}
+	return withCounts(*e.Planned, e.PlannedCounts)
+}
+
+// tally renders counts as "8 (5 live, 3 restart)", or "-" when empty.
+func tally(counts map[events.Result]int) string {
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	if n == 0 {
+		return "-"
+	}
+	return withCounts(n, counts)
+}
+
+// withCounts renders "8 (5 live, 3 restart)", or "8" without counts.
+func withCounts(n int, counts map[events.Result]int) string {
+	if list := countList(counts, false); list != "" {
+		return fmt.Sprintf("%d (%s)", n, list)
+	}
+	return strconv.Itoa(n)
+}

@@ -1,0 +1,116 @@
+package inspect
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"kvlive/events"
+)
+
+// seedEvents records an instance type edit (planned, outcomes in), a
+// preference edit (not planned yet) and a switch (planned, nothing reached).
+func seedEvents(f *fixture) (edit, pref, sw string) {
+	u1 := events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.medium"}
+	edit = f.changed(events.Changed{Object: u1, UID: "6f1c2a", Generation: 2, OldGeneration: 1, NewSpec: []byte(`{}`), ObservedAt: t0})
+	pref = f.changed(events.Changed{Object: events.Ref{Kind: events.KindPreference, Namespace: "shop", Name: "fast"}, UID: "9a9a", Generation: 4,
+		NewSpec: []byte(`{}`), ObservedAt: ms(60_000)})
+	sw = f.switched(events.SwitchRequest{ID: "0b5c77", From: events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.small"},
+		To: events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.large"}, RequestedAt: ms(120_000)})
+	f.rollout(events.Rollout{EventID: edit, Object: u1, Planned: 3, TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
+		Counts: map[events.Result]int{events.ResultLive: 1, events.ResultRestart: 1, events.ResultNextBoot: 1}})
+	f.rollout(events.Rollout{EventID: sw, Planned: 0, Counts: map[events.Result]int{}})
+	for _, o := range []events.Outcome{
+		{EventID: edit, VM: vm("shop", "web-1"), Result: events.ResultLive, Attempt: 1},
+		{EventID: edit, VM: vm("shop", "db-1"), Result: events.ResultFailed, Attempt: 1, Error: "conflict"},
+		{EventID: edit, VM: vm("shop", "db-1"), Result: events.ResultRestart, Attempt: 2},
+		{EventID: "some/older/event", VM: vm("shop", "db-1"), Result: events.ResultLive, Attempt: 1},
+	} {
+		f.outcome(o)
+	}
+	return edit, pref, sw
+}
+
+func TestEvents(t *testing.T) {
+	f := newFixture(t)
+	edit, pref, sw := seedEvents(f)
+	list, err := f.reader().Events(context.Background(), 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 3 || list[0].ID != edit || list[1].ID != pref || list[2].ID != sw {
+		t.Fatalf("events %+v, want edit, preference, switch (newest last)", list)
+	}
+	e := list[0]
+	if e.Type != EventInstancetypeChange || e.Object != "clusterinstancetype/u1.medium" || e.Generation != 2 || e.OldGeneration != 1 ||
+		e.Planned == nil || *e.Planned != 3 || e.TraceID == "" {
+		t.Errorf("edit: %+v", e)
+	}
+	if want := map[events.Result]int{events.ResultLive: 1, events.ResultRestart: 1}; !equalCounts(e.Outcomes, want) {
+		t.Errorf("edit outcomes %v, want %v (latest attempt per VM)", e.Outcomes, want)
+	}
+	if p := list[1]; p.Type != EventPreferenceChange || p.Object != "preference/shop/fast" || p.Planned != nil || len(p.Outcomes) != 0 {
+		t.Errorf("preference: %+v", p)
+	}
+	if s := list[2]; s.Type != EventSwitch || s.Object != "clusterinstancetype/u1.small → clusterinstancetype/u1.large" ||
+		s.Planned == nil || *s.Planned != 0 {
+		t.Errorf("switch: %+v", s)
+	}
+
+	list, err = f.reader().Events(context.Background(), 2)
+	if err != nil || len(list) != 2 || list[0].ID != pref || list[1].ID != sw {
+		t.Errorf("--limit 2: %+v, %v; want the two newest", list, err)
+	}
+}
+
+func equalCounts(a, b map[events.Result]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestEventsOutput(t *testing.T) {
+	f := newFixture(t)
+	seedEvents(f)
+	list, err := f.reader().Events(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteEvents(&buf, list, "table"); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "events.table.golden", buf.Bytes())
+
+	buf.Reset()
+	if err := WriteEvents(&buf, list, "json"); err != nil {
+		t.Fatal(err)
+	}
+	var decoded []EventSummary
+	if err := json.Unmarshal(buf.Bytes(), &decoded); err != nil || len(decoded) != 3 {
+		t.Fatalf("json: %v, %d events", err, len(decoded))
+	}
+	if !strings.Contains(buf.String(), `"planned": null`) {
+		t.Error(`json: an unplanned event should say "planned": null`)
+	}
+}
+
+func TestEventsEmpty(t *testing.T) {
+	f := newFixture(t)
+	list, err := f.reader().Events(context.Background(), 20)
+	if err != nil || len(list) != 0 {
+		t.Fatalf("%v, %v", list, err)
+	}
+	var buf bytes.Buffer
+	if err := WriteEvents(&buf, list, "json"); err != nil || strings.TrimSpace(buf.String()) != "[]" {
+		t.Errorf("json %q, %v", buf.String(), err)
+	}
+}

@@ -1,0 +1,214 @@
+package inspect
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"kvlive/events"
+)
+
+// OutcomeFilter selects outcomes; a zero field matches everything.
+type OutcomeFilter struct {
+	EventID string
+	// Namespace and Name select one VM; Namespace alone, a namespace.
+	Namespace string
+	Name      string
+	// Result is matched against the latest attempt only: a VM that failed
+	// once and then went live is live.
+	Result events.Result
+}
+
+func (f OutcomeFilter) matches(o *events.Outcome) bool {
+	return (f.EventID == "" || o.EventID == f.EventID) &&
+		(f.Namespace == "" || o.VM.Namespace == f.Namespace) &&
+		(f.Name == "" || o.VM.Name == f.Name)
+}
+
+// Outcomes returns the latest attempt's outcome of every VM of every event
+// that f selects, ordered by event (the first to record an outcome first),
+// then namespace and name.
+func (r *Reader) Outcomes(ctx context.Context, f OutcomeFilter) ([]events.Outcome, error) {
+	latest, err := r.latestOutcomes(ctx, f.Namespace, f.matches)
+	if err != nil {
+		return nil, err
+	}
+	outs := latest.sorted()
+	if f.Result != "" {
+		outs = slices.DeleteFunc(outs, func(o events.Outcome) bool { return o.Result != f.Result })
+	}
+	return outs, nil
+}
+
+// latestOutcomes scans the outcomes stream (one namespace's subject when
+// namespace is set) and keeps the latest attempt per event and VM of the
+// outcomes keep accepts.
+func (r *Reader) latestOutcomes(ctx context.Context, namespace string, keep func(*events.Outcome) bool) (*latestSet, error) {
+	var cfg jetstream.OrderedConsumerConfig
+	if namespace != "" {
+		cfg.FilterSubjects = []string{events.OutcomeSubject(namespace)}
+	}
+	latest := &latestSet{byKey: map[outcomeKey]int{}, eventOrder: map[string]int{}}
+	err := r.scan(ctx, events.StreamOutcomes, cfg, func(m jetstream.Msg) {
+		var o events.Outcome
+		// An undecodable message is the applier's dead-letter business,
+		// not an outcome; a read-only view skips it.
+		if _, err := events.Decode(m.Data(), events.TypeOutcome, &o); err != nil || !keep(&o) {
+			return
+		}
+		latest.add(o)
+	})
+	return latest, err
+}
+
+// outcomeKey identifies one VM in one event; the UID tells a re-created VM
+// of the same name apart.
+type outcomeKey struct {
+	eventID string
+	vm      events.VMRef
+}
+
+// latestSet keeps the last outcome stored per event and VM; the later
+// message wins.
+type latestSet struct {
+	outs       []events.Outcome
+	byKey      map[outcomeKey]int
+	eventOrder map[string]int
+}
+
+func (l *latestSet) add(o events.Outcome) {
+	if _, seen := l.eventOrder[o.EventID]; !seen {
+		l.eventOrder[o.EventID] = len(l.eventOrder)
+	}
+	k := outcomeKey{o.EventID, o.VM}
+	i, seen := l.byKey[k]
+	// The stream's order decides, not the attempt number: a plan retried
+	// from the dead-letter stream starts again at attempt 1, after the
+	// failed outcome of its last attempt.
+	if !seen {
+		l.byKey[k] = len(l.outs)
+		l.outs = append(l.outs, o)
+		return
+	}
+	l.outs[i] = o
+}
+
+func (l *latestSet) sorted() []events.Outcome {
+	outs := slices.Clone(l.outs)
+	slices.SortStableFunc(outs, func(a, b events.Outcome) int {
+		return cmp.Or(
+			cmp.Compare(l.eventOrder[a.EventID], l.eventOrder[b.EventID]),
+			cmp.Compare(a.VM.Namespace, b.VM.Namespace),
+			cmp.Compare(a.VM.Name, b.VM.Name),
+			cmp.Compare(a.VM.UID, b.VM.UID))
+	})
+	return outs
+}
+
+// counts tallies the latest outcomes per event and result.
+func (l *latestSet) counts() map[string]map[events.Result]int {
+	c := map[string]map[events.Result]int{}
+	for _, o := range l.outs {
+		if c[o.EventID] == nil {
+			c[o.EventID] = map[events.Result]int{}
+		}
+		c[o.EventID][o.Result]++
+	}
+	return c
+}
+
+// WriteOutcomes writes outs as a table with a count per result ("table" or
+// "") or as a JSON array of events.Outcome ("json").
+func WriteOutcomes(w io.Writer, outs []events.Outcome, format string) error {
+	switch format {
+	case "json":
+		return writeJSON(w, nonNil(outs))
+	case "table", "":
+		return writeOutcomeTable(w, outs)
+	}
+	return fmt.Errorf("unknown output format %q (want table or json)", format)
+}
+
+func writeOutcomeTable(w io.Writer, outs []events.Outcome) error {
+	if len(outs) == 0 {
+		_, err := fmt.Fprintln(w, "no outcomes found")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "EVENT\tNAMESPACE\tNAME\tRESULT\tATTEMPT\tWROTE\tTRACE\tREASON")
+	counts := map[events.Result]int{}
+	for _, o := range outs {
+		counts[o.Result]++
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", o.EventID, o.VM.Namespace, o.VM.Name,
+			o.Result, o.Attempt, yesNo(o.Wrote), orDash(o.TraceID), orDash(outcomeReason(o)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	noun := "outcomes"
+	if len(outs) == 1 {
+		noun = "outcome"
+	}
+	_, err := fmt.Fprintf(w, "\n%d %s: %s\n", len(outs), noun, countList(counts, true))
+	return err
+}
+
+// outcomeReason is the reason, the error, or both ("gave up after 8
+// attempts: conflict").
+func outcomeReason(o events.Outcome) string {
+	switch {
+	case o.Error == "":
+		return o.Reason
+	case o.Reason == "":
+		return o.Error
+	}
+	return o.Reason + ": " + o.Error
+}
+
+// countList renders counts in events.Results order ("5 live, 2 restart"),
+// zeros included when all is set.
+func countList(counts map[events.Result]int, all bool) string {
+	parts := make([]string, 0, len(events.Results))
+	for _, res := range events.Results {
+		if n := counts[res]; n > 0 || all {
+			parts = append(parts, strconv.Itoa(n)+" "+string(res))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// nonNil makes an empty result encode as [], not null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,132 @@
+package inspect
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	"kvlive/events"
+)
+
+const (
+	editID   = "VirtualMachineClusterInstancetype/6f1c2a/2"
+	switchID = "switch/0b5c77"
+)
+
+func vm(ns, name string) events.VMRef {
+	return events.VMRef{Namespace: ns, Name: name, UID: "uid-" + name}
+}
+
+// seedOutcomes records two events' outcomes, with retries and attempts
+// stored out of order.
+func seedOutcomes(f *fixture) {
+	trace := "4bf92f3577b34da6a3ce929d0e0e4736"
+	for _, o := range []events.Outcome{
+		{EventID: editID, VM: vm("shop", "web-1"), Result: events.ResultLive, Wrote: true, Attempt: 1, TraceID: trace, Reason: "sockets and memory hot-plugged"},
+		// db-1 failed for good, then `kvlive dlq retry` sent its plan again,
+		// which starts over at attempt 1: the later record wins.
+		{EventID: editID, VM: vm("shop", "db-1"), Result: events.ResultFailed, Attempt: 8, Reason: "gave up after 8 attempts", Error: "conflict"},
+		{EventID: editID, VM: vm("shop", "db-1"), Result: events.ResultRestart, Wrote: true, Attempt: 1, TraceID: trace, Reason: "cpu.model changed"},
+		{EventID: editID, VM: vm("batch", "job-7"), Result: events.ResultNextBoot, Wrote: true, Attempt: 1, TraceID: trace},
+		{EventID: switchID, VM: vm("shop", "web-1"), Result: events.ResultSkip, Attempt: 1, Reason: "superseded"},
+		{EventID: switchID, VM: vm("batch", "job-8"), Result: events.ResultFailed, Attempt: 8, Reason: "gave up after 8 attempts", Error: "the server is currently unable to handle the request"},
+	} {
+		o.FinishedAt = t0
+		f.outcome(o)
+	}
+	// A body the applier's decoder would reject is not an outcome.
+	if _, err := f.js.Publish(context.Background(), events.OutcomeSubject("shop"), []byte(`{"not":"an envelope"}`)); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func TestOutcomesFilters(t *testing.T) {
+	f := newFixture(t)
+	seedOutcomes(f)
+	tests := []struct {
+		name   string
+		filter OutcomeFilter
+		want   []string
+	}{
+		{"all, latest attempt each", OutcomeFilter{}, []string{
+			editID + " batch/job-7 next-boot 1", editID + " shop/db-1 restart 1", editID + " shop/web-1 live 1",
+			switchID + " batch/job-8 failed 8", switchID + " shop/web-1 skip 1"}},
+		{"one event", OutcomeFilter{EventID: switchID}, []string{switchID + " batch/job-8 failed 8", switchID + " shop/web-1 skip 1"}},
+		{"one VM", OutcomeFilter{Namespace: "shop", Name: "web-1"}, []string{editID + " shop/web-1 live 1", switchID + " shop/web-1 skip 1"}},
+		{"one namespace", OutcomeFilter{Namespace: "batch"}, []string{editID + " batch/job-7 next-boot 1", switchID + " batch/job-8 failed 8"}},
+		// db-1 failed, but its retried plan then restarted it.
+		{"result of the latest attempt", OutcomeFilter{Result: events.ResultFailed}, []string{switchID + " batch/job-8 failed 8"}},
+		{"event and VM", OutcomeFilter{EventID: editID, Namespace: "shop", Name: "db-1"}, []string{editID + " shop/db-1 restart 1"}},
+		{"nothing", OutcomeFilter{Namespace: "nowhere"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			outs, err := f.reader().Outcomes(context.Background(), tt.filter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, o := range outs {
+				got = append(got, strings.Join([]string{o.EventID, o.VM.String(), string(o.Result), strconv.Itoa(o.Attempt)}, " "))
+			}
+			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestOutcomesTableGolden(t *testing.T) {
+	f := newFixture(t)
+	seedOutcomes(f)
+	outs, err := f.reader().Outcomes(context.Background(), OutcomeFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteOutcomes(&buf, outs, "table"); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "outcomes.table.golden", buf.Bytes())
+}
+
+func TestOutcomesJSON(t *testing.T) {
+	f := newFixture(t)
+	seedOutcomes(f)
+	outs, err := f.reader().Outcomes(context.Background(), OutcomeFilter{EventID: editID, Namespace: "shop", Name: "db-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteOutcomes(&buf, outs, "json"); err != nil {
+		t.Fatal(err)
+	}
+	var got []events.Outcome
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Attempt != 1 || got[0].Result != events.ResultRestart || !got[0].Wrote {
+		t.Errorf("got %+v", got)
+	}
+	buf.Reset()
+	if err := WriteOutcomes(&buf, nil, "json"); err != nil || strings.TrimSpace(buf.String()) != "[]" {
+		t.Errorf("no outcomes: %q, %v; want []", buf.String(), err)
+	}
+	if err := WriteOutcomes(&buf, nil, "yaml"); err == nil {
+		t.Error("yaml: want an error")
+	}
+}
+
+func TestOutcomesWithoutStream(t *testing.T) {
+	f := newFixture(t)
+	if err := f.js.DeleteStream(context.Background(), events.StreamOutcomes); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.reader().Outcomes(context.Background(), OutcomeFilter{})
+	if err == nil || !strings.Contains(err.Error(), "KVLIVE_OUTCOMES not found") {
+		t.Errorf("err = %v, want the stream named as not found", err)
+	}
+}
