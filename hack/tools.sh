@@ -9,7 +9,7 @@
 # A tool is rebuilt only when its stamp (.bin/.stamp-<name>) no longer matches
 # the pinned module version, the tools module's go.mod and the Go version, so
 # a rerun is instant. Cold on 2 cores kube-apiserver takes about 8 minutes,
-# golangci-lint about 3, etcd and nats-server about a minute each.
+# golangci-lint about 3, jaeger about 8, etcd and nats-server about a minute each.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,6 +21,7 @@ tools=(
   "etcd|tools|go.etcd.io/etcd/server/v3|go.etcd.io/etcd/server/v3|"
   "nats-server|tools|github.com/nats-io/nats-server/v2|github.com/nats-io/nats-server/v2|"
   "golangci-lint|tools/lint|github.com/golangci/golangci-lint/v2|github.com/golangci/golangci-lint/v2/cmd/golangci-lint|"
+  "jaeger|tools/jaeger|github.com/jaegertracing/jaeger|github.com/jaegertracing/jaeger/cmd/jaeger|"
 )
 
 # k8s_ldflags stamps the Kubernetes version into kube-apiserver, which
