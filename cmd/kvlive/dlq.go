@@ -148,18 +148,15 @@ func dlqPurge(g *globals) *cobra.Command {
 		Use:   "purge SEQ... | --all",
 		Short: "Drop dead letters",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if all != (len(args) == 0) {
-				return fmt.Errorf("%w: name the sequences to purge, or --all", errUsage)
-			}
 			return withDLQ(cmd, g, &store, func(ctx context.Context, s dlq.Store) error {
-				if all {
+				if all && len(args) == 0 {
 					return s.Purge(ctx, 0)
 				}
-				for _, a := range args {
-					seq, err := parseSeq(a)
-					if err != nil {
-						return err
-					}
+				seqs, err := selectSeqs(ctx, s, args, all)
+				if err != nil {
+					return err
+				}
+				for _, seq := range seqs {
 					if err := s.Purge(ctx, seq); err != nil {
 						return err
 					}

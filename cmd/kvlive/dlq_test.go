@@ -1,0 +1,80 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"kvlive/events"
+	"kvlive/internal/natsutil"
+)
+
+// deadLetters leaves a store holding two dead letters from the applier.
+func deadLetters(t *testing.T) string {
+	t.Helper()
+	dir := recordedStore(t)
+	ns, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{StoreDir: dir, DontListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	nc, err := natsutil.ConnectEmbedded(ns, t.Name(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{"plan-a", "plan-b"} {
+		m := nats.NewMsg(events.DeadLetterSubject(events.ConsumerApplier))
+		m.Data = []byte(body)
+		m.Header.Set(events.HeaderDeadReason, "gave up after 8 attempts: "+body)
+		m.Header.Set(events.HeaderDeadSubject, events.PlanSubject("shop"))
+		if _, err := js.PublishMsg(t.Context(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestDLQCommands(t *testing.T) {
+	dir := deadLetters(t)
+	out, err := kvlive(t, "dlq", "list", "--data-dir", dir)
+	if err != nil || !strings.Contains(out, "gave up after 8 attempts: plan-a") || !strings.Contains(out, "2 dead letters") {
+		t.Fatalf("dlq list: %v\n%s", err, out)
+	}
+	if out, err = kvlive(t, "dlq", "show", "1", "--data-dir", dir); err != nil || !strings.Contains(out, "subject: kvlive.plans.shop") || !strings.Contains(out, "plan-a") {
+		t.Fatalf("dlq show: %v\n%s", err, out)
+	}
+	if out, err = kvlive(t, "dlq", "retry", "1", "--data-dir", dir); err != nil || !strings.Contains(out, "retried 1") {
+		t.Fatalf("dlq retry: %v\n%s", err, out)
+	}
+	if out, err = kvlive(t, "dlq", "list", "--data-dir", dir); err != nil || !strings.Contains(out, "1 dead letters") || strings.Contains(out, "plan-a") {
+		t.Fatalf("after retry: %v\n%s", err, out)
+	}
+	if _, err = kvlive(t, "dlq", "purge", "--data-dir", dir); err == nil {
+		t.Fatal("purge without sequences or --all succeeded")
+	}
+	if _, err = kvlive(t, "dlq", "purge", "--all", "--data-dir", dir); err != nil {
+		t.Fatal(err)
+	}
+	if out, err = kvlive(t, "dlq", "list", "--data-dir", dir); err != nil || !strings.Contains(out, "0 dead letters") {
+		t.Fatalf("after purge: %v\n%s", err, out)
+	}
+	if _, err = kvlive(t, "dlq", "show", "x", "--data-dir", dir); err == nil {
+		t.Fatal("dlq show x succeeded")
+	}
+}
+
+func TestReplayNeedsASelection(t *testing.T) {
+	if _, err := kvlive(t, "replay", "--data-dir", t.TempDir()); err == nil || !strings.Contains(err.Error(), "select events") {
+		t.Fatalf("replay without a selection: %v", err)
+	}
+	if _, err := kvlive(t, "replay", "--since", "yesterday", "--data-dir", t.TempDir()); err == nil || !strings.Contains(err.Error(), "--since") {
+		t.Fatalf("replay --since yesterday: %v", err)
+	}
+}
