@@ -16,6 +16,7 @@ import (
 	"kvlive/events"
 	"kvlive/internal/fleet"
 	"kvlive/internal/testutil"
+	"kvlive/planner/liveplan"
 )
 
 // BenchmarkPlanEvent plans one event that references 10,000 of 100,000
@@ -72,7 +73,7 @@ func BenchmarkPlanEvent(b *testing.B) {
 	spec := hot.Spec.DeepCopy()
 	spec.CPU.Guest, spec.Memory.Guest = 3, resource.MustParse("6Gi")
 	ref := events.Ref{Kind: events.KindClusterInstancetype, Name: "hot"}
-	target := Target{Target: events.Target{Move: events.MoveRepin, Object: ref, UID: "uid-hot", Generation: 2}, Spec: spec}
+	target := Target{Target: events.Target{Move: events.MoveRepin, Object: ref, UID: "uid-hot", Generation: 2}, Spec: spec, Memo: &liveplan.Memo{}}
 
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -7,12 +7,13 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/fleet"
+	"kvlive/planner/liveplan"
 )
 
 // ChangeTarget moves VMs to the event's generation, unless the object was
 // deleted, re-created, or has moved on (its newer event moves the VMs).
 func ChangeTarget(f *fleet.Fleet, c events.Changed) (Target, error) {
-	t := Target{Target: events.Target{Move: events.MoveRepin, Object: c.Object, UID: c.UID, Generation: c.Generation}}
+	t := Target{Target: events.Target{Move: events.MoveRepin, Object: c.Object, UID: c.UID, Generation: c.Generation}, Memo: &liveplan.Memo{}}
 	spec, err := fleet.DecodeSpec(c.NewSpec, c.Object.IsPreference())
 	if err != nil {
 		return t, &events.DecodeError{Reason: events.ReasonInvalid, Err: err}
@@ -33,7 +34,7 @@ func ChangeTarget(f *fleet.Fleet, c events.Changed) (Target, error) {
 // CurrentTarget moves VMs to ref's current generation: what `kvlive plan`
 // evaluates, and what an edit's event does once it arrives.
 func CurrentTarget(f *fleet.Fleet, ref events.Ref) Target {
-	t := Target{Target: events.Target{Move: events.MoveRepin, Object: ref}}
+	t := Target{Target: events.Target{Move: events.MoveRepin, Object: ref}, Memo: &liveplan.Memo{}}
 	live := f.Object(ref)
 	spec, ok := fleet.SpecOf(live)
 	if !ok {

@@ -21,6 +21,8 @@ type Target struct {
 	// Skip, when set, is why no VM moves for this event (object deleted,
 	// superseded by a newer generation…).
 	Skip string
+	// Memo shares expansion work between this event's VMs; nil is fine.
+	Memo *liveplan.Memo
 }
 
 // PlanVM decides one VM's plan for t. It reads only the fleet's caches, so
@@ -77,6 +79,7 @@ func PlanVM(f *fleet.Fleet, eventID string, t Target, vm *virtv1.VirtualMachine)
 		Pinned:  pinned,
 		Target:  withSpec(pinned, t.Spec, preference),
 		Cluster: f.Cluster(),
+		Memo:    t.Memo,
 	})
 	p.Action, p.Reason, p.Changes = d.Action, d.Reason, d.Changes
 	return p

@@ -40,9 +40,36 @@ type view struct {
 // compared generically.
 var explicitInstancetypeFields = []string{"cpu.guest", "cpu.maxSockets", "memory.guest", "memory.maxGuest", "annotations"}
 
+// Memo remembers the flattened fields of the instance type and preference
+// specs one event's VMs share, so planning 10,000 VMs flattens each
+// generation once instead of twice per VM. Use one per event (specs are
+// keyed by pointer, so it must not outlive them); the zero value is ready;
+// it is not safe for concurrent use.
+type Memo struct {
+	flat map[any]map[string]string
+}
+
+func (m *Memo) flatten(prefix string, obj any, skip []string) map[string]string {
+	if m == nil {
+		out := map[string]string{}
+		flatten(prefix, obj, out, skip)
+		return out
+	}
+	if f, ok := m.flat[obj]; ok {
+		return f
+	}
+	if m.flat == nil {
+		m.flat = map[any]map[string]string{}
+	}
+	out := map[string]string{}
+	flatten(prefix, obj, out, skip)
+	m.flat[obj] = out
+	return out
+}
+
 // expand applies gen to vm the way pkg/instancetype/apply does, keeping only
 // what a generation can change.
-func expand(vm *virtv1.VirtualMachine, gen Generation) view {
+func expand(vm *virtv1.VirtualMachine, gen Generation, memo *Memo) view {
 	v := view{other: map[string]string{}, nextBoot: map[string]string{}}
 	domain := virtv1.DomainSpec{}
 	if vm.Spec.Template != nil {
@@ -66,14 +93,14 @@ func expand(vm *virtv1.VirtualMachine, gen Generation) view {
 		if it.Memory.MaxGuest != nil {
 			v.maxGuest = it.Memory.MaxGuest
 		}
-		flatten("", it, v.other, explicitInstancetypeFields)
+		maps.Copy(v.other, memo.flatten("", it, explicitInstancetypeFields))
 		if len(it.Annotations) > 0 {
 			v.nextBoot["annotations"] = canonical(it.Annotations)
 		}
 	}
 	if p := gen.Preference; p != nil {
 		// The preferred topology is already folded into sockets/cores/threads.
-		flatten("preference.", p, v.other, []string{"cpu.preferredCPUTopology", "cpu.spreadOptions", "preferSpreadSocketToCoreRatio", "annotations"})
+		maps.Copy(v.other, memo.flatten("preference.", p, []string{"cpu.preferredCPUTopology", "cpu.spreadOptions", "preferSpreadSocketToCoreRatio", "annotations"}))
 		if len(p.Annotations) > 0 {
 			v.nextBoot["preference.annotations"] = canonical(p.Annotations)
 		}

@@ -62,7 +62,7 @@ func TestLimitsAtBoot(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := gen(tt.it, tt.pref)
 			in := Input{VM: tt.vm, Pinned: g, Target: g, Cluster: tt.cluster}
-			l := limitsAtBoot(in, expand(tt.vm, g))
+			l := limitsAtBoot(in, expand(tt.vm, g, nil))
 			got := ""
 			if l.MaxGuest != nil {
 				got = l.MaxGuest.String()

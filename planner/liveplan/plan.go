@@ -28,6 +28,8 @@ type Input struct {
 	// Pinned is the generation the VM is pinned to now, Target the one it moves to.
 	Pinned, Target Generation
 	Cluster        Cluster
+	// Memo, when set, shares expansion work between the VMs of one event.
+	Memo *Memo
 }
 
 // Decision is a VM's plan: its result, why, and every changed field.
@@ -43,7 +45,7 @@ func Decide(in Input) Decision {
 		return Decision{Action: events.ResultSkip, Reason: fmt.Sprintf(
 			"KubeVirt referencePolicy %q expands instance types into VM specs: there is no reference to move", in.Cluster.ReferencePolicy)}
 	}
-	from, to := expand(in.VM, in.Pinned), expand(in.VM, in.Target)
+	from, to := expand(in.VM, in.Pinned, in.Memo), expand(in.VM, in.Target, in.Memo)
 	changes := diff(from, to)
 	if !running(in.VMI) {
 		for i := range changes {
