@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
@@ -30,6 +31,10 @@ func RequestSwitch(ctx context.Context, js jetstream.JetStream, req events.Switc
 	}
 	return id, nil
 }
+
+// pollInterval is how long Follow waits for an outcome before it looks at
+// the rollout record again.
+const pollInterval = 250 * time.Millisecond
 
 // Progress is a snapshot of one event's rollout.
 type Progress struct {
@@ -66,6 +71,14 @@ func Follow(ctx context.Context, js jetstream.JetStream, eventID string, update 
 	if err != nil {
 		return p, fmt.Errorf("rollout: outcomes consumer: %w", err)
 	}
+	// One iterator for the whole read: the ordered consumer's FetchNoWait
+	// does not advance its cursor, so repeated fetches would read the
+	// stream's first messages again and again.
+	it, err := cons.Messages()
+	if err != nil {
+		return p, fmt.Errorf("rollout: outcomes consumer: %w", err)
+	}
+	defer it.Stop()
 	for ctx.Err() == nil {
 		if p.Planned == 0 {
 			if planned, ok := plannedCount(ctx, kv, eventID); ok {
@@ -75,30 +88,23 @@ func Follow(ctx context.Context, js jetstream.JetStream, eventID string, update 
 				p.Planned = planned
 			}
 		}
-		batch, err := cons.FetchNoWait(256)
-		if err != nil {
-			return p, fmt.Errorf("rollout: fetch outcomes: %w", err)
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			var o events.Outcome
-			if _, err := events.Decode(msg.Data(), events.TypeOutcome, &o); err != nil || o.EventID != eventID {
-				continue
-			}
-			p.Outcomes[o.VM.UID] = o
-			if update != nil {
-				update(p)
-			}
-		}
 		if p.Done() {
 			return p, nil
 		}
-		if n == 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
+		msg, err := it.Next(jetstream.NextMaxWait(pollInterval))
+		switch {
+		case errors.Is(err, nats.ErrTimeout):
+			continue
+		case err != nil:
+			return p, fmt.Errorf("rollout: read outcomes: %w", err)
+		}
+		var o events.Outcome
+		if _, err := events.Decode(msg.Data(), events.TypeOutcome, &o); err != nil || o.EventID != eventID {
+			continue
+		}
+		p.Outcomes[o.VM.UID] = o
+		if update != nil {
+			update(p)
 		}
 	}
 	return p, ctx.Err()

@@ -21,6 +21,23 @@ var crdDir = filepath.Join("deploy", "crds")
 // stack trace warning into the test output after 30 seconds.
 var silenceOnce sync.Once
 
+// auditPolicy records every patch of a VirtualMachine and of its status:
+// the writes that move a VM's pin or reference. Request level keeps the
+// patch itself (the request body; no response bodies), so a test can tell
+// what a write tested and replaced. Nothing else is logged, so the log
+// stays small on large fleets.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Request
+  verbs: ["patch"]
+  resources:
+  - group: kubevirt.io
+    resources: ["virtualmachines", "virtualmachines/status"]
+- level: None
+`
+
 // StartAPIServer starts etcd and kube-apiserver from .bin/, installs the
 // KubeVirt CRDs from deploy/crds, and waits until they are served. It returns
 // an admin client config and the path of a kubeconfig file (in t.TempDir())
@@ -28,12 +45,41 @@ var silenceOnce sync.Once
 // stop when the test ends.
 func StartAPIServer(t testing.TB) (*rest.Config, string) {
 	t.Helper()
-	silenceOnce.Do(func() { ctrllog.SetLogger(logr.Discard()) })
+	return startAPIServer(t, nil)
+}
 
+// StartAPIServerWithAudit is StartAPIServer with the API server's audit log
+// on: every patch of a VirtualMachine or its status subresource is written,
+// at Request level (user agent, object, response code and the patch sent),
+// as one JSON event per line to the returned path. Tests count writes per
+// VM from it.
+func StartAPIServerWithAudit(t testing.TB) (cfg *rest.Config, kubeconfig, auditLog string) {
+	t.Helper()
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+		t.Fatalf("testenv: write audit policy: %v", err)
+	}
+	auditLog = filepath.Join(dir, "audit.log")
+	cfg, kubeconfig = startAPIServer(t, func(api *envtest.APIServer) {
+		api.Configure().
+			Set("audit-policy-file", policy).
+			Set("audit-log-path", auditLog).
+			// Write each event as the request completes, never batched, so
+			// the log is complete once the writes it records have returned.
+			Set("audit-log-mode", "blocking")
+	})
+	return cfg, kubeconfig, auditLog
+}
+
+// startAPIServer starts the servers; configure, when set, adjusts the API
+// server's flags before it starts.
+func startAPIServer(t testing.TB, configure func(*envtest.APIServer)) (*rest.Config, string) {
+	t.Helper()
+	silenceOnce.Do(func() { ctrllog.SetLogger(logr.Discard()) })
 	root := RepoRoot(t)
 	paths := binaries(t, "kube-apiserver", "etcd")
 	var apiLog, etcdLog logBuffer
-
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: filepath.Join(root, binDir),
 		CRDDirectoryPaths:     []string{filepath.Join(root, crdDir)},
@@ -48,8 +94,10 @@ func StartAPIServer(t testing.TB) (*rest.Config, string) {
 	api := env.ControlPlane.GetAPIServer()
 	api.Path = paths[0]
 	api.Out, api.Err = &apiLog, &apiLog
+	if configure != nil {
+		configure(api)
+	}
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: paths[1], Out: &etcdLog, Err: &etcdLog}
-
 	cfg, err := env.Start()
 	if err != nil {
 		showTail(t, "kube-apiserver", &apiLog)
@@ -64,7 +112,6 @@ func StartAPIServer(t testing.TB) (*rest.Config, string) {
 			t.Errorf("testenv: stop kube-apiserver and etcd: %v", err)
 		}
 	})
-
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
 		t.Fatalf("testenv: write kubeconfig: %v", err)

@@ -1,0 +1,181 @@
+//go:build integration
+
+package integration
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// kvliveUserAgent starts the user agent of every request the kvlive binary
+// makes: client-go's default, named after the executable. The stand-in and
+// the test itself run in the test binary, whose user agent differs.
+const kvliveUserAgent = "kvlive/"
+
+// auditEvent is the part of an API server audit event the tests read.
+type auditEvent struct {
+	Stage     string `json:"stage"`
+	Verb      string `json:"verb"`
+	UserAgent string `json:"userAgent"`
+	ObjectRef struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
+	} `json:"objectRef"`
+	// RequestObject is the patch as sent (the policy logs at Request level).
+	RequestObject  json.RawMessage `json:"requestObject"`
+	ResponseStatus *struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+}
+
+// vmWrites are kvlive's patches of one VM (or its status) by how the API
+// server answered them.
+type vmWrites struct {
+	// ok were carried out: 200 at ResponseComplete.
+	ok int
+	// untested lists carried-out patches that replace a value without
+	// testing it first: kvlive must never overwrite a VM blindly.
+	untested []string
+	// cutOff ended in a server-side error: when kvlive is killed
+	// mid-request the API server answers 504 "context canceled". The
+	// storage write may or may not have happened.
+	cutOff int
+}
+
+// applied is how many of the patches took effect. A cut-off patch counts
+// when no patch was carried out: the caller checks the VM is at its target,
+// which only that patch can have done. With one patch carried out, a
+// cut-off one did not take effect, or the later patch's test op would have
+// failed.
+func (w vmWrites) applied() int {
+	if w.ok == 0 && w.cutOff > 0 {
+		return 1
+	}
+	return w.ok
+}
+
+// kvliveWrites reads kvlive's patches of VMs and their status from the
+// audit log, per VM (namespace/name).
+func (e *env) kvliveWrites() map[string]vmWrites {
+	e.t.Helper()
+	f, err := os.Open(e.auditLog)
+	if err != nil {
+		e.t.Fatalf("audit log: %v", err)
+	}
+	defer func() { _ = f.Close() }()
+	writes := map[string]vmWrites{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for sc.Scan() {
+		var ev auditEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			continue // the last line may be half written while the server runs
+		}
+		if ev.Stage != "ResponseComplete" || ev.Verb != "patch" || ev.ObjectRef.Resource != "virtualmachines" ||
+			ev.ResponseStatus == nil || !strings.HasPrefix(ev.UserAgent, kvliveUserAgent) {
+			continue
+		}
+		key := ev.ObjectRef.Namespace + "/" + ev.ObjectRef.Name
+		w := writes[key]
+		switch {
+		case ev.ResponseStatus.Code == 200:
+			w.ok++
+			if !testsWhatItReplaces(ev.RequestObject) {
+				w.untested = append(w.untested, string(ev.RequestObject))
+			}
+		case ev.ResponseStatus.Code >= 500:
+			w.cutOff++
+		}
+		writes[key] = w
+	}
+	if err := sc.Err(); err != nil {
+		e.t.Fatalf("audit log: %v", err)
+	}
+	return writes
+}
+
+// testsWhatItReplaces reports whether a JSON patch tests every path it
+// replaces before replacing it, as kvlive's patches must (a concurrent
+// change then fails the patch instead of being overwritten).
+func testsWhatItReplaces(patch json.RawMessage) bool {
+	var ops []struct {
+		Op   string `json:"op"`
+		Path string `json:"path"`
+	}
+	if err := json.Unmarshal(patch, &ops); err != nil {
+		return false // not a JSON patch
+	}
+	tested := map[string]bool{}
+	for _, o := range ops {
+		switch o.Op {
+		case "test":
+			tested[o.Path] = true
+		case "replace":
+			if !tested[o.Path] {
+				return false
+			}
+		}
+	}
+	return len(tested) > 0
+}
+
+// checkWrites asserts, from the audit log, that kvlive wrote each moved VM
+// exactly once, with a patch that tests what it replaces, and never wrote
+// the others. It first waits until every moved
+// VM's write is in the log, so a write still being logged is not missed.
+func (e *env) checkWrites(moved, untouched []vmShape) {
+	e.t.Helper()
+	var writes map[string]vmWrites
+	e.waitFor("kvlive's writes in the audit log", time.Minute, func() (bool, string) {
+		writes = e.kvliveWrites()
+		missing := 0
+		for _, s := range moved {
+			if writes[s.key()].applied() == 0 {
+				missing++
+			}
+		}
+		return missing == 0, plural(missing, "moved VM") + " without a write in the audit log"
+	})
+	var problems []string
+	for _, s := range moved {
+		if w := writes[s.key()]; w.applied() != 1 {
+			problems = append(problems, fmt.Sprintf("%s: kvlive patched it %d times (%+v), want exactly once", s.key(), w.applied(), w))
+		}
+		if w := writes[s.key()]; len(w.untested) > 0 {
+			problems = append(problems, fmt.Sprintf("%s: kvlive replaced without a test op: %s", s.key(), w.untested))
+		}
+	}
+	for _, s := range untouched {
+		if w := writes[s.key()]; w.applied() != 0 {
+			problems = append(problems, fmt.Sprintf("%s: kvlive patched it %d times (%+v), want never", s.key(), w.applied(), w))
+		}
+	}
+	report(e.t, "writes per VM (audit log)", problems)
+	if len(problems) > 0 {
+		e.auditTrail(problems[0][:strings.Index(problems[0], ":")])
+	}
+}
+
+// auditTrail logs every audit event recorded for one VM, for diagnosis.
+func (e *env) auditTrail(key string) {
+	e.t.Helper()
+	b, err := os.ReadFile(e.auditLog)
+	if err != nil {
+		e.t.Fatalf("audit log: %v", err)
+	}
+	ns, name, _ := strings.Cut(key, "/")
+	var lines []string
+	for _, line := range strings.Split(string(b), "\n") {
+		var ev auditEvent
+		if json.Unmarshal([]byte(line), &ev) == nil && ev.ObjectRef.Namespace == ns && ev.ObjectRef.Name == name {
+			lines = append(lines, line)
+		}
+	}
+	e.t.Logf("audit events of %s:\n%s", key, strings.Join(lines, "\n"))
+}

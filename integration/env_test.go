@@ -1,0 +1,266 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"kubevirt.io/api/instancetype/v1beta1"
+
+	"kvlive/events"
+	"kvlive/internal/kube"
+	"kvlive/internal/standin"
+	"kvlive/internal/testenv"
+)
+
+// Deadlines. They bound waits for conditions; nothing is asserted on time.
+const (
+	// settleTimeout bounds waiting for the stand-in to act on a fleet.
+	settleTimeout = 4 * time.Minute
+	// rolloutTimeout bounds one rollout, restarts and redeliveries included.
+	rolloutTimeout = 5 * time.Minute
+	// pollInterval is how often waits look again.
+	pollInterval = 250 * time.Millisecond
+)
+
+// env is one test's world: a real API server (with an audit log), a NATS
+// server process, the stand-in playing virt-controller in this process, a
+// seeded fleet, and the kvlive processes the test started.
+type env struct {
+	t          *testing.T
+	ctx        context.Context
+	kubeconfig string
+	auditLog   string
+	clients    kube.Clients
+	nats       *testenv.NATSServer
+	js         jetstream.JetStream
+	shapes     []vmShape
+	// uids are the seeded VMs' UIDs by namespace/name, which plans and
+	// outcomes are keyed by; they outlive a VM the test deletes.
+	uids map[string]string
+
+	// extraEnv is added to the environment of kvlive processes started
+	// after it is set (e.g. OTEL_* to export to a test's Jaeger).
+	extraEnv []string
+
+	mu    sync.Mutex
+	procs []*kvliveProc
+}
+
+// newEnv starts the servers and the stand-in, seeds the fleet, and waits
+// until the stand-in pinned every VM and recorded every VMI's boot pins.
+func newEnv(t *testing.T, o fleetOptions) *env {
+	t.Helper()
+	cfg, kubeconfig, auditLog := testenv.StartAPIServerWithAudit(t)
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 1000, 2000
+	clients, err := kube.NewClients(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ctx: t.Context(), kubeconfig: kubeconfig, auditLog: auditLog, clients: clients, shapes: o.shapes()}
+	e.nats = testenv.StartNATS(t)
+	e.js = connect(t, e.nats.URL)
+	e.startStandin()
+	seed(e.ctx, t, clients, o, e.shapes)
+	e.waitPinned()
+	e.uids = map[string]string{}
+	for key, vm := range e.view().vms {
+		e.uids[key] = string(vm.UID)
+	}
+	return e
+}
+
+// connect opens the test's own JetStream connection, which reconnects for
+// ever, so a NATS restart only pauses the test's reads. It is built here,
+// not with kvlive's helpers, so a fault in those cannot hide in the test.
+func connect(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.Name("kvlive-integration"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// startStandin runs the virt-controller stand-in until the test ends; its
+// log is shown if the test fails.
+func (e *env) startStandin() {
+	e.t.Helper()
+	var log lockedBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	c := standin.New(standin.Config{
+		Clients: e.clients, Workers: 16,
+		Log: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	e.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("stand-in: %v", err)
+		}
+		if e.t.Failed() && log.Len() > 0 {
+			e.t.Logf("stand-in log:\n%s", log.String())
+		}
+	})
+}
+
+// waitPinned waits until every VM has a status pin and every VMI the
+// stand-in's record of the pins it booted with.
+func (e *env) waitPinned() {
+	e.t.Helper()
+	e.waitFor("the stand-in to pin every VM", settleTimeout, func() (bool, string) {
+		v := e.view()
+		unpinned := 0
+		for _, vm := range v.vms {
+			if r := vm.Status.InstancetypeRef; r == nil || r.ControllerRevisionRef == nil || r.ControllerRevisionRef.Name == "" {
+				unpinned++
+			}
+		}
+		unbooted := 0
+		for _, vmi := range v.vmis {
+			if vmi.Annotations[standin.AnnotationBootPins] == "" {
+				unbooted++
+			}
+		}
+		ok := len(v.vms) == len(e.shapes) && unpinned == 0 && unbooted == 0
+		return ok, plural(unpinned, "VM") + " unpinned, " + plural(unbooted, "VMI") + " without boot pins"
+	})
+}
+
+// waitGenerations waits until the watcher recorded every instance type in
+// the generations bucket: only then is an edit a change it can see.
+func (e *env) waitGenerations() {
+	e.t.Helper()
+	e.waitFor("the watcher to record every instance type", time.Minute, func() (bool, string) {
+		kv, err := e.js.KeyValue(e.ctx, events.BucketGenerations)
+		if err != nil {
+			return false, err.Error()
+		}
+		keys, err := kv.Keys(e.ctx)
+		if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+			return false, err.Error()
+		}
+		return len(keys) == len(instancetypes), plural(len(keys), "key")
+	})
+}
+
+// editInstancetype changes a cluster instance type's spec through the API,
+// as kubectl edit would; the API server moves metadata.generation. It
+// returns the object as stored and the id of the event the edit must cause.
+func (e *env) editInstancetype(name string, vcpus uint32, mem string) (*v1beta1.VirtualMachineClusterInstancetype, string) {
+	e.t.Helper()
+	its := e.clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
+	it, err := its.Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatalf("get %s: %v", name, err)
+	}
+	before := it.Generation
+	it.Spec = itSpec(vcpus, mem)
+	if it, err = its.Update(e.ctx, it, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatalf("edit %s: %v", name, err)
+	}
+	if it.Generation != before+1 {
+		e.t.Fatalf("edit %s: generation %d → %d, want one step", name, before, it.Generation)
+	}
+	return it, events.EventID(events.KindClusterInstancetype, string(it.UID), it.Generation)
+}
+
+// instancetype reads a cluster instance type as stored now.
+func (e *env) instancetype(name string) *v1beta1.VirtualMachineClusterInstancetype {
+	e.t.Helper()
+	it, err := e.clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes().Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatalf("get %s: %v", name, err)
+	}
+	return it
+}
+
+// selectShapes returns the fleet's VMs that match.
+func (e *env) selectShapes(match func(vmShape) bool) []vmShape {
+	var out []vmShape
+	for _, s := range e.shapes {
+		if match(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// onInstancetype matches the VMs seeded on the named instance type.
+func onInstancetype(name string) func(vmShape) bool {
+	return func(s vmShape) bool { return s.instancetype == name }
+}
+
+// waitFor polls cond until it holds, failing the test after timeout, or as
+// soon as a kvlive process the test did not stop has exited. cond returns
+// whether it holds and a status line for the failure message.
+func (e *env) waitFor(what string, timeout time.Duration, cond func() (bool, string)) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, status := cond()
+		if ok {
+			return
+		}
+		e.checkProcs()
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out after %v waiting for %s: %s", timeout, what, status)
+		}
+		select {
+		case <-e.ctx.Done():
+			e.t.Fatalf("waiting for %s: %v", what, e.ctx.Err())
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for one writer and one reader.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *lockedBuffer) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Len()
+}
+
+// tail returns the last n lines written.
+func (b *lockedBuffer) tail(n int) string {
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

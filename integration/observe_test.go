@@ -1,0 +1,165 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"kvlive/events"
+	"kvlive/internal/rollout"
+)
+
+// followSlice is how long one rollout.Follow call may run before the test
+// checks that its kvlive processes are alive and follows again.
+const followSlice = 10 * time.Second
+
+// follow waits until every VM planned for eventID has an outcome, through
+// rollout.Follow. A Follow that fails (NATS restarting) or outlives its
+// slice is started again; each start reads the outcomes from the beginning.
+func (e *env) follow(eventID string) rollout.Progress {
+	e.t.Helper()
+	return e.followUntil(eventID, func(p rollout.Progress) bool { return p.Done() })
+}
+
+// followUntil follows eventID until stop holds for the progress seen, or
+// the rollout is done.
+func (e *env) followUntil(eventID string, stop func(rollout.Progress) bool) rollout.Progress {
+	e.t.Helper()
+	deadline := time.Now().Add(rolloutTimeout)
+	var last rollout.Progress
+	for {
+		ctx, cancel := context.WithTimeout(e.ctx, followSlice)
+		p, err := rollout.Follow(ctx, e.js, eventID, func(p rollout.Progress) {
+			if stop(p) {
+				cancel()
+			}
+		})
+		cancel()
+		last = p
+		if err == nil || stop(p) {
+			return p
+		}
+		e.checkProcs()
+		if time.Now().After(deadline) {
+			e.t.Fatalf("rollout %s: %d of %d outcomes after %v (last error: %v)", eventID, len(last.Outcomes), last.Planned, rolloutTimeout, err)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			e.t.Logf("following %s: %v; following again", eventID, err)
+			time.Sleep(time.Second)
+		}
+	}
+}
+
+// waitPlanned waits for the planner's rollout record of eventID, which it
+// writes once every plan of the event is stored.
+func (e *env) waitPlanned(eventID string) events.Rollout {
+	e.t.Helper()
+	var r events.Rollout
+	e.waitFor("the rollout record of "+eventID, time.Minute, func() (bool, string) {
+		kv, err := e.js.KeyValue(e.ctx, events.BucketRollouts)
+		if err != nil {
+			return false, err.Error()
+		}
+		entry, err := kv.Get(e.ctx, events.RolloutKey(eventID))
+		if err != nil {
+			return false, err.Error()
+		}
+		if r, err = events.UnmarshalRollout(entry.Value()); err != nil {
+			e.t.Fatal(err)
+		}
+		return true, ""
+	})
+	return r
+}
+
+// plans returns eventID's plans from KVLIVE_PLANS by VM UID, failing on a
+// VM planned twice.
+func (e *env) plans(eventID string) map[string]events.Plan {
+	e.t.Helper()
+	out := map[string]events.Plan{}
+	for _, body := range e.streamBodies(events.StreamPlans) {
+		var p events.Plan
+		if _, err := events.Decode(body, events.TypePlan, &p); err != nil {
+			e.t.Fatalf("plans stream: %v", err)
+		}
+		if p.EventID != eventID {
+			continue
+		}
+		if _, dup := out[p.VM.UID]; dup {
+			e.t.Errorf("VM %s planned twice for %s", p.VM, eventID)
+		}
+		out[p.VM.UID] = p
+	}
+	return out
+}
+
+// outcomes returns every outcome of eventID in KVLIVE_OUTCOMES by VM UID,
+// in stream order: after a crash or a lost ack a VM may have more than one.
+func (e *env) outcomes(eventID string) map[string][]events.Outcome {
+	e.t.Helper()
+	out := map[string][]events.Outcome{}
+	for _, body := range e.streamBodies(events.StreamOutcomes) {
+		var o events.Outcome
+		if _, err := events.Decode(body, events.TypeOutcome, &o); err != nil {
+			e.t.Fatalf("outcomes stream: %v", err)
+		}
+		if o.EventID == eventID {
+			out[o.VM.UID] = append(out[o.VM.UID], o)
+		}
+	}
+	return out
+}
+
+// streamBodies reads every message a stream holds now, oldest first.
+func (e *env) streamBodies(name string) [][]byte {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	defer cancel()
+	s, err := e.js.Stream(ctx, name)
+	if err != nil {
+		e.t.Fatalf("stream %s: %v", name, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		e.t.Fatalf("stream %s: %v", name, err)
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		e.t.Fatalf("stream %s: %v", name, err)
+	}
+	var bodies [][]byte
+	for seq := uint64(0); seq < info.State.LastSeq; {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			e.t.Fatalf("stream %s: fetch: %v", name, err)
+		}
+		for msg := range batch.Messages() {
+			md, err := msg.Metadata()
+			if err != nil {
+				e.t.Fatalf("stream %s: %v", name, err)
+			}
+			seq = md.Sequence.Stream
+			bodies = append(bodies, msg.Data())
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			e.t.Fatalf("stream %s: fetch: %v", name, err)
+		}
+		if ctx.Err() != nil {
+			e.t.Fatalf("stream %s: read %d of %d messages: %v", name, len(bodies), info.State.Msgs, ctx.Err())
+		}
+	}
+	return bodies
+}
+
+// plural renders a count with its noun.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
