@@ -64,8 +64,11 @@ func pinProblem(v clusterView, s vmShape, it metav1.Object) string {
 	if vm == nil {
 		return "VM is gone"
 	}
-	if vm.Spec.Instancetype == nil || vm.Spec.Instancetype.Name != it.GetName() {
-		return fmt.Sprintf("references %+v, want %s", vm.Spec.Instancetype, it.GetName())
+	if vm.Spec.Instancetype == nil {
+		return "references no instance type"
+	}
+	if vm.Spec.Instancetype.Name != it.GetName() {
+		return fmt.Sprintf("references %s, want %s", vm.Spec.Instancetype.Name, it.GetName())
 	}
 	want := kubevirtRevisionName(vm.Name, it)
 	ref := vm.Status.InstancetypeRef

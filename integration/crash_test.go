@@ -34,6 +34,14 @@ func TestKillMidRollout(t *testing.T) {
 	e.checkRecovered(it, eventID, e.follow(eventID))
 }
 
+// natsOutage is how long TestNATSRestartMidRollout keeps NATS down: longer
+// than the NATS client's 5-second JetStream publish timeout, so an outcome
+// being published when the server went away times out in kvlive and its
+// plan is nak'ed and delivered again: the redelivery path runs. (The
+// outcome itself usually still reaches the stream from the client's
+// reconnect buffer, which leaves that VM two agreeing outcomes.)
+const natsOutage = 8 * time.Second
+
 // TestNATSRestartMidRollout stops the NATS server a quarter of the way
 // through a rate-limited rollout, keeps it down a few seconds, and starts it
 // again on the same store. kvlive keeps running: the rollout must complete
@@ -51,7 +59,7 @@ func TestNATSRestartMidRollout(t *testing.T) {
 		t.Fatalf("the rollout finished before NATS stopped (%d outcomes); the test proves nothing", len(at.Outcomes))
 	}
 	t.Logf("stopped NATS with %d of %d outcomes recorded", len(at.Outcomes), at.Planned)
-	time.Sleep(3 * time.Second) // the outage; nothing is measured against it
+	time.Sleep(natsOutage) // nothing is measured against it
 	e.nats.Start()
 
 	e.checkRecovered(it, eventID, e.follow(eventID))
