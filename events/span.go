@@ -61,6 +61,3 @@ func UnmarshalSpan(b []byte) (Span, error) {
 	}
 	return s, nil
 }
-
-// SpanSubjectFilter selects every stored span of a trace.
-func SpanSubjectFilter(traceID string) string { return SpanSubject(traceID) }

@@ -244,7 +244,7 @@ func (w *Watcher) sync(ctx context.Context, key objectKey) error {
 
 func (w *Watcher) publish(ctx context.Context, change events.Changed) error {
 	id := events.EventID(change.Object.Kind, change.UID, change.Generation)
-	ctx, span := w.cfg.Tracer.Tracer(tracerName).Start(ctx, "watcher.observe "+change.Object.String(),
+	ctx, span := w.tracer.Start(ctx, "watcher.observe "+change.Object.String(),
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(
 			attribute.String("kvlive.event.id", id),

@@ -5,30 +5,16 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
-	"kvlive/internal/natsutil"
 )
 
 // deadLetters leaves a store holding two dead letters from the applier.
 func deadLetters(t *testing.T) string {
 	t.Helper()
 	dir := recordedStore(t)
-	ns, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{StoreDir: dir, DontListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	nc, err := natsutil.ConnectEmbedded(ns, t.Name(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, closeStore := openStore(t, dir)
+	defer closeStore()
 	for _, body := range []string{"plan-a", "plan-b"} {
 		m := nats.NewMsg(events.DeadLetterSubject(events.ConsumerApplier))
 		m.Data = []byte(body)

@@ -23,20 +23,8 @@ const (
 func recordedStore(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	ns, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{StoreDir: dir, DontListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	nc, err := natsutil.ConnectEmbedded(ns, t.Name(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, closeStore := openStore(t, dir)
+	defer closeStore()
 	ctx := t.Context()
 	if err := events.Setup(ctx, js, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
@@ -68,6 +56,26 @@ func recordedStore(t *testing.T) string {
 		}
 	}
 	return dir
+}
+
+// openStore starts an in-process JetStream server on dir, as --data-dir
+// does, and returns a client and a func that closes both.
+func openStore(t *testing.T, dir string) (jetstream.JetStream, func()) {
+	t.Helper()
+	ns, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{StoreDir: dir, DontListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := natsutil.ConnectEmbedded(ns, t.Name(), nil)
+	if err != nil {
+		ns.Shutdown()
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, func() { nc.Close(); ns.Shutdown(); ns.WaitForShutdown() }
 }
 
 func publish(t *testing.T, js jetstream.JetStream, subject, id, typ string, p events.Payload) {

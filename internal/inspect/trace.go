@@ -53,7 +53,7 @@ func IsTraceID(s string) bool {
 // spans of other traces that link to it (the exporter files those under
 // this trace too).
 func (r *Reader) Spans(ctx context.Context, traceID string) ([]events.Span, error) {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.SpanSubjectFilter(traceID)}}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.SpanSubject(traceID)}}
 	var spans []events.Span
 	seen := map[string]bool{}
 	err := r.scan(ctx, events.StreamSpans, cfg, func(m jetstream.Msg) {
