@@ -101,6 +101,36 @@ func TestApplyReplansWhenThePinMoved(t *testing.T) {
 	}
 }
 
+func TestApplyRechecksASkipMadeOnAStaleCache(t *testing.T) {
+	a, clients, plan := fixture(t)
+	// The planner's cache showed the VM before KubeVirt pinned it.
+	plan.Action, plan.Recheck, plan.Reason = events.ResultSkip, true, "KubeVirt has not pinned the VM to a revision yet"
+	plan.Target.Pin, plan.Target.FromRevision = "", ""
+	out, err := a.apply(context.Background(), plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.Wrote || out.Result != events.ResultNextBoot || !strings.Contains(out.Reason, "cache was behind") || len(out.Changes) == 0 || pinOf(t, clients) != gen2 {
+		t.Fatalf("outcome %+v, pin %s", out, pinOf(t, clients))
+	}
+}
+
+func TestApplyRecheckKeepsASkipTheServerAgreesWith(t *testing.T) {
+	a, clients, plan := fixture(t)
+	ctx := context.Background()
+	vms := clients.Virt.KubevirtV1().VirtualMachines("ns")
+	vm, _ := vms.Get(ctx, "a", metav1.GetOptions{})
+	vm.Status.InstancetypeRef = nil
+	if _, err := vms.UpdateStatus(ctx, vm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	plan.Action, plan.Recheck, plan.Reason = events.ResultSkip, true, "KubeVirt has not pinned the VM to a revision yet"
+	out, err := a.apply(ctx, plan)
+	if err != nil || out.Wrote || out.Result != events.ResultSkip || !strings.Contains(out.Reason, "not pinned") {
+		t.Fatalf("outcome %+v, err %v", out, err)
+	}
+}
+
 func TestApplyDeletedVMIsSkipped(t *testing.T) {
 	a, clients, plan := fixture(t)
 	ctx := context.Background()

@@ -31,12 +31,20 @@ var errTransient = errors.New("transient")
 // apply carries one plan out. It returns an error only for a transient
 // failure; everything else, permanent failures included, is an outcome.
 func (a *Applier) apply(ctx context.Context, plan events.Plan) (events.Outcome, error) {
-	if !plan.Action.Moves() {
-		return events.Outcome{Result: plan.Action, Reason: plan.Reason}, nil
+	var vm *virtv1.VirtualMachine
+	var err error
+	if plan.Recheck {
+		if plan, vm, err = a.recheck(ctx, plan); vm == nil || err != nil {
+			return a.vmGone(plan, err)
+		}
 	}
-	vm, err := a.currentVM(ctx, plan.VM, false)
-	if vm == nil || err != nil {
-		return a.vmGone(plan, err)
+	if !plan.Action.Moves() {
+		return events.Outcome{Result: plan.Action, Reason: plan.Reason, Changes: plan.Changes}, nil
+	}
+	if vm == nil {
+		if vm, err = a.currentVM(ctx, plan.VM, false); vm == nil || err != nil {
+			return a.vmGone(plan, err)
+		}
 	}
 	out, moved, err := a.move(ctx, plan, vm)
 	if err != nil || !moved {
@@ -67,6 +75,50 @@ func (a *Applier) apply(ctx context.Context, plan events.Plan) (events.Outcome, 
 	return events.Outcome{}, fmt.Errorf("%w: VM %s kept changing while being moved", errTransient, plan.VM)
 }
 
+// recheck decides a plan again on the VM as the API server has it, for a
+// skip the planner based on cached state that may have been behind: KubeVirt
+// pins a VM (and snapshots its revision) moments after it is created, and an
+// event arriving in between must not leave the VM on the old generation. It
+// returns the VM it read, nil when the VM is gone.
+func (a *Applier) recheck(ctx context.Context, plan events.Plan) (events.Plan, *virtv1.VirtualMachine, error) {
+	vm, err := a.currentVM(ctx, plan.VM, true)
+	if vm == nil || err != nil {
+		return plan, nil, err
+	}
+	fresh, err := a.replan(plan, vm)
+	if err != nil {
+		return plan, nil, err
+	}
+	if fresh.Recheck {
+		// Still skipped: fine when the server agrees, a retry when only the
+		// revision cache is behind.
+		if err := a.revisionBehind(ctx, vm, plan.Target.Object.IsPreference()); err != nil {
+			return plan, nil, err
+		}
+		return fresh, vm, nil
+	}
+	trace.SpanFromContext(ctx).AddEvent("re-planned on a fresh read", trace.WithAttributes(attribute.String("kvlive.plan.action", string(fresh.Action))))
+	fresh.Reason = joinReason("re-planned: the planner's cache was behind the VM", fresh.Reason)
+	return fresh, vm, nil
+}
+
+// revisionBehind reports, as a transient error, a pinned ControllerRevision
+// that the server has but the cache has not seen yet.
+func (a *Applier) revisionBehind(ctx context.Context, vm *virtv1.VirtualMachine, preference bool) error {
+	pin, err := fleet.PinOf(vm, preference)
+	if err != nil {
+		return nil
+	}
+	_, err = a.cfg.Fleet.Clients.Kube.AppsV1().ControllerRevisions(vm.Namespace).Get(ctx, pin.Revision, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%w: get ControllerRevision %s/%s: %w", errTransient, vm.Namespace, pin.Revision, err)
+	}
+	return fmt.Errorf("%w: ControllerRevision %s/%s is not in the cache yet", errTransient, vm.Namespace, pin.Revision)
+}
+
 // move performs one attempt. moved reports that the VM no longer matches
 // what the plan tested against, so the caller re-plans.
 func (a *Applier) move(ctx context.Context, plan events.Plan, vm *virtv1.VirtualMachine) (events.Outcome, bool, error) {
@@ -92,7 +144,7 @@ func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.Virtua
 		return events.Outcome{}, true, nil
 	}
 	if pin.Revision == want.Name {
-		return events.Outcome{Result: plan.Action, Reason: joinReason("already pinned to the target (an earlier attempt moved it)", plan.Reason), Revision: want.Name}, false, nil
+		return events.Outcome{Result: plan.Action, Reason: joinReason("already pinned to the target (an earlier attempt moved it)", plan.Reason), Revision: want.Name, Changes: plan.Changes}, false, nil
 	}
 	if pin.Revision != t.FromRevision || pin.Field != t.Pin {
 		return events.Outcome{}, true, nil
@@ -111,7 +163,7 @@ func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.Virtua
 		})
 	}
 	trace.SpanFromContext(ctx).AddEvent("pin moved", trace.WithAttributes(attribute.String("kvlive.revision", want.Name)))
-	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Revision: want.Name, Wrote: true}, false, nil
+	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Revision: want.Name, Wrote: true, Changes: plan.Changes}, false, nil
 }
 
 func (a *Applier) switchVM(ctx context.Context, plan events.Plan, vm *virtv1.VirtualMachine) (events.Outcome, bool, error) {
@@ -126,7 +178,7 @@ func (a *Applier) switchVM(ctx context.Context, plan events.Plan, vm *virtv1.Vir
 		currentRef, _ = fleet.PreferenceRef(vm)
 	}
 	if currentRef == t.Object {
-		return events.Outcome{Result: plan.Action, Reason: joinReason("already switched (an earlier attempt moved it)", plan.Reason)}, false, nil
+		return events.Outcome{Result: plan.Action, Reason: joinReason("already switched (an earlier attempt moved it)", plan.Reason), Changes: plan.Changes}, false, nil
 	}
 	if t.From == nil || currentRef != *t.From {
 		return events.Outcome{}, true, nil
@@ -145,7 +197,7 @@ func (a *Applier) switchVM(ctx context.Context, plan events.Plan, vm *virtv1.Vir
 		})
 	}
 	trace.SpanFromContext(ctx).AddEvent("reference switched", trace.WithAttributes(attribute.String("kvlive.target", t.Object.String())))
-	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Wrote: true}, false, nil
+	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Wrote: true, Changes: plan.Changes}, false, nil
 }
 
 // patchFailed tells a lost race (the test op failed because the VM changed,

@@ -166,6 +166,10 @@ type Plan struct {
 	Reason  string   `json:"reason,omitempty"`
 	Changes []Change `json:"changes,omitempty"`
 	Target  Target   `json:"target"`
+	// Recheck marks a skip decided on cached VM state that may have been
+	// behind the API server (no pin yet, or a pinned revision not yet seen);
+	// the applier reads the VM afresh before accepting it.
+	Recheck bool `json:"recheck,omitempty"`
 }
 
 // Validate checks a plan is complete enough to apply.

@@ -57,9 +57,11 @@ func PlanVM(f *fleet.Fleet, eventID string, t Target, vm *virtv1.VirtualMachine)
 	}
 	pin, err := fleet.PinOf(vm, preference)
 	if errors.Is(err, fleet.ErrNotPinned) {
+		p.Recheck = true
 		return skip(events.ResultSkip, "KubeVirt has not pinned the VM to a revision yet; it will snapshot the current generation itself")
 	}
 	if pin, _, err = f.ResolvePin(vm.Namespace, pin); err != nil {
+		p.Recheck = true
 		return skip(events.ResultSkip, "%v", err)
 	}
 	p.Target.Pin, p.Target.FromRevision = pin.Field, pin.Revision
