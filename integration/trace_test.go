@@ -47,18 +47,29 @@ func jaegerOperations(queryURL, traceID string) (map[string]int, error) {
 
 // TestTracesReachJaegerAndTheStore rolls an edit out with kvlive exporting
 // over OTLP (configured only by the standard OTEL_* variables) to a real
-// Jaeger, reads the trace back through Jaeger's query API and finds every
-// VM's apply span; then `kvlive trace` and `kvlive outcomes`, reading the
-// spans and records kept in JetStream, show every VM too.
+// Jaeger, once over HTTP and once over gRPC, reads the trace back through
+// Jaeger's query API and finds every VM's apply span; then `kvlive trace`
+// and `kvlive outcomes`, reading the spans and records kept in JetStream,
+// show every VM too.
 func TestTracesReachJaegerAndTheStore(t *testing.T) {
+	for _, protocol := range []string{"http/protobuf", "grpc"} {
+		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) { testTracesReachJaeger(t, protocol) })
+	}
+}
+
+func testTracesReachJaeger(t *testing.T, protocol string) {
 	e := newEnv(t, fleetOptions{namespaces: 2, perIT: map[string]int{itMedium: 30}})
 	j := testenv.StartJaeger(t)
+	endpoint := "http://" + j.OTLPHTTP
+	if protocol == "grpc" {
+		endpoint = "http://" + j.OTLPGRPC
+	}
 	e.extraEnv = []string{
-		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + j.OTLPHTTP,
-		"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+		"OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint,
+		"OTEL_EXPORTER_OTLP_PROTOCOL=" + protocol,
 		"OTEL_BSP_SCHEDULE_DELAY=200",
 	}
-	e.runKvlive("all stages, exporting to jaeger", "--observe-timeout", "20s")
+	e.runKvlive("all stages, exporting to jaeger over "+protocol, "--observe-timeout", "20s")
 	e.waitGenerations()
 	_, eventID := e.editInstancetype(itMedium, 3, "6Gi")
 	p := e.follow(eventID)
