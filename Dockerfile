@@ -1,0 +1,12 @@
+# The kvlive image for deploy/kvlive: a static binary on distroless.
+#   docker build -t REGISTRY/kvlive:TAG .
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /kvlive ./cmd/kvlive
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /kvlive /kvlive
+ENTRYPOINT ["/kvlive"]
