@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"kvlive/events"
+	"kvlive/internal/control"
 	"kvlive/internal/fleet"
 	"kvlive/internal/metrics"
 	"kvlive/internal/natsutil"
@@ -54,6 +55,8 @@ type Applier struct {
 	// unobserved rather than holding memory for a huge rollout.
 	observers chan struct{}
 	observing sync.WaitGroup
+	// watch is every rollout's pause/abort state, kept current by Run.
+	watch *control.Watch
 }
 
 // New builds an Applier; nothing runs until Run.
@@ -85,6 +88,19 @@ func (a *Applier) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("applier: consumer: %w", err)
 	}
+	store, err := control.Open(ctx, a.cfg.JetStream)
+	if err != nil {
+		return fmt.Errorf("applier: %w", err)
+	}
+	if a.watch, err = store.StartWatch(ctx, func(eventID string, st control.State) {
+		if st.State != events.StatePaused {
+			go a.releaseOrLog(ctx, eventID)
+		}
+	}); err != nil {
+		return fmt.Errorf("applier: %w", err)
+	}
+	// Plans held by a rollout resumed while no applier ran.
+	a.releaseOrLog(ctx, "")
 	a.cfg.Log.Info("applier started", "workers", a.cfg.Workers)
 	natsutil.Consume(ctx, cons, a.cfg.Workers, a.handle, func(err error) {
 		a.cfg.Log.Warn("applier: consuming plans failed, retrying", "err", err)
@@ -110,9 +126,19 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg) {
 	if md, err := msg.Metadata(); err == nil {
 		attempt = int(md.NumDelivered)
 	}
+	held, aborted := a.controlled(ctx, msg, plan)
+	if held {
+		return
+	}
 	started := a.cfg.Clock.Now()
 	ctx, span := a.startSpan(ctx, msg, plan, attempt)
-	out, err := a.apply(ctx, plan)
+	var out events.Outcome
+	var err error
+	if aborted != nil {
+		out = *aborted
+	} else {
+		out, err = a.apply(ctx, plan)
+	}
 	if err != nil {
 		span.RecordError(err)
 		if attempt < events.ApplierMaxDeliver {
@@ -149,6 +175,12 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg) {
 	a.cfg.Metrics.Outcome(out.Result, a.cfg.Clock.Since(started))
 	a.settle(ctx, msg, plan, out)
 	a.observe(ctx, span, plan, out) // ends the span
+}
+
+func (a *Applier) releaseOrLog(ctx context.Context, eventID string) {
+	if err := a.release(ctx, eventID); err != nil && ctx.Err() == nil {
+		a.cfg.Log.Warn("applier: releasing held plans failed; the next start retries", "event", eventID, "err", err)
+	}
 }
 
 // settle acks a carried-out plan. A plan given up on after the last

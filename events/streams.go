@@ -14,6 +14,9 @@ const (
 	StreamPlans    = "KVLIVE_PLANS"
 	StreamOutcomes = "KVLIVE_OUTCOMES"
 	StreamDLQ      = "KVLIVE_DLQ"
+	// StreamHeld keeps the plans of paused rollouts until they are resumed
+	// or aborted.
+	StreamHeld = "KVLIVE_HELD"
 )
 
 // Durable consumer names.
@@ -29,6 +32,9 @@ const (
 	BucketGenerations = "kvlive-generations"
 	// BucketRollouts maps an event id to its rollout record.
 	BucketRollouts = "kvlive-rollouts"
+	// BucketControl maps an event id to what an operator last asked of its
+	// rollout (pause, resume, abort).
+	BucketControl = "kvlive-rollout-control"
 )
 
 // Delivery limits: after this many deliveries a message is given up on.
@@ -77,6 +83,7 @@ func StreamConfigs(o StreamOptions) []jetstream.StreamConfig {
 		mk(StreamOutcomes, subjectOutcomes, "kvlive: one outcome per VM per event"),
 		mk(StreamDLQ, subjectDLQ, "kvlive: messages a stage could not process, with the reason"),
 		mk(StreamSpans, subjectSpans, "kvlive: finished trace spans, for kvlive trace"),
+		mk(StreamHeld, subjectHeld, "kvlive: plans of paused rollouts, until resumed or aborted"),
 	}
 }
 
@@ -118,6 +125,7 @@ func KVConfigs(o StreamOptions) []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
 		{Bucket: BucketGenerations, Description: "kvlive watcher: last generation per object UID", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1)},
 		{Bucket: BucketRollouts, Description: "kvlive planner: rollout record per event", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1), TTL: o.MaxAge},
+		{Bucket: BucketControl, Description: "kvlive: pause, resume and abort per event", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1), TTL: o.MaxAge},
 	}
 }
 

@@ -13,6 +13,7 @@ const (
 	subjectOutcomes = "kvlive.outcomes"
 	subjectDLQ      = "kvlive.dlq"
 	subjectSpans    = "kvlive.spans"
+	subjectHeld     = "kvlive.held"
 )
 
 // ChangedSubject is where a change of an object of kind is published:
@@ -32,6 +33,10 @@ func OutcomeSubject(namespace string) string { return subjectOutcomes + "." + na
 
 // DeadLetterSubject is where the stage puts a message it cannot process.
 func DeadLetterSubject(stage string) string { return subjectDLQ + "." + stage }
+
+// HeldSubject is where the applier parks a plan for a VM of namespace
+// while its rollout is paused.
+func HeldSubject(namespace string) string { return subjectHeld + "." + namespace }
 
 // SpanSubject is where finished spans are kept when no OTLP exporter is set.
 func SpanSubject(traceID string) string { return subjectSpans + "." + traceID }

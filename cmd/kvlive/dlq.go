@@ -30,16 +30,9 @@ drops it.`,
 
 // withDLQ opens the store the flags name and runs fn on its dead letters.
 func withDLQ(cmd *cobra.Command, g *globals, store *storeFlags, fn func(context.Context, dlq.Store) error) error {
-	nc, closeStore, err := store.connect(g.logger())
-	if err != nil {
-		return err
-	}
-	defer func() { _ = closeStore() }()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	return fn(cmd.Context(), dlq.Store{JetStream: js})
+	return withJetStream(cmd, g, store, func(ctx context.Context, js jetstream.JetStream) error {
+		return fn(ctx, dlq.Store{JetStream: js})
+	})
 }
 
 func dlqList(g *globals) *cobra.Command {

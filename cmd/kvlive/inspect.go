@@ -37,9 +37,9 @@ func (s *storeFlags) bind(cmd *cobra.Command) {
 	cmd.MarkFlagsMutuallyExclusive("nats-url", "data-dir")
 }
 
-// withReader opens the store, runs fn on it and closes the store again.
-func (s *storeFlags) withReader(cmd *cobra.Command, log *slog.Logger, fn func(context.Context, *inspect.Reader) error) (err error) {
-	nc, closeStore, err := s.connect(log)
+// withJetStream opens the store, runs fn on it and closes the store again.
+func withJetStream(cmd *cobra.Command, g *globals, s *storeFlags, fn func(context.Context, jetstream.JetStream) error) (err error) {
+	nc, closeStore, err := s.connect(g.logger())
 	if err != nil {
 		return err
 	}
@@ -48,7 +48,14 @@ func (s *storeFlags) withReader(cmd *cobra.Command, log *slog.Logger, fn func(co
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	return fn(cmd.Context(), inspect.NewReader(js))
+	return fn(cmd.Context(), js)
+}
+
+// withReader is withJetStream for the inspection commands.
+func (s *storeFlags) withReader(cmd *cobra.Command, g *globals, fn func(context.Context, *inspect.Reader) error) error {
+	return withJetStream(cmd, g, s, func(ctx context.Context, js jetstream.JetStream) error {
+		return fn(ctx, inspect.NewReader(js))
+	})
 }
 
 // connect reaches --nats-url, or starts a server that does not listen on
@@ -107,7 +114,7 @@ count per result. kvlive events lists the event ids.`,
 			if err := checkOutput(output, "table", "json"); err != nil {
 				return err
 			}
-			return store.withReader(cmd, g.logger(), func(ctx context.Context, r *inspect.Reader) error {
+			return store.withReader(cmd, g, func(ctx context.Context, r *inspect.Reader) error {
 				outs, err := r.Outcomes(ctx, f)
 				if err != nil {
 					return err
@@ -158,7 +165,7 @@ result, and how many outcomes per result have been recorded so far.`,
 			if err := checkOutput(output, "table", "json"); err != nil {
 				return err
 			}
-			return store.withReader(cmd, g.logger(), func(ctx context.Context, r *inspect.Reader) error {
+			return store.withReader(cmd, g, func(ctx context.Context, r *inspect.Reader) error {
 				list, err := r.Events(ctx, limit)
 				if err != nil {
 					return err
@@ -199,7 +206,7 @@ a terminal unless NO_COLOR is set; --color overrides both.`,
 			if err := checkOutput(output, "waterfall", "json"); err != nil {
 				return err
 			}
-			return store.withReader(cmd, g.logger(), func(ctx context.Context, r *inspect.Reader) error {
+			return store.withReader(cmd, g, func(ctx context.Context, r *inspect.Reader) error {
 				traceID, err := r.ResolveTrace(ctx, args[0])
 				if err != nil {
 					return err

@@ -20,6 +20,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"kvlive/events"
+	"kvlive/internal/control"
+	"kvlive/internal/inspect"
 	"kvlive/internal/kube"
 	"kvlive/internal/pipeline"
 	"kvlive/internal/rollout"
@@ -269,5 +271,84 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// pauseAhead pauses the event the next edit of u1 makes, before it exists,
+// makes that edit, and waits until every one of its plans is held.
+func pauseAhead(t *testing.T, clients kube.Clients, js jetstream.JetStream) string {
+	t.Helper()
+	ctx := context.Background()
+	eventID := events.EventID(events.KindClusterInstancetype, "uid-u1", 2)
+	store, err := control.Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.Apply(ctx, eventID, events.ActionPause, "checking", "test", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
+	u1, _ := its.Get(ctx, "u1", metav1.GetOptions{})
+	u1.Spec.CPU.Guest, u1.Generation = 3, 2
+	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := inspect.NewReader(js)
+	waitFor(t, "every plan held", func() bool {
+		st, err := r.Status(ctx, eventID)
+		return err == nil && st.Held == fleetSize
+	})
+	return eventID
+}
+
+func TestPausedRolloutHoldsEveryPlanUntilResumed(t *testing.T) {
+	clients, js, w := start(t)
+	ctx := context.Background()
+	eventID := pauseAhead(t, clients, js)
+	st, err := inspect.NewReader(js).Status(ctx, eventID)
+	if err != nil || len(st.Outcomes) != 0 {
+		t.Fatalf("paused rollout has outcomes %v (%v)", st.Outcomes, err)
+	}
+	for i := range fleetSize {
+		if n := w.get(fmt.Sprintf("ns-%d/vm-%02d", i%3, i)); n != 0 {
+			t.Fatalf("vm-%02d patched %d times while paused", i, n)
+		}
+	}
+	store, _ := control.Open(ctx, js)
+	if _, _, err := store.Apply(ctx, eventID, events.ActionResume, "", "test", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	p := follow(t, js, eventID)
+	for i := range fleetSize {
+		name, ns := fmt.Sprintf("vm-%02d", i), fmt.Sprintf("ns-%d", i%3)
+		if o := p.Outcomes["uid-"+name]; !o.Wrote || o.Result == events.ResultSkip {
+			t.Errorf("%s: outcome %+v after resume, want it moved", name, o)
+		}
+		if n := w.get(ns + "/" + name); n != 1 {
+			t.Errorf("%s patched %d times, want once", name, n)
+		}
+	}
+	if st, _ := inspect.NewReader(js).Status(ctx, eventID); st.Held != 0 {
+		t.Errorf("%d plans still held after resume", st.Held)
+	}
+}
+
+func TestAbortedRolloutSkipsEveryHeldVM(t *testing.T) {
+	clients, js, w := start(t)
+	ctx := context.Background()
+	eventID := pauseAhead(t, clients, js)
+	store, _ := control.Open(ctx, js)
+	if _, _, err := store.Apply(ctx, eventID, events.ActionAbort, "wrong size", "ops", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	p := follow(t, js, eventID)
+	for i := range fleetSize {
+		name, ns := fmt.Sprintf("vm-%02d", i), fmt.Sprintf("ns-%d", i%3)
+		if o := p.Outcomes["uid-"+name]; o.Wrote || o.Result != events.ResultSkip || !strings.Contains(o.Reason, "aborted") || !strings.Contains(o.Reason, "wrong size") {
+			t.Errorf("%s: outcome %+v, want skipped as aborted", name, o)
+		}
+		if n := w.get(ns + "/" + name); n != 0 {
+			t.Errorf("%s patched %d times after the abort", name, n)
+		}
 	}
 }

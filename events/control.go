@@ -1,0 +1,113 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// RolloutState is what an operator last asked of one event's rollout.
+type RolloutState string
+
+// Rollout states. A rollout nobody has paused or aborted is running.
+const (
+	StateRunning RolloutState = "running"
+	// StatePaused holds the event's plans: the applier parks each one in
+	// StreamHeld untouched instead of moving its VM, until a resume (or an
+	// abort) sends them back.
+	StatePaused RolloutState = "paused"
+	// StateAborted is final: VMs not yet moved get a skip outcome saying so.
+	StateAborted RolloutState = "aborted"
+)
+
+// Control is the record kept in BucketControl under an event id. It is
+// written with compare-and-set, so two operators (or two replicas) cannot
+// overwrite each other's decision unseen.
+type Control struct {
+	State  RolloutState `json:"state"`
+	Reason string       `json:"reason,omitempty"`
+	// By names who asked (user@host of the CLI).
+	By string    `json:"by,omitempty"`
+	At time.Time `json:"at"`
+}
+
+// Describe says who asked and why: "by alice@host: bad memory size".
+func (c Control) Describe() string {
+	switch {
+	case c.By != "" && c.Reason != "":
+		return "by " + c.By + ": " + c.Reason
+	case c.By != "":
+		return "by " + c.By
+	}
+	return c.Reason
+}
+
+// ControlAction is a change an operator asks of a rollout.
+type ControlAction string
+
+// Control actions.
+const (
+	ActionPause  ControlAction = "pause"
+	ActionResume ControlAction = "resume"
+	ActionAbort  ControlAction = "abort"
+)
+
+// Next returns the state action leads to from current, with changed false
+// when the rollout is already there (asking twice is not an error). Aborted
+// is final: nothing leaves it.
+func (c Control) Next(action ControlAction) (next RolloutState, changed bool, err error) {
+	current := c.State
+	if current == "" {
+		current = StateRunning
+	}
+	switch action {
+	case ActionPause:
+		next = StatePaused
+	case ActionResume:
+		next = StateRunning
+	case ActionAbort:
+		next = StateAborted
+	default:
+		return current, false, fmt.Errorf("unknown rollout action %q (want pause, resume or abort)", action)
+	}
+	switch current {
+	case next:
+		return current, false, nil
+	case StateAborted:
+		return current, false, fmt.Errorf("the rollout was aborted; an aborted rollout cannot %s (replay the event to run it again)", action)
+	}
+	return next, true, nil
+}
+
+// MarshalControl encodes a control record for the KV bucket.
+func MarshalControl(c Control) ([]byte, error) { return json.Marshal(c) }
+
+// UnmarshalControl decodes a control record, rejecting unknown states.
+func UnmarshalControl(b []byte) (Control, error) {
+	var c Control
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("events: control record: %w", err)
+	}
+	switch c.State {
+	case StateRunning, StatePaused, StateAborted:
+		return c, nil
+	}
+	return c, fmt.Errorf("events: control record: unknown state %q", c.State)
+}
+
+// ControlKey is the KV key of an event's control record.
+func ControlKey(eventID string) string { return eventID }
+
+// HeldID is the Nats-Msg-Id of a plan parked while its rollout is paused;
+// controlRevision is the revision of the pause it was parked under, so a
+// plan parked again after a later pause is stored again.
+func HeldID(planID string, controlRevision uint64) string {
+	return fmt.Sprintf("%s/held/%d", planID, controlRevision)
+}
+
+// ReleasedID is the Nats-Msg-Id of a parked plan sent back to the plans
+// stream: one per parked message, so two replicas releasing it at once
+// publish it once.
+func ReleasedID(planID string, heldSequence uint64) string {
+	return fmt.Sprintf("%s/released/%d", planID, heldSequence)
+}
