@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -30,13 +31,17 @@ import (
 // TestShippedManifestsAreEnough installs deploy/kvlive on the API server
 // (every object must pass its validation), then runs kvlive with a token of
 // the manifests' ServiceAccount, so with exactly the shipped ClusterRole,
-// through an edit and a switch. A verb missing from the role shows up as a
+// through an edit and a switch, with leader election on (its Role). A verb missing from the role shows up as a
 // failed outcome, a VM left behind or a "forbidden" in kvlive's log.
 func TestShippedManifestsAreEnough(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 2, perIT: map[string]int{itMedium: 40}})
 	sa := e.installManifests(filepath.Join(testenv.RepoRoot(t), "deploy", "kvlive"))
 	e.kubeconfig = e.serviceAccountKubeconfig(sa)
-	proc := e.runKvlive("all stages, as the shipped ServiceAccount")
+	proc := e.runKvlive("all stages, as the shipped ServiceAccount", "--leader-elect", "--leader-elect-resource-namespace", sa.Namespace)
+	e.waitFor("kvlive to hold the watcher's Lease", time.Minute, func() (bool, string) {
+		l, err := e.clients.Kube.CoordinationV1().Leases(sa.Namespace).Get(e.ctx, "kvlive-watcher", metav1.GetOptions{})
+		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "", fmt.Sprint(err)
+	})
 	e.waitGenerations()
 
 	it, eventID := e.editInstancetype(itMedium, 3, "6Gi")
@@ -140,6 +145,10 @@ func (e *env) create(obj runtime.Object) error {
 		_, err = kc.RbacV1().ClusterRoles().Create(e.ctx, o, opts)
 	case *rbacv1.ClusterRoleBinding:
 		_, err = kc.RbacV1().ClusterRoleBindings().Create(e.ctx, o, opts)
+	case *rbacv1.Role:
+		_, err = kc.RbacV1().Roles(o.Namespace).Create(e.ctx, o, opts)
+	case *rbacv1.RoleBinding:
+		_, err = kc.RbacV1().RoleBindings(o.Namespace).Create(e.ctx, o, opts)
 	default:
 		err = fmt.Errorf("no create for %T", obj)
 	}

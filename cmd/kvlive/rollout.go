@@ -43,7 +43,7 @@ func rolloutActionCmd(g *globals, action events.ControlAction) *cobra.Command {
 	var store storeFlags
 	var reason string
 	cmd := &cobra.Command{
-		Use:   string(action) + " EVENT-ID",
+		Use: string(action) + " EVENT-ID",
 		Short: map[events.ControlAction]string{
 			events.ActionPause:  "Hold an event's plans: no more VMs move until resume",
 			events.ActionResume: "Send a paused event's held plans back to the applier",

@@ -18,6 +18,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"kvlive/events"
 	"kvlive/internal/kube"
@@ -61,6 +63,8 @@ type runOptions struct {
 	metricsAddr    string
 	observeTimeout time.Duration
 	traceFanout    int
+	leaderElect    bool
+	leader         pipeline.LeaderElection
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -92,6 +96,14 @@ subset, so planners and appliers can scale out as replicas on a NATS cluster.`,
 	f.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "address serving /metrics, /healthz and /readyz; empty turns it off")
 	f.DurationVar(&o.observeTimeout, "observe-timeout", 2*time.Minute, "how long each moved VM is watched for KubeVirt's reaction (recorded on its span); 0 turns it off")
 	f.IntVar(&o.traceFanout, "trace-fanout-limit", planner.DefaultTraceFanout, "above this many VMs, each VM's span roots its own trace, linked to the plan span")
+	o.leader = pipeline.DefaultLeaderElection()
+	f.BoolVar(&o.leaderElect, "leader-elect", false, "run the watcher only while holding a Lease, for several replicas with the watcher stage")
+	f.StringVar(&o.leader.Namespace, "leader-elect-resource-namespace", "", "namespace of the Lease (default: the kubeconfig context's, or the pod's)")
+	f.StringVar(&o.leader.Name, "leader-elect-resource-name", o.leader.Name, "name of the Lease")
+	f.StringVar(&o.leader.Identity, "leader-elect-id", "", "this replica's identity in the Lease (default: hostname and a random suffix)")
+	f.DurationVar(&o.leader.LeaseDuration, "leader-elect-lease-duration", o.leader.LeaseDuration, "how long other replicas wait after the last renewal before taking over")
+	f.DurationVar(&o.leader.RenewDeadline, "leader-elect-renew-deadline", o.leader.RenewDeadline, "how long the leader tries to renew before giving up")
+	f.DurationVar(&o.leader.RetryPeriod, "leader-elect-retry-period", o.leader.RetryPeriod, "how often replicas try to acquire or renew the Lease")
 	return cmd
 }
 
@@ -111,9 +123,15 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 			return fmt.Errorf("%w: unknown stage %q (want %s)", errUsage, s, strings.Join(pipeline.AllStages, ", "))
 		}
 	}
-	restCfg, _, err := o.kube.Load()
+	restCfg, contextNamespace, err := o.kube.Load()
 	if err != nil {
 		return err
+	}
+	var leader *pipeline.LeaderElection
+	if o.leaderElect {
+		if leader, err = o.leaderElection(contextNamespace); err != nil {
+			return err
+		}
 	}
 	clients, err := kube.NewClients(restCfg)
 	if err != nil {
@@ -155,7 +173,7 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 	running, err := pipeline.Start(ctx, pipeline.Config{
 		Clients: clients, JetStream: js, Namespace: o.kube.Namespace, Stages: o.stages,
 		Log: log, Tracer: tp, ApplierWorkers: o.workers, PlannerWorkers: o.plannerWorkers, Rate: o.rate,
-		ObserveTimeout: o.observeTimeout, TraceFanout: o.traceFanout, Metrics: m,
+		ObserveTimeout: o.observeTimeout, TraceFanout: o.traceFanout, Metrics: m, LeaderElection: leader,
 	})
 	if err != nil {
 		return err
@@ -167,6 +185,31 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 		err = errors.Join(err, <-serveErr)
 	}
 	return err
+}
+
+// leaderElection completes the --leader-elect-* flags: the Lease lives in
+// the kubeconfig context's namespace unless told otherwise, and a replica
+// is named after its host with a random suffix, as client-go's own
+// components do.
+func (o *runOptions) leaderElection(contextNamespace string) (*pipeline.LeaderElection, error) {
+	le := o.leader
+	if le.Namespace == "" {
+		le.Namespace = contextNamespace
+	}
+	if le.Namespace == "" {
+		le.Namespace = metav1.NamespaceDefault
+	}
+	if le.Identity == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("--leader-elect-id: %w", err)
+		}
+		le.Identity = host + "_" + string(uuid.NewUUID())
+	}
+	if le.LeaseDuration <= le.RenewDeadline || le.RenewDeadline <= le.RetryPeriod {
+		return nil, fmt.Errorf("%w: want --leader-elect-lease-duration > --leader-elect-renew-deadline > --leader-elect-retry-period", errUsage)
+	}
+	return &le, nil
 }
 
 // connect reaches the external NATS server, or starts the embedded one. The

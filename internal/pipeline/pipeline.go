@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -52,6 +53,9 @@ type Config struct {
 	ObserveTimeout time.Duration
 	TraceFanout    int
 	Metrics        *metrics.Metrics
+	// LeaderElection, when set, runs the watcher only while this replica
+	// holds the Lease it names.
+	LeaderElection *LeaderElection
 }
 
 // Running is a started pipeline.
@@ -81,12 +85,23 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		group.Go(func() error { return s.Run(ctx) })
 	}
 	if slices.Contains(cfg.Stages, StageWatcher) {
-		w, err := watcher.New(watcher.Config{Clients: cfg.Clients, JetStream: cfg.JetStream, Namespace: cfg.Namespace, Log: cfg.Log, Tracer: cfg.Tracer})
-		if err != nil {
-			return nil, err
+		var current atomic.Pointer[watcher.Watcher]
+		cfg.Metrics.QueueDepth(StageWatcher, func() int {
+			if w := current.Load(); w != nil {
+				return w.QueueDepth()
+			}
+			return 0
+		})
+		if cfg.LeaderElection != nil {
+			group.Go(func() error { return runLeading(ctx, cfg, &current) })
+		} else {
+			w, err := newWatcher(cfg)
+			if err != nil {
+				return nil, err
+			}
+			current.Store(w)
+			group.Go(func() error { return w.Run(ctx) })
 		}
-		cfg.Metrics.QueueDepth(StageWatcher, w.QueueDepth)
-		group.Go(func() error { return w.Run(ctx) })
 	}
 	plan, apply := slices.Contains(cfg.Stages, StagePlanner), slices.Contains(cfg.Stages, StageApplier)
 	if !plan && !apply {
