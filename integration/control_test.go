@@ -110,6 +110,9 @@ func TestPauseResumeAndAbort(t *testing.T) {
 	e.waitSettled("aborted VMs still on their old pin", smalls, func(v clusterView, s vmShape) string {
 		return pinProblem(v, s, small)
 	})
+	if out := e.kvliveCommand(time.Minute, "events", "--nats-url", e.nats.URL); !strings.Contains(out, "skip), aborted") {
+		t.Errorf("kvlive events does not mark the aborted rollout:\n%s", out)
+	}
 	e.checkWrites(medium, smalls)
 	out, err := exec.CommandContext(e.ctx, kvliveBin, "rollout", "resume", next, "--nats-url", e.nats.URL).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "aborted rollout cannot resume") {

@@ -78,19 +78,23 @@ func TestWatchFollowsChanges(t *testing.T) {
 	if st := w.Of("unknown"); st.State != events.StateRunning {
 		t.Errorf("unknown event: %+v, want running", st)
 	}
-	for _, a := range []events.ControlAction{events.ActionPause, events.ActionResume} {
-		if _, _, err := s.Apply(ctx, "after", a, "", "test", time.Now()); err != nil {
+	// One change at a time: a KV watch promises the latest value, not
+	// every value in between.
+	for _, step := range []struct {
+		action events.ControlAction
+		want   events.RolloutState
+	}{{events.ActionPause, events.StatePaused}, {events.ActionResume, events.StateRunning}} {
+		if _, _, err := s.Apply(ctx, "after", step.action, "", "test", time.Now()); err != nil {
 			t.Fatal(err)
 		}
-	}
-	for _, want := range []events.RolloutState{events.StatePaused, events.StateRunning} {
-		select {
-		case st := <-seen:
-			if st.State != want {
-				t.Errorf("callback saw %s, want %s", st.State, want)
+		deadline := time.After(30 * time.Second)
+		for got := false; !got; {
+			select {
+			case st := <-seen:
+				got = st.State == step.want
+			case <-deadline:
+				t.Fatalf("no callback with %s after %s", step.want, step.action)
 			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("no callback for %s", want)
 		}
 	}
 	if st := w.Of("after"); st.State != events.StateRunning {

@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
+	"kvlive/internal/control"
 )
 
 // The kinds of event an EventSummary describes.
@@ -39,6 +41,8 @@ type EventSummary struct {
 	Outcomes map[events.Result]int `json:"outcomes"`
 	// TraceID is the trace `kvlive trace` shows for the event.
 	TraceID string `json:"traceId,omitempty"`
+	// State is set when an operator paused or aborted the rollout.
+	State events.RolloutState `json:"state,omitempty"`
 }
 
 // Events returns the newest limit events (every event when limit <= 0),
@@ -52,7 +56,32 @@ func (r *Reader) Events(ctx context.Context, limit int) ([]EventSummary, error) 
 	if err := r.addPlanned(ctx, list); err != nil {
 		return nil, err
 	}
+	if err := r.addState(ctx, list); err != nil {
+		return nil, err
+	}
 	return list, r.addOutcomes(ctx, list)
+}
+
+// addState marks paused and aborted rollouts (a store older than rollout
+// control has none).
+func (r *Reader) addState(ctx context.Context, list []EventSummary) error {
+	store, err := control.Open(ctx, r.js)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for i := range list {
+		c, _, err := store.Get(ctx, list[i].ID)
+		if err != nil {
+			return err
+		}
+		if c.State != events.StateRunning {
+			list[i].State = c.State
+		}
+	}
+	return nil
 }
 
 // readEvents reads the tail of the events stream: every message in it is
@@ -179,9 +208,17 @@ func writeEventTable(w io.Writer, list []EventSummary) error {
 	fmt.Fprintln(tw, "ID\tTIME\tTYPE\tOBJECT\tGENERATION\tPLANNED\tOUTCOMES")
 	for _, e := range list {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Time.UTC().Format(time.RFC3339), e.Type, e.Object,
-			generation(e), planned(e), tally(e.Outcomes))
+			generation(e), planned(e), tally(e.Outcomes)+stateNote(e))
 	}
 	return tw.Flush()
+}
+
+// stateNote tells a paused or aborted rollout in the outcomes column.
+func stateNote(e EventSummary) string {
+	if e.State == "" {
+		return ""
+	}
+	return ", " + string(e.State)
 }
 
 // generation renders "4 → 5", or "5" when the previous one is unknown.

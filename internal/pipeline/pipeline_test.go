@@ -351,4 +351,8 @@ func TestAbortedRolloutSkipsEveryHeldVM(t *testing.T) {
 			t.Errorf("%s patched %d times after the abort", name, n)
 		}
 	}
+	list, err := inspect.NewReader(js).Events(ctx, 0)
+	if err != nil || len(list) != 1 || list[0].ID != eventID || list[0].State != events.StateAborted {
+		t.Errorf("kvlive events: %+v (%v), want the event marked aborted", list, err)
+	}
 }
