@@ -274,19 +274,26 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// steer pauses, resumes or aborts eventID's rollout, as kvlive rollout does.
+func steer(t *testing.T, js jetstream.JetStream, eventID string, action events.ControlAction, reason string) {
+	t.Helper()
+	ctx := context.Background()
+	store, err := control.Open(ctx, js)
+	if err == nil {
+		_, _, err = store.Apply(ctx, eventID, action, reason, "ops", time.Now())
+	}
+	if err != nil {
+		t.Fatalf("%s %s: %v", action, eventID, err)
+	}
+}
+
 // pauseAhead pauses the event the next edit of u1 makes, before it exists,
 // makes that edit, and waits until every one of its plans is held.
 func pauseAhead(t *testing.T, clients kube.Clients, js jetstream.JetStream) string {
 	t.Helper()
 	ctx := context.Background()
 	eventID := events.EventID(events.KindClusterInstancetype, "uid-u1", 2)
-	store, err := control.Open(ctx, js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := store.Apply(ctx, eventID, events.ActionPause, "checking", "test", time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	steer(t, js, eventID, events.ActionPause, "checking")
 	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
 	u1, _ := its.Get(ctx, "u1", metav1.GetOptions{})
 	u1.Spec.CPU.Guest, u1.Generation = 3, 2
@@ -314,10 +321,7 @@ func TestPausedRolloutHoldsEveryPlanUntilResumed(t *testing.T) {
 			t.Fatalf("vm-%02d patched %d times while paused", i, n)
 		}
 	}
-	store, _ := control.Open(ctx, js)
-	if _, _, err := store.Apply(ctx, eventID, events.ActionResume, "", "test", time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	steer(t, js, eventID, events.ActionResume, "")
 	p := follow(t, js, eventID)
 	for i := range fleetSize {
 		name, ns := fmt.Sprintf("vm-%02d", i), fmt.Sprintf("ns-%d", i%3)
@@ -337,10 +341,7 @@ func TestAbortedRolloutSkipsEveryHeldVM(t *testing.T) {
 	clients, js, w := start(t)
 	ctx := context.Background()
 	eventID := pauseAhead(t, clients, js)
-	store, _ := control.Open(ctx, js)
-	if _, _, err := store.Apply(ctx, eventID, events.ActionAbort, "wrong size", "ops", time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	steer(t, js, eventID, events.ActionAbort, "wrong size")
 	p := follow(t, js, eventID)
 	for i := range fleetSize {
 		name, ns := fmt.Sprintf("vm-%02d", i), fmt.Sprintf("ns-%d", i%3)
