@@ -136,8 +136,15 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg) {
 	var err error
 	if aborted != nil {
 		out = *aborted
-	} else {
-		out, err = a.apply(ctx, plan)
+	} else if out, err = a.apply(ctx, plan); errors.Is(err, errSteered) {
+		span.AddEvent("rollout paused or aborted while the VM waited its turn")
+		if held, aborted = a.controlled(ctx, msg, plan); held {
+			span.End()
+			return
+		}
+		if aborted != nil {
+			out, err = *aborted, nil
+		}
 	}
 	if err != nil {
 		span.RecordError(err)

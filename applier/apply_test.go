@@ -2,6 +2,7 @@ package applier
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"kubevirt.io/api/instancetype/v1beta1"
 
 	"kvlive/events"
+	"kvlive/internal/control"
 	"kvlive/internal/fleet"
 	"kvlive/internal/kube"
 	"kvlive/internal/testutil"
@@ -128,6 +130,28 @@ func TestApplyRecheckKeepsASkipTheServerAgreesWith(t *testing.T) {
 	out, err := a.apply(ctx, plan)
 	if err != nil || out.Wrote || out.Result != events.ResultSkip || !strings.Contains(out.Reason, "not pinned") {
 		t.Fatalf("outcome %+v, err %v", out, err)
+	}
+}
+
+func TestApplyStopsWhenTheRolloutIsPausedBeforeItsTurn(t *testing.T) {
+	a, clients, plan := fixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, err := control.Open(ctx, a.cfg.JetStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.Apply(ctx, plan.EventID, events.ActionPause, "", "test", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if a.watch, err = store.StartWatch(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.apply(ctx, plan); !errors.Is(err, errSteered) || !IsTransient(err) {
+		t.Fatalf("apply while paused: %v, want errSteered", err)
+	}
+	if pin := pinOf(t, clients); pin == gen2 {
+		t.Error("the VM moved while its rollout was paused")
 	}
 }
 

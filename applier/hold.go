@@ -38,6 +38,23 @@ func (a *Applier) controlled(ctx context.Context, msg jetstream.Msg, plan events
 	return false, nil
 }
 
+// errSteered stops a move whose rollout was paused or aborted while it
+// waited for its turn under --rate. It is transient: should the rollout be
+// running again by the time handle looks, the plan is simply retried.
+var errSteered = fmt.Errorf("%w: rollout paused or aborted while the VM waited its turn", errTransient)
+
+// takeTurn waits for the rate limiter, then makes sure the rollout was not
+// paused or aborted meanwhile, so a pause stops moves already queued.
+func (a *Applier) takeTurn(ctx context.Context, plan events.Plan) error {
+	if err := a.limiter.Wait(ctx); err != nil {
+		return err
+	}
+	if a.watch != nil && a.watch.Of(plan.EventID).State != events.StateRunning {
+		return errSteered
+	}
+	return nil
+}
+
 // hold parks the plan. Should the rollout leave the pause while it does,
 // it sends the plan straight back, since the release may have swept the
 // held stream before the plan got there.

@@ -149,7 +149,7 @@ func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.Virtua
 	if pin.Revision != t.FromRevision || pin.Field != t.Pin {
 		return events.Outcome{}, true, nil
 	}
-	if err := a.limiter.Wait(ctx); err != nil {
+	if err := a.takeTurn(ctx, plan); err != nil {
 		return events.Outcome{}, false, err
 	}
 	if err := a.ensureRevision(ctx, want); err != nil {
@@ -186,7 +186,7 @@ func (a *Applier) switchVM(ctx context.Context, plan events.Plan, vm *virtv1.Vir
 	if a.cfg.Fleet.Object(t.Object) == nil {
 		return events.Outcome{Result: events.ResultSkip, Reason: fmt.Sprintf("%s was deleted before the VM moved", t.Object)}, false, nil
 	}
-	if err := a.limiter.Wait(ctx); err != nil {
+	if err := a.takeTurn(ctx, plan); err != nil {
 		return events.Outcome{}, false, err
 	}
 	patch := SwitchPatch(current, preference, t.Object)
