@@ -24,6 +24,9 @@ then switches part of the fleet to another one, and checks every VM's result.`,
 			}
 			cfg.Log = g.logger()
 			cfg.Out = cmd.OutOrStdout()
+			if !cmd.Flags().Changed("progress") {
+				cfg.Progress = isTerminal(cfg.Out)
+			}
 			return demo.Run(cmd.Context(), cfg)
 		},
 	}
@@ -33,6 +36,6 @@ then switches part of the fleet to another one, and checks every VM's result.`,
 	f.IntVar(&cfg.Fleet.RunningPercent, "running-percent", cfg.Fleet.RunningPercent, "percentage of VMs that are running")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "applier workers")
 	f.StringVar(&cfg.DataDir, "data-dir", filepath.Join(defaultDataDir(), "demo"), "JetStream store of the demo, kept for kvlive trace/outcomes/events (emptied at each run)")
-	f.BoolVar(&cfg.Progress, "progress", cfg.Progress, "draw progress bars")
+	f.BoolVar(&cfg.Progress, "progress", cfg.Progress, "draw progress bars (default: when the output is a terminal; otherwise a line per rollout)")
 	return cmd
 }

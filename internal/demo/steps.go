@@ -141,6 +141,9 @@ func (e *env) follow(ctx context.Context, title, eventID string, selects func(vm
 	if err != nil {
 		return nil, fmt.Errorf("demo: %s: %w", title, err)
 	}
+	if bar == nil {
+		fmt.Fprintf(e.cfg.Out, "  %d of %d VMs have an outcome\n", len(p.Outcomes), p.Planned)
+	}
 	r := &stepResult{title: title, progress: p}
 	for _, s := range e.shapes {
 		if !selects(s) {
