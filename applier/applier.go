@@ -92,15 +92,23 @@ func (a *Applier) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("applier: %w", err)
 	}
+	// Events whose rollout left a pause; "" first: a sweep of whatever a
+	// rollout resumed while no applier ran left held.
+	leftPause := make(chan string, 1)
+	leftPause <- ""
 	if a.watch, err = store.StartWatch(ctx, func(eventID string, st control.State) {
 		if st.State != events.StatePaused {
-			go a.releaseOrLog(ctx, eventID)
+			go func() {
+				select {
+				case leftPause <- eventID:
+				case <-ctx.Done():
+				}
+			}()
 		}
 	}); err != nil {
 		return fmt.Errorf("applier: %w", err)
 	}
-	// Plans held by a rollout resumed while no applier ran.
-	a.releaseOrLog(ctx, "")
+	go a.releaser(ctx, leftPause)
 	a.cfg.Log.Info("applier started", "workers", a.cfg.Workers)
 	natsutil.Consume(ctx, cons, a.cfg.Workers, a.handle, func(err error) {
 		a.cfg.Log.Warn("applier: consuming plans failed, retrying", "err", err)
@@ -126,7 +134,7 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg) {
 	if md, err := msg.Metadata(); err == nil {
 		attempt = int(md.NumDelivered)
 	}
-	held, aborted := a.controlled(ctx, msg, plan)
+	held, aborted := a.controlled(ctx, msg, plan, attempt)
 	if held {
 		return
 	}
@@ -136,15 +144,22 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg) {
 	var err error
 	if aborted != nil {
 		out = *aborted
-	} else if out, err = a.apply(ctx, plan); errors.Is(err, errSteered) {
+	} else {
+		out, err = a.apply(ctx, plan)
+	}
+	// Paused or aborted while the VM waited for its turn: hold it, skip it,
+	// or, running again already, carry on without using up a delivery.
+	for steered := 0; errors.Is(err, errSteered) && steered < maxReplans; steered++ {
 		span.AddEvent("rollout paused or aborted while the VM waited its turn")
-		if held, aborted = a.controlled(ctx, msg, plan); held {
+		if held, aborted = a.controlled(ctx, msg, plan, attempt); held {
 			span.End()
 			return
 		}
 		if aborted != nil {
 			out, err = *aborted, nil
+			break
 		}
+		out, err = a.apply(ctx, plan)
 	}
 	if err != nil {
 		span.RecordError(err)
@@ -184,9 +199,29 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg) {
 	a.observe(ctx, span, plan, out) // ends the span
 }
 
-func (a *Applier) releaseOrLog(ctx context.Context, eventID string) {
-	if err := a.release(ctx, eventID); err != nil && ctx.Err() == nil {
-		a.cfg.Log.Warn("applier: releasing held plans failed; the next start retries", "event", eventID, "err", err)
+// releaser releases the held plans of each event that left a pause, one
+// event at a time, retrying a failed release with a growing delay: a
+// resumed rollout's plans must not stay parked because NATS hiccuped.
+func (a *Applier) releaser(ctx context.Context, leftPause <-chan string) {
+	for {
+		var eventID string
+		select {
+		case eventID = <-leftPause:
+		case <-ctx.Done():
+			return
+		}
+		for attempt := 1; ; attempt++ {
+			err := a.release(ctx, eventID)
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			a.cfg.Log.Warn("applier: releasing held plans failed, retrying", "event", eventID, "attempt", attempt, "err", err)
+			select {
+			case <-time.After(backoff(attempt)):
+			case <-ctx.Done():
+				return
+			}
+		}
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
-	"kvlive/internal/control"
 )
 
 // A paused rollout's plans are parked, untouched, in events.StreamHeld and
@@ -23,11 +22,11 @@ import (
 // controlled handles a plan whose rollout is not running. It reports
 // whether the plan was held (and needs nothing more); for an aborted
 // rollout it returns the outcome of a VM that will not be moved.
-func (a *Applier) controlled(ctx context.Context, msg jetstream.Msg, plan events.Plan) (held bool, out *events.Outcome) {
+func (a *Applier) controlled(ctx context.Context, msg jetstream.Msg, plan events.Plan, attempt int) (held bool, out *events.Outcome) {
 	st := a.watch.Of(plan.EventID)
 	switch st.State {
 	case events.StatePaused:
-		a.hold(ctx, msg, plan, st)
+		a.hold(ctx, msg, plan, attempt)
 		return true, nil
 	case events.StateAborted:
 		if !plan.Action.Moves() && !plan.Recheck {
@@ -58,25 +57,38 @@ func (a *Applier) takeTurn(ctx context.Context, plan events.Plan) error {
 // hold parks the plan. Should the rollout leave the pause while it does,
 // it sends the plan straight back, since the release may have swept the
 // held stream before the plan got there.
-func (a *Applier) hold(ctx context.Context, msg jetstream.Msg, plan events.Plan, st control.State) {
+func (a *Applier) hold(ctx context.Context, msg jetstream.Msg, plan events.Plan, attempt int) {
+	md, err := msg.Metadata()
+	if err != nil {
+		a.cfg.Log.Error("applier: plan without metadata cannot be held", "vm", plan.VM.String(), "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
 	planID := events.PlanID(plan.EventID, plan.VM.UID)
 	parked := nats.NewMsg(events.HeldSubject(plan.VM.Namespace))
 	parked.Data = msg.Data()
 	copyHeaders(parked.Header, msg.Headers())
-	ack, err := a.cfg.JetStream.PublishMsg(ctx, parked, jetstream.WithMsgID(events.HeldID(planID, st.Revision)))
+	ack, err := a.cfg.JetStream.PublishMsg(ctx, parked, jetstream.WithMsgID(events.HeldID(planID, md.Sequence.Stream)))
 	if err != nil {
+		if attempt >= events.ApplierMaxDeliver {
+			// A nak now would drop the plan for good: keep it as a dead
+			// letter, which `kvlive dlq retry` sends back.
+			if dlErr := events.DeadLetter(ctx, a.cfg.JetStream, events.ConsumerApplier, msg, "could not hold the plan of a paused rollout: "+err.Error()); dlErr == nil {
+				return
+			}
+		}
 		a.cfg.Log.Warn("applier: could not hold plan of paused rollout, will retry", "vm", plan.VM.String(), "err", err)
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
-	if err := msg.Ack(); err != nil {
+	if err := msg.DoubleAck(ctx); err != nil {
 		// Redelivered, it is held again under the same id: stored once.
 		a.cfg.Log.Warn("applier: ack of held plan failed", "vm", plan.VM.String(), "err", err)
 	}
 	a.cfg.Log.Debug("applier: plan held, rollout paused", "event", plan.EventID, "vm", plan.VM.String())
 	if a.watch.Of(plan.EventID).State != events.StatePaused {
 		if err := a.releaseOne(ctx, ack.Sequence, parked.Data, parked.Header); err != nil {
-			a.cfg.Log.Warn("applier: releasing a just-held plan failed; the next start releases it", "vm", plan.VM.String(), "err", err)
+			a.cfg.Log.Warn("applier: releasing a just-held plan failed; the next sweep releases it", "vm", plan.VM.String(), "err", err)
 		}
 	}
 }

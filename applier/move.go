@@ -109,12 +109,14 @@ func (a *Applier) revisionBehind(ctx context.Context, vm *virtv1.VirtualMachine,
 	if err != nil {
 		return nil
 	}
-	_, err = a.cfg.Fleet.Clients.Kube.AppsV1().ControllerRevisions(vm.Namespace).Get(ctx, pin.Revision, metav1.GetOptions{})
+	cr, err := a.cfg.Fleet.Clients.Kube.AppsV1().ControllerRevisions(vm.Namespace).Get(ctx, pin.Revision, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
 	case err != nil:
 		return fmt.Errorf("%w: get ControllerRevision %s/%s: %w", errTransient, vm.Namespace, pin.Revision, err)
+	case !fleet.IsSnapshot(cr):
+		return nil // not an instancetype snapshot: the cache never holds it, the skip stands
 	}
 	return fmt.Errorf("%w: ControllerRevision %s/%s is not in the cache yet", errTransient, vm.Namespace, pin.Revision)
 }

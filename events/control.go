@@ -98,11 +98,12 @@ func UnmarshalControl(b []byte) (Control, error) {
 // ControlKey is the KV key of an event's control record.
 func ControlKey(eventID string) string { return eventID }
 
-// HeldID is the Nats-Msg-Id of a plan parked while its rollout is paused;
-// controlRevision is the revision of the pause it was parked under, so a
-// plan parked again after a later pause is stored again.
-func HeldID(planID string, controlRevision uint64) string {
-	return fmt.Sprintf("%s/held/%d", planID, controlRevision)
+// HeldID is the Nats-Msg-Id of a plan parked while its rollout is paused:
+// planSequence is the plans-stream sequence of the message parked, so a
+// redelivery of that message is stored once, while a released copy (a new
+// message) parked again by a later pause is stored again.
+func HeldID(planID string, planSequence uint64) string {
+	return fmt.Sprintf("%s/held/%d", planID, planSequence)
 }
 
 // ReleasedID is the Nats-Msg-Id of a parked plan sent back to the plans

@@ -77,13 +77,17 @@ func StreamConfigs(o StreamOptions) []jetstream.StreamConfig {
 			Discard:     jetstream.DiscardOld,
 		}
 	}
+	// Held plans wait for an operator, however long that takes: the replay
+	// horizon and the size limit do not apply to them.
+	held := mk(StreamHeld, subjectHeld, "kvlive: plans of paused rollouts, until resumed or aborted")
+	held.MaxAge, held.MaxBytes = 0, -1
 	return []jetstream.StreamConfig{
 		mk(StreamEvents, subjectEvents, "kvlive: instance type and preference changes, switch requests"),
 		mk(StreamPlans, subjectPlans, "kvlive: one live-update plan per VM per event"),
 		mk(StreamOutcomes, subjectOutcomes, "kvlive: one outcome per VM per event"),
 		mk(StreamDLQ, subjectDLQ, "kvlive: messages a stage could not process, with the reason"),
 		mk(StreamSpans, subjectSpans, "kvlive: finished trace spans, for kvlive trace"),
-		mk(StreamHeld, subjectHeld, "kvlive: plans of paused rollouts, until resumed or aborted"),
+		held,
 	}
 }
 
@@ -125,7 +129,8 @@ func KVConfigs(o StreamOptions) []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
 		{Bucket: BucketGenerations, Description: "kvlive watcher: last generation per object UID", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1)},
 		{Bucket: BucketRollouts, Description: "kvlive planner: rollout record per event", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1), TTL: o.MaxAge},
-		{Bucket: BucketControl, Description: "kvlive: pause, resume and abort per event", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1), TTL: o.MaxAge},
+		// No TTL: a paused rollout stays paused until someone resumes it.
+		{Bucket: BucketControl, Description: "kvlive: pause, resume and abort per event", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1)},
 	}
 }
 

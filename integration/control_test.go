@@ -32,21 +32,21 @@ func (e *env) rolloutCommand(action, eventID string, extra ...string) string {
 }
 
 // TestPauseResumeAndAbort drives rollouts with `kvlive rollout` against the
-// kvlive binary on the real servers. An edit rolling out at 20 VMs/s is
+// kvlive binary on the real servers. An edit rolling out at 5 VMs/s is
 // paused part-way: every plan ends either carried out or held, and the VMs
 // whose plans are held stay on their old pin; resume finishes the rollout
 // with every VM written exactly once. A second edit, paused before it
 // happens, is aborted once all its plans are held: every VM is skipped with
 // the operator's reason and none is written.
 func TestPauseResumeAndAbort(t *testing.T) {
-	e := newEnv(t, fleetOptions{namespaces: 2, perIT: map[string]int{itMedium: 200, itSmall: 40}})
-	e.runKvlive("all stages, 20 VMs/s", "--rate", "20", "--workers", "4")
+	e := newEnv(t, fleetOptions{namespaces: 2, perIT: map[string]int{itMedium: 100, itSmall: 40}})
+	e.runKvlive("all stages, 5 VMs/s", "--rate", "5", "--workers", "4")
 	e.waitGenerations()
 
 	before := e.instancetype(itMedium)
 	it, eventID := e.editInstancetype(itMedium, 3, "6Gi")
 	medium := e.selectShapes(onInstancetype(itMedium))
-	e.followUntil(eventID, func(p rollout.Progress) bool { return len(p.Outcomes) >= 20 })
+	e.followUntil(eventID, func(p rollout.Progress) bool { return len(p.Outcomes) >= 10 })
 	if out := e.rolloutCommand("pause", eventID, "--reason", "checking the first VMs"); !strings.Contains(out, "paused") {
 		t.Fatalf("kvlive rollout pause printed %q", out)
 	}

@@ -136,11 +136,17 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return fmt.Errorf("watcher: caches did not sync: %w", ctx.Err())
 	}
 	w.cfg.Log.Info("watcher started", "namespace", w.cfg.Namespace)
+	worker := make(chan struct{})
 	go func() {
+		defer close(worker)
 		for w.processNext(ctx) {
 		}
 	}()
 	<-ctx.Done()
+	// Return only once no sync is in flight, so whoever runs the watcher
+	// next (another leader, a restart) never overlaps with this one.
+	w.queue.ShutDown()
+	<-worker
 	return nil
 }
 

@@ -123,13 +123,13 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 			return fmt.Errorf("%w: unknown stage %q (want %s)", errUsage, s, strings.Join(pipeline.AllStages, ", "))
 		}
 	}
-	restCfg, contextNamespace, err := o.kube.Load()
+	restCfg, _, err := o.kube.Load()
 	if err != nil {
 		return err
 	}
 	var leader *pipeline.LeaderElection
 	if o.leaderElect {
-		if leader, err = o.leaderElection(contextNamespace); err != nil {
+		if leader, err = o.leaderElection(); err != nil {
 			return err
 		}
 	}
@@ -191,10 +191,21 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 // the kubeconfig context's namespace unless told otherwise, and a replica
 // is named after its host with a random suffix, as client-go's own
 // components do.
-func (o *runOptions) leaderElection(contextNamespace string) (*pipeline.LeaderElection, error) {
+func (o *runOptions) leaderElection() (*pipeline.LeaderElection, error) {
+	if o.nats.url == "" {
+		return nil, fmt.Errorf("%w: --leader-elect needs --nats-url: replicas with embedded NATS servers share no streams", errUsage)
+	}
 	le := o.leader
 	if le.Namespace == "" {
-		le.Namespace = contextNamespace
+		// The context's (or the pod's) namespace, not -n, which scopes
+		// what kvlive watches.
+		unscoped := o.kube
+		unscoped.Namespace = ""
+		_, ns, err := unscoped.Load()
+		if err != nil {
+			return nil, err
+		}
+		le.Namespace = ns
 	}
 	if le.Namespace == "" {
 		le.Namespace = metav1.NamespaceDefault

@@ -112,3 +112,11 @@ func SpecOf(obj any) (any, bool) {
 	}
 	return nil, false
 }
+
+// IsSnapshot reports whether cr is an instancetype or preference snapshot,
+// the ControllerRevisions the fleet's cache holds (those carrying KubeVirt's
+// object-kind label).
+func IsSnapshot(cr *appsv1.ControllerRevision) bool {
+	_, ok := cr.Labels[instancetypeapi.ControllerRevisionObjectKindLabel]
+	return ok
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -33,9 +34,10 @@ func DefaultLeaderElection() LeaderElection {
 	return LeaderElection{Name: "kvlive-watcher", LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
 }
 
-// runLeading campaigns for the Lease until ctx ends. Each time this
-// replica leads, a fresh watcher runs until leadership is lost; a watcher
-// that fails while leading ends the stage with its error.
+// runLeading campaigns for the Lease until ctx ends. Each term runs a fresh
+// watcher until leadership is lost or ctx ends, and the Lease is released
+// (on shutdown) only once that watcher has stopped, so two replicas' watchers
+// never overlap. A watcher that fails while leading ends the stage.
 func runLeading(ctx context.Context, cfg Config, current *atomic.Pointer[watcher.Watcher]) error {
 	le := cfg.LeaderElection
 	if le.Namespace == "" || le.Identity == "" {
@@ -47,51 +49,83 @@ func runLeading(ctx context.Context, cfg Config, current *atomic.Pointer[watcher
 		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
 	}
 	log := cfg.Log.With("lease", le.Namespace+"/"+le.Name, "identity", le.Identity)
-	failed := make(chan error, 1)
 	for ctx.Err() == nil {
-		campaign, stop := context.WithCancel(ctx)
-		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			Name:            le.Name,
-			LeaseDuration:   le.LeaseDuration,
-			RenewDeadline:   le.RenewDeadline,
-			RetryPeriod:     le.RetryPeriod,
-			ReleaseOnCancel: true,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(leading context.Context) {
-					log.Info("leading: the watcher starts")
-					w, err := newWatcher(cfg)
-					if err == nil {
-						current.Store(w)
-						err = w.Run(leading)
-						current.Store(nil)
-					}
-					if err != nil && leading.Err() == nil {
-						failed <- err
-						stop()
-					}
-				},
-				OnStoppedLeading: func() { log.Info("not leading: the watcher stops") },
-				OnNewLeader: func(identity string) {
-					if identity != le.Identity {
-						log.Info("another replica leads the watcher", "leader", identity)
-					}
-				},
-			},
-		})
-		if err != nil {
-			stop()
-			return fmt.Errorf("pipeline: leader election: %w", err)
-		}
-		elector.Run(campaign) // returns when leadership is lost or ctx ends
-		stop()
-		select {
-		case err := <-failed:
+		if err := campaign(ctx, cfg, lock, log, current); err != nil {
 			return err
-		default:
 		}
 	}
 	return nil
+}
+
+// campaign runs one election: it returns once this replica has led and
+// stopped leading (its watcher stopped), or ctx ended while campaigning.
+func campaign(ctx context.Context, cfg Config, lock resourcelock.Interface, log *slog.Logger, current *atomic.Pointer[watcher.Watcher]) error {
+	le := cfg.LeaderElection
+	// The elector's context ends only after the term's watcher stopped, so
+	// ReleaseOnCancel never hands the Lease over under a running watcher.
+	elect, stopElecting := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElecting()
+	var led atomic.Bool
+	term := make(chan error, 1)
+	unhook := context.AfterFunc(ctx, func() {
+		if !led.Load() {
+			stopElecting() // still campaigning: nothing to wait for
+		}
+	})
+	defer unhook()
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		Name:            le.Name,
+		LeaseDuration:   le.LeaseDuration,
+		RenewDeadline:   le.RenewDeadline,
+		RetryPeriod:     le.RetryPeriod,
+		ReleaseOnCancel: true,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(leading context.Context) {
+				led.Store(true)
+				log.Info("leading: the watcher starts")
+				run, stop := context.WithCancel(leading)
+				stopWithCtx := context.AfterFunc(ctx, stop)
+				err := runTerm(run, cfg, current)
+				stopWithCtx()
+				stop()
+				if leading.Err() != nil || ctx.Err() != nil {
+					err = nil // the term ended, not the watcher
+				}
+				term <- err
+				stopElecting()
+			},
+			OnStoppedLeading: func() {
+				if led.Load() {
+					log.Info("not leading: the watcher stopped")
+				}
+			},
+			OnNewLeader: func(identity string) {
+				if identity != le.Identity {
+					log.Info("another replica leads the watcher", "leader", identity)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("pipeline: leader election: %w", err)
+	}
+	elector.Run(elect) // returns when leadership is lost or elect ends
+	if !led.Load() {
+		return nil
+	}
+	return <-term
+}
+
+// runTerm runs one term's watcher until ctx ends.
+func runTerm(ctx context.Context, cfg Config, current *atomic.Pointer[watcher.Watcher]) error {
+	w, err := newWatcher(cfg)
+	if err != nil {
+		return err
+	}
+	current.Store(w)
+	defer current.Store(nil)
+	return w.Run(ctx)
 }
 
 func newWatcher(cfg Config) (*watcher.Watcher, error) {
