@@ -4,7 +4,7 @@
 #   1. builds kube-apiserver, etcd, nats-server and golangci-lint into .bin/
 #      (hack/tools.sh; reused when already built at the pinned versions);
 #   2. gofmt, go vet, golangci-lint, go mod tidy;
-#   3. unit tests (fake clientsets, embedded NATS);
+#   3. unit tests with the race detector (fake clientsets, embedded NATS);
 #   4. integration tests (build tag `integration`) on a real kube-apiserver +
 #      etcd, real nats-server processes and the kvlive binary.
 set -euo pipefail
@@ -32,7 +32,7 @@ if ! diff -q go.mod /tmp/kvlive-go.mod.$$ >/dev/null || ! diff -q go.sum /tmp/kv
 fi
 
 echo "== unit tests"
-go test -count=1 ./...
+go test -race -count=1 ./...
 
 echo "== integration tests"
 go test -count=1 -tags integration -timeout 40m -p 1 ./internal/testenv/ ./integration/...
