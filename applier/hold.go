@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"kvlive/events"
 )
@@ -85,7 +87,12 @@ func (a *Applier) hold(ctx context.Context, msg jetstream.Msg, plan events.Plan,
 		// Redelivered, it is held again under the same id: stored once.
 		a.cfg.Log.Warn("applier: ack of held plan failed", "vm", plan.VM.String(), "err", err)
 	}
+	a.cfg.Metrics.Held()
 	a.cfg.Log.Debug("applier: plan held, rollout paused", "event", plan.EventID, "vm", plan.VM.String())
+	// A mark in the event's trace: the gap before this VM's apply span is a pause.
+	_, span := a.tracer.Start(ctx, "applier.hold "+plan.VM.String(), trace.WithAttributes(
+		attribute.String("kvlive.event.id", plan.EventID), attribute.Int("kvlive.attempt", attempt)))
+	span.End()
 	if a.watch.Of(plan.EventID).State != events.StatePaused {
 		if err := a.releaseOne(ctx, ack.Sequence, parked.Data, parked.Header); err != nil {
 			a.cfg.Log.Warn("applier: releasing a just-held plan failed; the next sweep releases it", "vm", plan.VM.String(), "err", err)
@@ -136,6 +143,7 @@ func (a *Applier) release(ctx context.Context, eventID string) error {
 		}
 	}
 	if released > 0 {
+		a.cfg.Metrics.Released(released)
 		a.cfg.Log.Info("applier: released held plans", "event", eventID, "plans", released)
 	}
 	return nil

@@ -88,6 +88,11 @@ func TestPauseResumeAndAbort(t *testing.T) {
 	if st := e.status(eventID); st.Held != 0 || st.Control.State != events.StateRunning {
 		t.Errorf("status after resume: %+v", st)
 	}
+	e.waitFor("the held VMs' hold spans in kvlive trace", time.Minute, func() (bool, string) {
+		tree := e.kvliveCommand(time.Minute, "trace", eventID, "--nats-url", e.nats.URL, "--color", "never")
+		n := strings.Count(tree, "applier.hold ")
+		return n >= stillOld, fmt.Sprintf("%d hold spans, %d VMs were held", n, stillOld)
+	})
 
 	// Abort, ahead of time: the next edit of u1.small is generation+1.
 	small := e.instancetype(itSmall)

@@ -25,6 +25,8 @@ type Metrics struct {
 	plans         *prometheus.CounterVec
 	outcomes      *prometheus.CounterVec
 	applyDuration *prometheus.HistogramVec
+	held          prometheus.Counter
+	released      prometheus.Counter
 }
 
 // New registers kvlive's metrics, and the Go and process collectors, in a
@@ -46,8 +48,14 @@ func New() *Metrics {
 			Name: "kvlive_apply_duration_seconds", Help: "Time to carry out one VM's plan, by result.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}, []string{"result"}),
+		held: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvlive_plans_held_total", Help: "Plans parked because their rollout was paused.",
+		}),
+		released: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvlive_plans_released_total", Help: "Held plans sent back once their rollout was resumed or aborted.",
+		}),
 	}
-	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration,
+	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -66,6 +74,20 @@ func (m *Metrics) Plans(counts map[events.Result]int) {
 	}
 	for r, n := range counts {
 		m.plans.WithLabelValues(string(r)).Add(float64(n))
+	}
+}
+
+// Held counts one plan parked by a pause.
+func (m *Metrics) Held() {
+	if m != nil {
+		m.held.Inc()
+	}
+}
+
+// Released counts held plans sent back.
+func (m *Metrics) Released(n int) {
+	if m != nil {
+		m.released.Add(float64(n))
 	}
 }
 
