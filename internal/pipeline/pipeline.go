@@ -78,6 +78,9 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if len(cfg.Stages) == 0 && !cfg.StandIn {
 		return nil, errors.New("pipeline: no stage to run")
 	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
 	group, ctx := errgroup.WithContext(ctx)
 	r := &Running{group: group}
 	if cfg.StandIn {
