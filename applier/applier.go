@@ -57,6 +57,8 @@ type Applier struct {
 	observing sync.WaitGroup
 	// watch is every rollout's pause/abort state, kept current by Run.
 	watch *control.Watch
+	// held is the stream paused rollouts' plans are parked in.
+	held jetstream.Stream
 }
 
 // New builds an Applier; nothing runs until Run.
@@ -87,6 +89,9 @@ func (a *Applier) Run(ctx context.Context) error {
 	cons, err := a.cfg.JetStream.Consumer(ctx, events.StreamPlans, events.ConsumerApplier)
 	if err != nil {
 		return fmt.Errorf("applier: consumer: %w", err)
+	}
+	if a.held, err = a.cfg.JetStream.Stream(ctx, events.StreamHeld); err != nil {
+		return fmt.Errorf("applier: stream %s: %w", events.StreamHeld, err)
 	}
 	store, err := control.Open(ctx, a.cfg.JetStream)
 	if err != nil {

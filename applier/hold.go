@@ -94,7 +94,7 @@ func (a *Applier) hold(ctx context.Context, msg jetstream.Msg, plan events.Plan,
 		attribute.String("kvlive.event.id", plan.EventID), attribute.Int("kvlive.attempt", attempt)))
 	span.End()
 	if a.watch.Of(plan.EventID).State != events.StatePaused {
-		if err := a.releaseOne(ctx, ack.Sequence, parked.Data, parked.Header); err != nil {
+		if err := a.releaseOne(ctx, ack.Sequence, plan, parked.Data, parked.Header); err != nil {
 			a.cfg.Log.Warn("applier: releasing a just-held plan failed; the next sweep releases it", "vm", plan.VM.String(), "err", err)
 		}
 	}
@@ -133,7 +133,7 @@ func (a *Applier) release(ctx context.Context, eventID string) error {
 		var plan events.Plan
 		if _, err := events.Decode(msg.Data(), events.TypePlan, &plan); err == nil &&
 			(eventID == "" || plan.EventID == eventID) && a.watch.Of(plan.EventID).State != events.StatePaused {
-			if err := a.releaseOne(ctx, md.Sequence.Stream, msg.Data(), msg.Headers()); err != nil {
+			if err := a.releaseOne(ctx, md.Sequence.Stream, plan, msg.Data(), msg.Headers()); err != nil {
 				return err
 			}
 			released++
@@ -149,13 +149,9 @@ func (a *Applier) release(ctx context.Context, eventID string) error {
 	return nil
 }
 
-// releaseOne publishes a held plan back to the plans stream and deletes it
-// from the held stream.
-func (a *Applier) releaseOne(ctx context.Context, seq uint64, data []byte, header nats.Header) error {
-	var plan events.Plan
-	if _, err := events.Decode(data, events.TypePlan, &plan); err != nil {
-		return fmt.Errorf("applier: held message %d: %w", seq, err)
-	}
+// releaseOne publishes a held plan (data, as decoded into plan) back to the
+// plans stream and deletes it from the held stream.
+func (a *Applier) releaseOne(ctx context.Context, seq uint64, plan events.Plan, data []byte, header nats.Header) error {
 	back := nats.NewMsg(events.PlanSubject(plan.VM.Namespace))
 	back.Data = data
 	copyHeaders(back.Header, header)
@@ -166,11 +162,7 @@ func (a *Applier) releaseOne(ctx context.Context, seq uint64, data []byte, heade
 	// Another replica may have deleted it first. Left behind, it would be
 	// released again under the same id: dropped as a duplicate, or, past
 	// the duplicate window, found at its target by the applier.
-	stream, err := a.cfg.JetStream.Stream(ctx, events.StreamHeld)
-	if err == nil {
-		err = stream.DeleteMsg(ctx, seq)
-	}
-	if err != nil {
+	if err := a.held.DeleteMsg(ctx, seq); err != nil {
 		a.cfg.Log.Debug("applier: held message not deleted", "seq", seq, "err", err)
 	}
 	return nil

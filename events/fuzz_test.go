@@ -1,13 +1,14 @@
 package events_test
 
 import (
+	"bytes"
 	"testing"
 
 	"kvlive/events"
 )
 
 // FuzzDecode checks that no input crashes decoding, and that whatever
-// decodes also re-encodes and decodes to the same plan.
+// decodes also re-encodes, decodes, and encodes again to the same bytes.
 func FuzzDecode(f *testing.F) {
 	good, _ := events.Encode(events.TypePlan, "id", "src", "subj", at, validPlan())
 	f.Add(good)
@@ -30,6 +31,10 @@ func FuzzDecode(f *testing.F) {
 		var q events.Plan
 		if _, err := events.Decode(again, events.TypePlan, &q); err != nil {
 			t.Fatalf("re-encoded plan does not decode: %v", err)
+		}
+		third, err := events.Encode(env.Type, env.ID, env.Source, env.Subject, env.Time, &q)
+		if err != nil || !bytes.Equal(third, again) {
+			t.Fatalf("plan changed in a round trip (%v):\n%s\n%s", err, again, third)
 		}
 	})
 }

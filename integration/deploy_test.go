@@ -64,7 +64,7 @@ func TestShippedManifestsAreEnough(t *testing.T) {
 		return pinProblem(v, s, large)
 	})
 	if log := proc.out.String(); strings.Contains(strings.ToLower(log), "forbidden") {
-		t.Errorf("kvlive was refused something with the shipped RBAC:\n%s", proc.out.tail(outputTail))
+		t.Errorf("kvlive was refused something with the shipped RBAC:\n%s", proc.out.Tail(outputTail))
 	}
 }
 

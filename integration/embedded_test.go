@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"kvlive/internal/testenv"
 )
 
 // freePort returns a loopback TCP port that was free a moment ago.
@@ -47,7 +49,7 @@ var outcomesTotal = regexp.MustCompile(`(?m)^kvlive_outcomes_total\{result="[a-z
 func TestEmbeddedStoreMetricsAndShutdown(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 2, perIT: map[string]int{itMedium: 16}})
 	dir, natsPort, metricsPort := t.TempDir(), freePort(t), freePort(t)
-	var out lockedBuffer
+	var out testenv.LogBuffer
 	cmd := exec.Command(kvliveBin, "run", "--kubeconfig", e.kubeconfig, "--data-dir", dir,
 		"--listen", fmt.Sprintf("127.0.0.1:%d", natsPort), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", metricsPort))
 	cmd.Env, cmd.Stdout, cmd.Stderr = kvliveEnv(), &out, &out
@@ -59,7 +61,7 @@ func TestEmbeddedStoreMetricsAndShutdown(t *testing.T) {
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		if t.Failed() {
-			t.Logf("kvlive output:\n%s", out.tail(outputTail))
+			t.Logf("kvlive output:\n%s", out.Tail(outputTail))
 		}
 	})
 	base := fmt.Sprintf("http://127.0.0.1:%d", metricsPort)

@@ -3,11 +3,9 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -103,7 +101,7 @@ func connect(t *testing.T, url string) jetstream.JetStream {
 // log is shown if the test fails.
 func (e *env) startStandin() {
 	e.t.Helper()
-	var log lockedBuffer
+	var log testenv.LogBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	c := standin.New(standin.Config{
 		Clients: e.clients, Workers: 16,
@@ -230,37 +228,4 @@ func (e *env) waitFor(what string, timeout time.Duration, cond func() (bool, str
 		case <-time.After(pollInterval):
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for one writer and one reader.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *lockedBuffer) Len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Len()
-}
-
-// tail returns the last n lines written.
-func (b *lockedBuffer) tail(n int) string {
-	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

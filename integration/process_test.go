@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"kvlive/internal/testenv"
 )
 
 // outputTail is how many lines of a kvlive process's output a failed test shows.
@@ -20,7 +22,7 @@ const outputTail = 150
 type kvliveProc struct {
 	name   string
 	cmd    *exec.Cmd
-	out    lockedBuffer
+	out    testenv.LogBuffer
 	exited chan struct{}
 	// stopped is set when the test ends the process on purpose.
 	stopped atomic.Bool
@@ -50,7 +52,7 @@ func (e *env) runKvlive(name string, extra ...string) *kvliveProc {
 	e.t.Cleanup(func() {
 		p.kill()
 		if e.t.Failed() {
-			e.t.Logf("kvlive (%s) %v, last %d lines of output:\n%s", name, args, outputTail, p.out.tail(outputTail))
+			e.t.Logf("kvlive (%s) %v, last %d lines of output:\n%s", name, args, outputTail, p.out.Tail(outputTail))
 		}
 	})
 	return p
@@ -76,7 +78,7 @@ func (e *env) checkProcs() {
 		select {
 		case <-p.exited:
 			if !p.stopped.Load() {
-				e.t.Fatalf("kvlive (%s) exited unexpectedly (%v); last lines:\n%s", p.name, p.cmd.ProcessState, p.out.tail(outputTail))
+				e.t.Fatalf("kvlive (%s) exited unexpectedly (%v); last lines:\n%s", p.name, p.cmd.ProcessState, p.out.Tail(outputTail))
 			}
 		default:
 		}
@@ -91,11 +93,11 @@ func (e *env) kvliveCommand(timeout time.Duration, args ...string) string {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, kvliveBin, args...)
 	cmd.Env = kvliveEnv()
-	var stderr lockedBuffer
+	var stderr testenv.LogBuffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		e.t.Fatalf("kvlive %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out, stderr.tail(outputTail))
+		e.t.Fatalf("kvlive %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out, stderr.Tail(outputTail))
 	}
 	return string(out)
 }

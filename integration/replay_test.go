@@ -3,7 +3,10 @@
 package integration
 
 import (
+	"encoding/json"
+	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
+	"kvlive/internal/rollout"
 )
 
 var replayedAs = regexp.MustCompile(`replayed \S+ as (replay/\S+)`)
@@ -25,6 +29,48 @@ func (e *env) replay(eventID string) string {
 		e.t.Fatalf("kvlive replay printed no replayed event:\n%s", out)
 	}
 	return m[1]
+}
+
+// checkDryRun runs `kvlive replay --event ID -o json` without --apply: the
+// plan the event would make today, against the real API server. VMs the
+// cut-short rollout moved plan as none; the rest as their shape dictates
+// (or none, for one the killed applier moved without recording it). The
+// callers' write checks show it wrote nothing.
+func (e *env) checkDryRun(eventID string, cut rollout.Progress, edited []vmShape) {
+	e.t.Helper()
+	out := e.kvliveCommand(time.Minute, "replay", "--event", eventID, "-o", "json", "--nats-url", e.nats.URL, "--kubeconfig", e.kubeconfig)
+	var preview []struct {
+		EventID string `json:"eventId"`
+		Plan    struct {
+			VMs []struct {
+				Namespace string        `json:"namespace"`
+				Name      string        `json:"name"`
+				Action    events.Result `json:"action"`
+			} `json:"vms"`
+		} `json:"plan"`
+	}
+	if err := json.Unmarshal([]byte(out), &preview); err != nil || len(preview) != 1 || preview[0].EventID != eventID {
+		e.t.Fatalf("kvlive replay dry run: %v\n%s", err, out)
+	}
+	actions := map[string]events.Result{}
+	for _, vm := range preview[0].Plan.VMs {
+		actions[vm.Namespace+"/"+vm.Name] = vm.Action
+	}
+	var problems []string
+	for _, s := range edited {
+		got, ok := actions[s.key()]
+		_, movedBefore := cut.Outcomes[e.uids[s.key()]]
+		switch {
+		case !ok:
+			problems = append(problems, s.key()+": not in the dry run")
+		case movedBefore && got != events.ResultNone, !movedBefore && got != s.expected() && got != events.ResultNone:
+			problems = append(problems, fmt.Sprintf("%s: dry run says %s (moved before the cut: %v)", s.key(), got, movedBefore))
+		}
+	}
+	if len(actions) != len(edited) {
+		problems = append(problems, fmt.Sprintf("dry run lists %d VMs, want %d", len(actions), len(edited)))
+	}
+	report(e.t, "replay dry run", problems)
 }
 
 // deadLetters waits until the dead-letter stream holds n messages and returns them.
@@ -80,9 +126,10 @@ func TestReplayFinishesACutShortRollout(t *testing.T) {
 	if _, err := e.js.Publish(e.ctx, events.ChangedSubject(events.KindClusterInstancetype), []byte("not an event")); err != nil {
 		t.Fatal(err)
 	}
+	edited, others := e.selectShapes(onInstancetype(itMedium)), e.selectShapes(onInstancetype(itSmall))
+	e.checkDryRun(eventID, cut, edited)
 	replayID := e.replay(eventID)
 	done := e.follow(replayID)
-	edited, others := e.selectShapes(onInstancetype(itMedium)), e.selectShapes(onInstancetype(itSmall))
 	if len(done.Outcomes) != len(edited) {
 		t.Fatalf("replay: %d outcomes, want %d", len(done.Outcomes), len(edited))
 	}
@@ -132,6 +179,13 @@ func TestDLQRetryAfterATransientFailure(t *testing.T) {
 	if reason := letters[0].Header.Get(events.HeaderDeadReason); !strings.Contains(reason, "gave up after 5 deliveries") {
 		t.Fatalf("dead letter reason %q", reason)
 	}
+	seq := strconv.FormatUint(letters[0].Sequence, 10)
+	if out := e.kvliveCommand(time.Minute, "dlq", "list", "--nats-url", e.nats.URL); !strings.Contains(out, "1 dead letters") || !strings.Contains(out, "gave up after 5 deliveries") {
+		t.Errorf("dlq list:\n%s", out)
+	}
+	if out := e.kvliveCommand(time.Minute, "dlq", "show", seq, "--nats-url", e.nats.URL); !strings.Contains(out, "gave up after 5 deliveries") || !strings.Contains(out, eventID) {
+		t.Errorf("dlq show %s:\n%s", seq, out)
+	}
 	if err := events.Setup(e.ctx, e.js, events.DefaultStreamOptions()); err != nil {
 		t.Fatal(err)
 	}
@@ -143,6 +197,16 @@ func TestDLQRetryAfterATransientFailure(t *testing.T) {
 	p := e.follow(eventID)
 	if len(p.Outcomes) != len(e.selectShapes(onInstancetype(itMedium))) {
 		t.Errorf("%d outcomes after the retry", len(p.Outcomes))
+	}
+	e.deadLetters(0)
+
+	// A poison message nobody will retry: purge drops it.
+	if _, err := e.js.Publish(e.ctx, events.PlanSubject("team-1"), []byte("poison")); err != nil {
+		t.Fatal(err)
+	}
+	e.deadLetters(1)
+	if out := e.kvliveCommand(time.Minute, "dlq", "purge", "--all", "--nats-url", e.nats.URL); !strings.Contains(out, "purged") {
+		t.Errorf("dlq purge printed %q", out)
 	}
 	e.deadLetters(0)
 }

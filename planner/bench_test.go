@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	k8scorev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -30,7 +29,6 @@ func BenchmarkPlanEvent(b *testing.B) {
 	}
 	var kubeObjs []runtime.Object
 	virtObjs := []runtime.Object{hot}
-	four := resource.MustParse("4Gi")
 	for i := range cached {
 		ns, name := fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("vm-%06d", i)
 		it := fmt.Sprintf("cold-%d", i%20)
@@ -52,16 +50,7 @@ func BenchmarkPlanEvent(b *testing.B) {
 		}
 		virtObjs = append(virtObjs, vm)
 		if i%2 == 0 {
-			virtObjs = append(virtObjs, &virtv1.VirtualMachineInstance{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-				Spec: virtv1.VirtualMachineInstanceSpec{Architecture: "amd64", Domain: virtv1.DomainSpec{
-					CPU:    &virtv1.CPU{Sockets: 2, Cores: 1, Threads: 1, MaxSockets: 8},
-					Memory: &virtv1.Memory{Guest: &four, MaxGuest: resource.NewQuantity(16<<30, resource.BinarySI)},
-				}},
-				Status: virtv1.VirtualMachineInstanceStatus{Phase: virtv1.Running,
-					Conditions: []virtv1.VirtualMachineInstanceCondition{{Type: virtv1.VirtualMachineInstanceIsMigratable, Status: k8scorev1.ConditionTrue}},
-					Memory:     &virtv1.MemoryStatus{GuestAtBoot: &four, GuestCurrent: &four, GuestRequested: &four}},
-			})
+			virtObjs = append(virtObjs, testutil.RunningVMI(ns, name))
 		}
 	}
 	f := fleet.New(testutil.FakeClients(kubeObjs, virtObjs...), "")
@@ -73,7 +62,8 @@ func BenchmarkPlanEvent(b *testing.B) {
 	spec := hot.Spec.DeepCopy()
 	spec.CPU.Guest, spec.Memory.Guest = 3, resource.MustParse("6Gi")
 	ref := events.Ref{Kind: events.KindClusterInstancetype, Name: "hot"}
-	target := Target{Target: events.Target{Move: events.MoveRepin, Object: ref, UID: "uid-hot", Generation: 2}, Spec: spec, Memo: &liveplan.Memo{}}
+	// As ChangeTarget builds it: memo and cluster configuration per event.
+	target := Target{Target: events.Target{Move: events.MoveRepin, Object: ref, UID: "uid-hot", Generation: 2}, Spec: spec, Memo: &liveplan.Memo{}, Cluster: cluster(f)}
 
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -13,7 +13,7 @@ import (
 // ChangeTarget moves VMs to the event's generation, unless the object was
 // deleted, re-created, or has moved on (its newer event moves the VMs).
 func ChangeTarget(f *fleet.Fleet, c events.Changed) (Target, error) {
-	t := Target{Target: events.Target{Move: events.MoveRepin, Object: c.Object, UID: c.UID, Generation: c.Generation}, Memo: &liveplan.Memo{}}
+	t := Target{Target: events.Target{Move: events.MoveRepin, Object: c.Object, UID: c.UID, Generation: c.Generation}, Memo: &liveplan.Memo{}, Cluster: cluster(f)}
 	spec, err := fleet.DecodeSpec(c.NewSpec, c.Object.IsPreference())
 	if err != nil {
 		return t, &events.DecodeError{Reason: events.ReasonInvalid, Err: err}
@@ -34,7 +34,7 @@ func ChangeTarget(f *fleet.Fleet, c events.Changed) (Target, error) {
 // CurrentTarget moves VMs to ref's current generation: what `kvlive plan`
 // evaluates, and what an edit's event does once it arrives.
 func CurrentTarget(f *fleet.Fleet, ref events.Ref) Target {
-	t := Target{Target: events.Target{Move: events.MoveRepin, Object: ref}, Memo: &liveplan.Memo{}}
+	t := Target{Target: events.Target{Move: events.MoveRepin, Object: ref}, Memo: &liveplan.Memo{}, Cluster: cluster(f)}
 	live := f.Object(ref)
 	spec, ok := fleet.SpecOf(live)
 	if !ok {
@@ -51,4 +51,9 @@ func SwitchTarget(f *fleet.Fleet, from, to events.Ref) Target {
 	t := CurrentTarget(f, to)
 	t.Move, t.From = events.MoveSwitch, &from
 	return t
+}
+
+func cluster(f *fleet.Fleet) *liveplan.Cluster {
+	c := f.Cluster()
+	return &c
 }

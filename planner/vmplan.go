@@ -23,6 +23,9 @@ type Target struct {
 	Skip string
 	// Memo shares expansion work between this event's VMs; nil is fine.
 	Memo *liveplan.Memo
+	// Cluster is the KubeVirt CR's configuration, read once per target;
+	// nil reads it from the fleet for each VM.
+	Cluster *liveplan.Cluster
 }
 
 // PlanVM decides one VM's plan for t. It reads only the fleet's caches, so
@@ -75,12 +78,17 @@ func PlanVM(f *fleet.Fleet, eventID string, t Target, vm *virtv1.VirtualMachine)
 	if err != nil {
 		return skip(events.ResultSkip, "cannot read the pinned snapshot: %v", err)
 	}
+	cluster := t.Cluster
+	if cluster == nil {
+		c := f.Cluster()
+		cluster = &c
+	}
 	d := liveplan.Decide(liveplan.Input{
 		VM:      vm,
 		VMI:     f.VMI(vm.Namespace, vm.Name),
 		Pinned:  pinned,
 		Target:  withSpec(pinned, t.Spec, preference),
-		Cluster: f.Cluster(),
+		Cluster: *cluster,
 		Memo:    t.Memo,
 	})
 	p.Action, p.Reason, p.Changes = d.Action, d.Reason, d.Changes

@@ -109,9 +109,6 @@ func (w *Watcher) handler(kind string) cache.ResourceEventHandler {
 }
 
 func metaOf(obj any) (metav1.Object, error) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
 	m, ok := obj.(metav1.Object)
 	if !ok {
 		return nil, fmt.Errorf("watcher: unexpected object %T", obj)

@@ -143,7 +143,11 @@ func dlqPurge(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withDLQ(cmd, g, &store, func(ctx context.Context, s dlq.Store) error {
 				if all && len(args) == 0 {
-					return s.Purge(ctx, 0)
+					if err := s.Purge(ctx, 0); err != nil {
+						return err
+					}
+					fmt.Fprintln(cmd.OutOrStdout(), "purged every dead letter")
+					return nil
 				}
 				seqs, err := selectSeqs(ctx, s, args, all)
 				if err != nil {
@@ -153,6 +157,7 @@ func dlqPurge(g *globals) *cobra.Command {
 					if err := s.Purge(ctx, seq); err != nil {
 						return err
 					}
+					fmt.Fprintf(cmd.OutOrStdout(), "purged %d\n", seq)
 				}
 				return nil
 			})

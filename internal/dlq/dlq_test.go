@@ -52,14 +52,14 @@ func TestListShowRetryPurge(t *testing.T) {
 	if string(m.Data) != "plan-1" || m.Header.Get("traceparent") == "" || m.Header.Get(events.HeaderDeadReason) != "" {
 		t.Errorf("retried message: %s %v", m.Data, m.Header)
 	}
-	if letters, _ = s.List(ctx); len(letters) != 1 || string(letters[0].Data) != "plan-2" {
-		t.Fatalf("after retry: %+v", letters)
+	if letters, err = s.List(ctx); err != nil || len(letters) != 1 || string(letters[0].Data) != "plan-2" {
+		t.Fatalf("after retry: %+v, %v", letters, err)
 	}
 	if err := s.Purge(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	if letters, _ = s.List(ctx); len(letters) != 0 {
-		t.Fatalf("after purge: %+v", letters)
+	if letters, err = s.List(ctx); err != nil || len(letters) != 0 {
+		t.Fatalf("after purge: %+v, %v", letters, err)
 	}
 	if _, err := s.Show(ctx, 1); err == nil {
 		t.Error("show of a purged letter succeeded")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"kvlive/events"
 )
@@ -36,17 +37,10 @@ func (r *Reader) ResolveTrace(ctx context.Context, arg string) (string, error) {
 	return rec.TraceID, nil
 }
 
-// IsTraceID reports whether s is a W3C trace id: 32 hex digits.
+// IsTraceID reports whether s is a W3C trace id: 32 hex digits, not all zero.
 func IsTraceID(s string) bool {
-	if len(s) != 32 {
-		return false
-	}
-	for _, c := range s {
-		if !strings.ContainsRune("0123456789abcdefABCDEF", c) {
-			return false
-		}
-	}
-	return true
+	_, err := trace.TraceIDFromHex(strings.ToLower(s))
+	return err == nil
 }
 
 // Spans returns every span stored for traceID, each once, including the

@@ -28,9 +28,9 @@ func TestLeaseChangesHandsOnShutdown(t *testing.T) {
 	}
 	run := func(id string) (context.CancelFunc, *pipeline.Running) {
 		le := pipeline.DefaultLeaderElection()
-		// A Lease that would take a minute to lapse: only a release hands
-		// it over within the test's wait.
-		le.Namespace, le.Identity, le.LeaseDuration, le.RenewDeadline, le.RetryPeriod = "kvlive", id, time.Minute, 50*time.Second, 100*time.Millisecond
+		// A Lease that would take an hour to lapse: only a release hands it
+		// over within the test's wait.
+		le.Namespace, le.Identity, le.LeaseDuration, le.RenewDeadline, le.RetryPeriod = "kvlive", id, time.Hour, 50*time.Minute, 100*time.Millisecond
 		ctx, cancel := context.WithCancel(context.Background())
 		r, err := pipeline.Start(ctx, pipeline.Config{Clients: clients, JetStream: js, Stages: []string{pipeline.StageWatcher}, LeaderElection: &le})
 		if err != nil {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	k8scorev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -59,17 +58,7 @@ func fleet() []runtime.Object {
 				Template: &virtv1.VirtualMachineInstanceTemplateSpec{Spec: virtv1.VirtualMachineInstanceSpec{Architecture: "amd64"}}},
 		})
 		if running && it == "u1" {
-			four := resource.MustParse("4Gi")
-			objs = append(objs, &virtv1.VirtualMachineInstance{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: fmt.Sprintf("ns-%d", i%3)},
-				Spec: virtv1.VirtualMachineInstanceSpec{Architecture: "amd64", Domain: virtv1.DomainSpec{
-					CPU:    &virtv1.CPU{Sockets: 2, Cores: 1, Threads: 1, MaxSockets: 8},
-					Memory: &virtv1.Memory{Guest: &four, MaxGuest: resource.NewQuantity(16<<30, resource.BinarySI)},
-				}},
-				Status: virtv1.VirtualMachineInstanceStatus{Phase: virtv1.Running,
-					Conditions: []virtv1.VirtualMachineInstanceCondition{{Type: virtv1.VirtualMachineInstanceIsMigratable, Status: k8scorev1.ConditionTrue}},
-					Memory:     &virtv1.MemoryStatus{GuestAtBoot: &four, GuestCurrent: &four, GuestRequested: &four}},
-			})
+			objs = append(objs, testutil.RunningVMI(fmt.Sprintf("ns-%d", i%3), name))
 		}
 	}
 	return objs
@@ -332,8 +321,8 @@ func TestPausedRolloutHoldsEveryPlanUntilResumed(t *testing.T) {
 			t.Errorf("%s patched %d times, want once", name, n)
 		}
 	}
-	if st, _ := inspect.NewReader(js).Status(ctx, eventID); st.Held != 0 {
-		t.Errorf("%d plans still held after resume", st.Held)
+	if st, err := inspect.NewReader(js).Status(ctx, eventID); err != nil || st.Held != 0 {
+		t.Errorf("%d plans still held after resume (%v)", st.Held, err)
 	}
 }
 

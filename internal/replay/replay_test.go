@@ -65,8 +65,6 @@ func ids(stored []Stored) string {
 func TestSelect(t *testing.T) {
 	js := testutil.JetStream(t)
 	e1 := publishChange(t, js, 2)
-	time.Sleep(20 * time.Millisecond) // a boundary for --since
-	mid := time.Now()
 	sw := publishSwitch(t, js)
 	e3 := publishChange(t, js, 3)
 	// A poison message in the stream is skipped, not fatal.
@@ -74,6 +72,12 @@ func TestSelect(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := events.Ref{Kind: events.KindClusterInstancetype, Name: "other"}
+	// --since boundary: just after the first event as the stream stored it.
+	first, err := Select(context.Background(), js, Selection{EventID: e1})
+	if err != nil || len(first) != 1 {
+		t.Fatalf("select %s: %v, %v", e1, first, err)
+	}
+	mid := first[0].Time.Add(time.Nanosecond)
 	tests := []struct {
 		name string
 		sel  Selection

@@ -79,7 +79,7 @@ func startAPIServer(t testing.TB, configure func(*envtest.APIServer)) (*rest.Con
 	silenceOnce.Do(func() { ctrllog.SetLogger(logr.Discard()) })
 	root := RepoRoot(t)
 	paths := binaries(t, "kube-apiserver", "etcd")
-	var apiLog, etcdLog logBuffer
+	var apiLog, etcdLog LogBuffer
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: filepath.Join(root, binDir),
 		CRDDirectoryPaths:     []string{filepath.Join(root, crdDir)},

@@ -76,7 +76,7 @@ func StartJaeger(t testing.TB) *Jaeger {
 		OTLPGRPC: fmt.Sprintf("127.0.0.1:%d", ports[2]),
 		OTLPHTTP: fmt.Sprintf("127.0.0.1:%d", ports[3]),
 	}
-	var log logBuffer
+	var log LogBuffer
 	cmd := exec.Command(bin, "--config", cfgPath)
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {

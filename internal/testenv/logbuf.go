@@ -10,25 +10,38 @@ import (
 // logTailLines is how much of a server's output a failed test shows.
 const logTailLines = 40
 
-// logBuffer collects a server process's output so a failing test can show
-// its end. It is written by the exec package's copying goroutine and read by
-// the test, hence the lock.
-type logBuffer struct {
+// LogBuffer collects a process's output so a failing test can show its
+// end. It is written by the exec package's copying goroutine (or a logger)
+// and read by the test, hence the lock.
+type LogBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *logBuffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (b *LogBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-// tail returns the last n lines written.
-func (b *logBuffer) tail(n int) string {
+// String returns everything written so far.
+func (b *LogBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	lines := strings.Split(strings.TrimRight(b.buf.String(), "\n"), "\n")
+	return b.buf.String()
+}
+
+// Len is how many bytes were written.
+func (b *LogBuffer) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Len()
+}
+
+// Tail returns the last n lines written.
+func (b *LogBuffer) Tail(n int) string {
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
@@ -37,7 +50,7 @@ func (b *logBuffer) tail(n int) string {
 
 // showTailIfFailed shows the end of a server's output if the test has failed;
 // meant for t.Cleanup.
-func showTailIfFailed(t testing.TB, name string, b *logBuffer) {
+func showTailIfFailed(t testing.TB, name string, b *LogBuffer) {
 	t.Helper()
 	if t.Failed() {
 		showTail(t, name, b)
@@ -45,7 +58,7 @@ func showTailIfFailed(t testing.TB, name string, b *logBuffer) {
 }
 
 // showTail shows the end of a server's output, before failing.
-func showTail(t testing.TB, name string, b *logBuffer) {
+func showTail(t testing.TB, name string, b *LogBuffer) {
 	t.Helper()
-	t.Logf("last %d lines of %s output:\n%s", logTailLines, name, b.tail(logTailLines))
+	t.Logf("last %d lines of %s output:\n%s", logTailLines, name, b.Tail(logTailLines))
 }

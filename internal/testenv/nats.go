@@ -39,7 +39,7 @@ type NATSServer struct {
 	binary     string
 	configPath string
 	healthURL  string
-	log        logBuffer
+	log        LogBuffer
 	cmd        *exec.Cmd
 	exited     chan struct{}
 }
