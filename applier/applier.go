@@ -16,19 +16,33 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/time/rate"
 	"k8s.io/utils/clock"
+	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
-	"kvlive/internal/control"
-	"kvlive/internal/fleet"
-	"kvlive/internal/metrics"
-	"kvlive/internal/natsutil"
+	"kvlive/instancetype"
+	"kvlive/internal/rollout"
+	"kvlive/internal/kube"
+	"kvlive/internal/telemetry"
+	"kvlive/internal/bus"
 )
 
 const tracerName = "kvlive/applier"
 
+// Fleet is what the applier reads from the process's informer cache.
+type Fleet interface {
+	instancetype.Lookup
+	instancetype.Objects
+	// VM returns the cached VM namespace/name, or nil.
+	VM(namespace, name string) *virtv1.VirtualMachine
+	// Cluster is the KubeVirt CR's live-update configuration.
+	Cluster() instancetype.Cluster
+}
+
 // Config configures an Applier.
 type Config struct {
-	Fleet     *fleet.Fleet
+	// Clients write the VMs and their revisions; Fleet is read from the cache.
+	Clients   kube.Clients
+	Fleet     Fleet
 	JetStream jetstream.JetStream
 	Log       *slog.Logger
 	Tracer    trace.TracerProvider
@@ -42,7 +56,7 @@ type Config struct {
 	// reaction (the live change on the VMI, or RestartRequired), recorded as
 	// span events; zero turns observation off.
 	ObserveTimeout time.Duration
-	Metrics        *metrics.Metrics
+	Metrics        *telemetry.Metrics
 }
 
 // Applier consumes plans, moves VMs and publishes outcomes.
@@ -56,15 +70,15 @@ type Applier struct {
 	observers chan struct{}
 	observing sync.WaitGroup
 	// watch is every rollout's pause/abort state, kept current by Run.
-	watch *control.Watch
+	watch *rollout.Watch
 	// held is the stream paused rollouts' plans are parked in.
 	held jetstream.Stream
 }
 
 // New builds an Applier; nothing runs until Run.
 func New(cfg Config) (*Applier, error) {
-	if cfg.Fleet == nil || cfg.JetStream == nil {
-		return nil, errors.New("applier: fleet and JetStream are required")
+	if cfg.Fleet == nil || cfg.JetStream == nil || cfg.Clients.Virt == nil || cfg.Clients.Kube == nil {
+		return nil, errors.New("applier: clients, fleet and JetStream are required")
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -93,7 +107,7 @@ func (a *Applier) Run(ctx context.Context) error {
 	if a.held, err = a.cfg.JetStream.Stream(ctx, events.StreamHeld); err != nil {
 		return fmt.Errorf("applier: stream %s: %w", events.StreamHeld, err)
 	}
-	store, err := control.Open(ctx, a.cfg.JetStream)
+	store, err := rollout.Open(ctx, a.cfg.JetStream)
 	if err != nil {
 		return fmt.Errorf("applier: %w", err)
 	}
@@ -101,7 +115,7 @@ func (a *Applier) Run(ctx context.Context) error {
 	// rollout resumed while no applier ran left held.
 	leftPause := make(chan string, 1)
 	leftPause <- ""
-	if a.watch, err = store.StartWatch(ctx, func(eventID string, st control.State) {
+	if a.watch, err = store.StartWatch(ctx, func(eventID string, st rollout.State) {
 		if st.State != events.StatePaused {
 			go func() {
 				select {
@@ -115,7 +129,7 @@ func (a *Applier) Run(ctx context.Context) error {
 	}
 	go a.releaser(ctx, leftPause)
 	a.cfg.Log.Info("applier started", "workers", a.cfg.Workers)
-	natsutil.Consume(ctx, cons, a.cfg.Workers, a.handle, func(err error) {
+	bus.Consume(ctx, cons, a.cfg.Workers, a.handle, func(err error) {
 		a.cfg.Log.Warn("applier: consuming plans failed, retrying", "err", err)
 	})
 	a.observing.Wait()

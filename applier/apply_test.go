@@ -14,10 +14,10 @@ import (
 	"kubevirt.io/api/instancetype/v1beta1"
 
 	"kvlive/events"
-	"kvlive/internal/control"
-	"kvlive/internal/fleet"
+	"kvlive/instancetype"
+	"kvlive/internal/rollout"
 	"kvlive/internal/kube"
-	"kvlive/internal/testutil"
+	"kvlive/internal/testenv"
 )
 
 // fixture: cluster instance type u1 at generation 2, VM "a" (stopped)
@@ -32,20 +32,15 @@ func fixture(t *testing.T) (*Applier, kube.Clients, events.Plan) {
 		ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "uid-a"},
 		Spec:       virtv1.VirtualMachineSpec{Instancetype: &virtv1.InstancetypeMatcher{Name: "u1"}},
 	}
-	gen1, err := fleet.NewRevision(vm, u1)
+	gen1, err := instancetype.NewRevision(vm, u1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	vm.Status.InstancetypeRef = &virtv1.InstancetypeStatusRef{Name: "u1", ControllerRevisionRef: &virtv1.ControllerRevisionRef{Name: gen1.Name}}
 	u1.Generation, u1.Spec.CPU.Guest = 2, 3
-	clients := testutil.FakeClients([]runtime.Object{gen1}, u1, vm)
-	f := fleet.New(clients, "")
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	if err := f.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	a, err := New(Config{Fleet: f, JetStream: testutil.JetStream(t)})
+	clients := testenv.FakeClients([]runtime.Object{gen1}, u1, vm)
+	f := testenv.StartCache(t, clients)
+	a, err := New(Config{Clients: clients, Fleet: f, JetStream: testenv.JetStream(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +132,7 @@ func TestApplyStopsWhenTheRolloutIsPausedBeforeItsTurn(t *testing.T) {
 	a, clients, plan := fixture(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store, err := control.Open(ctx, a.cfg.JetStream)
+	store, err := rollout.Open(ctx, a.cfg.JetStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +156,7 @@ func TestApplyDeletedVMIsSkipped(t *testing.T) {
 	if err := clients.Virt.KubevirtV1().VirtualMachines("ns").Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, func() bool { return a.cfg.Fleet.VM("ns", "a") == nil })
+	testenv.Eventually(t, 30*time.Second, "the cache to catch up", func() bool { return a.cfg.Fleet.VM("ns", "a") == nil })
 	out, err := a.apply(ctx, plan)
 	if err != nil || out.Result != events.ResultSkip || out.Wrote || !strings.Contains(out.Reason, "deleted") {
 		t.Fatalf("outcome %+v, err %v", out, err)
@@ -174,7 +169,7 @@ func TestApplyDeletedInstancetypeIsSkipped(t *testing.T) {
 	if err := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes().Delete(ctx, "u1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, func() bool { return a.cfg.Fleet.Object(plan.Target.Object) == nil })
+	testenv.Eventually(t, 30*time.Second, "the cache to catch up", func() bool { return a.cfg.Fleet.Object(plan.Target.Object) == nil })
 	out, err := a.apply(ctx, plan)
 	if err != nil || out.Result != events.ResultSkip || out.Wrote || !strings.Contains(out.Reason, "deleted") {
 		t.Fatalf("outcome %+v, err %v", out, err)
@@ -193,7 +188,7 @@ func TestApplySupersededGenerationIsSkipped(t *testing.T) {
 	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, func() bool {
+	testenv.Eventually(t, 30*time.Second, "the cache to catch up", func() bool {
 		o, _ := a.cfg.Fleet.Object(plan.Target.Object).(metav1.Object)
 		return o != nil && o.GetGeneration() == 3
 	})
@@ -206,16 +201,5 @@ func TestApplySupersededGenerationIsSkipped(t *testing.T) {
 func TestIsTransient(t *testing.T) {
 	if !IsTransient(context.DeadlineExceeded) || IsTransient(context.Canceled) {
 		t.Error("deadline should be transient, cancel not")
-	}
-}
-
-func waitGone(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("cache did not catch up")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

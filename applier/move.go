@@ -17,8 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"kvlive/events"
-	"kvlive/internal/fleet"
-	"kvlive/planner"
+	"kvlive/instancetype"
 )
 
 // maxReplans bounds how often one plan is re-planned because the VM kept
@@ -105,17 +104,17 @@ func (a *Applier) recheck(ctx context.Context, plan events.Plan) (events.Plan, *
 // revisionBehind reports, as a transient error, a pinned ControllerRevision
 // that the server has but the cache has not seen yet.
 func (a *Applier) revisionBehind(ctx context.Context, vm *virtv1.VirtualMachine, preference bool) error {
-	pin, err := fleet.PinOf(vm, preference)
+	pin, err := instancetype.PinOf(vm, preference)
 	if err != nil {
 		return nil
 	}
-	cr, err := a.cfg.Fleet.Clients.Kube.AppsV1().ControllerRevisions(vm.Namespace).Get(ctx, pin.Revision, metav1.GetOptions{})
+	cr, err := a.cfg.Clients.Kube.AppsV1().ControllerRevisions(vm.Namespace).Get(ctx, pin.Revision, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
 	case err != nil:
 		return fmt.Errorf("%w: get ControllerRevision %s/%s: %w", errTransient, vm.Namespace, pin.Revision, err)
-	case !fleet.IsSnapshot(cr):
+	case !instancetype.IsSnapshot(cr):
 		return nil // not an instancetype snapshot: the cache never holds it, the skip stands
 	}
 	return fmt.Errorf("%w: ControllerRevision %s/%s is not in the cache yet", errTransient, vm.Namespace, pin.Revision)
@@ -137,11 +136,11 @@ func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.Virtua
 	if obj == nil {
 		return events.Outcome{Result: events.ResultSkip, Reason: skip}, false, err
 	}
-	want, err := fleet.NewRevision(vm, obj)
+	want, err := instancetype.NewRevision(vm, obj)
 	if err != nil {
 		return failed(err), false, nil
 	}
-	pin, err := fleet.PinOf(vm, preference)
+	pin, err := instancetype.PinOf(vm, preference)
 	if err != nil {
 		return events.Outcome{}, true, nil
 	}
@@ -158,9 +157,9 @@ func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.Virtua
 		return classify(err)
 	}
 	patch, sub := RepinPatch(pin.Field, preference, pin.Revision, want.Name)
-	if _, err := a.cfg.Fleet.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, sub...); err != nil {
+	if _, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, sub...); err != nil {
 		return a.patchFailed(ctx, plan, err, func(fresh *virtv1.VirtualMachine) bool {
-			p, perr := fleet.PinOf(fresh, preference)
+			p, perr := instancetype.PinOf(fresh, preference)
 			return perr != nil || p.Revision != pin.Revision || p.Field != pin.Field
 		})
 	}
@@ -175,9 +174,9 @@ func (a *Applier) switchVM(ctx context.Context, plan events.Plan, vm *virtv1.Vir
 	if !ok {
 		return events.Outcome{}, true, nil
 	}
-	currentRef, _ := fleet.InstancetypeRef(vm)
+	currentRef, _ := instancetype.InstancetypeRef(vm)
 	if preference {
-		currentRef, _ = fleet.PreferenceRef(vm)
+		currentRef, _ = instancetype.PreferenceRef(vm)
 	}
 	if currentRef == t.Object {
 		return events.Outcome{Result: plan.Action, Reason: joinReason("already switched (an earlier attempt moved it)", plan.Reason), Changes: plan.Changes}, false, nil
@@ -192,7 +191,7 @@ func (a *Applier) switchVM(ctx context.Context, plan events.Plan, vm *virtv1.Vir
 		return events.Outcome{}, false, err
 	}
 	patch := SwitchPatch(current, preference, t.Object)
-	if _, err := a.cfg.Fleet.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
 		return a.patchFailed(ctx, plan, err, func(fresh *virtv1.VirtualMachine) bool {
 			m, ok := MatcherOf(fresh, preference)
 			return !ok || m != current
@@ -236,7 +235,7 @@ func (a *Applier) targetObject(t events.Target) (runtime.Object, string, error) 
 // ensureRevision creates the snapshot; finding it already there with the
 // same data (an earlier attempt, or KubeVirt itself) is success.
 func (a *Applier) ensureRevision(ctx context.Context, want *appsv1.ControllerRevision) error {
-	crs := a.cfg.Fleet.Clients.Kube.AppsV1().ControllerRevisions(want.Namespace)
+	crs := a.cfg.Clients.Kube.AppsV1().ControllerRevisions(want.Namespace)
 	_, err := crs.Create(ctx, want, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
 		if err != nil {
@@ -248,7 +247,7 @@ func (a *Applier) ensureRevision(ctx context.Context, want *appsv1.ControllerRev
 	if err != nil {
 		return fmt.Errorf("get ControllerRevision %s/%s: %w", want.Namespace, want.Name, err)
 	}
-	if !fleet.SameSnapshot(existing, want) {
+	if !instancetype.SameSnapshot(existing, want) {
 		return fmt.Errorf("ControllerRevision %s/%s exists with other data", want.Namespace, want.Name)
 	}
 	return nil
@@ -262,7 +261,7 @@ func (a *Applier) currentVM(ctx context.Context, ref events.VMRef, fresh bool) (
 		vm = a.cfg.Fleet.VM(ref.Namespace, ref.Name)
 	}
 	if vm == nil {
-		got, err := a.cfg.Fleet.Clients.Virt.KubevirtV1().VirtualMachines(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		got, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachines(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
@@ -286,7 +285,7 @@ func (a *Applier) vmGone(plan events.Plan, err error) (events.Outcome, error) {
 
 // replan decides the VM's plan again against the live target object.
 func (a *Applier) replan(plan events.Plan, vm *virtv1.VirtualMachine) (events.Plan, error) {
-	t := planner.Target{Target: plan.Target}
+	t := instancetype.Target{Target: plan.Target, Cluster: a.cfg.Fleet.Cluster()}
 	obj, skip, err := a.targetObject(plan.Target)
 	if err != nil {
 		return plan, err
@@ -294,12 +293,12 @@ func (a *Applier) replan(plan events.Plan, vm *virtv1.VirtualMachine) (events.Pl
 	if obj == nil {
 		t.Skip = skip
 	} else {
-		t.Spec, _ = fleet.SpecOf(obj)
+		t.Spec, _ = instancetype.SpecOf(obj)
 	}
 	if plan.Target.Move == events.MoveSwitch {
 		t.FromRevision, t.Pin = "", ""
 	}
-	return planner.PlanVM(a.cfg.Fleet, plan.EventID, t, vm), nil
+	return instancetype.PlanVM(a.cfg.Fleet, plan.EventID, t, vm), nil
 }
 
 // classify turns an API error into a retry (transient) or a failed outcome.

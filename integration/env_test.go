@@ -103,14 +103,20 @@ func (e *env) startStandin() {
 	e.t.Helper()
 	var log testenv.LogBuffer
 	ctx, cancel := context.WithCancel(context.Background())
+	fleet, err := kube.NewCache(e.clients, "")
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	c := standin.New(standin.Config{
-		Clients: e.clients, Workers: 16,
+		Cache: fleet, Workers: 16,
 		Log: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
+	fleet.Start(ctx)
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	e.t.Cleanup(func() {
 		cancel()
+		fleet.Shutdown()
 		if err := <-done; err != nil {
 			e.t.Errorf("stand-in: %v", err)
 		}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"kvlive/events"
-	"kvlive/internal/whatif"
+	"kvlive/planner/offline"
 )
 
 // TestPlanPredictsTheFleet runs `kvlive plan` against the real API server
@@ -21,12 +21,12 @@ func TestPlanPredictsTheFleet(t *testing.T) {
 	e.editInstancetype(itMedium, 3, "6Gi")
 
 	out := e.kvliveCommand(time.Minute, "plan", "clusterinstancetype/"+itMedium, "-A", "-o", "json", "--kubeconfig", e.kubeconfig)
-	var report whatif.Report
+	var report offline.Report
 	if err := json.Unmarshal([]byte(out), &report); err != nil {
 		t.Fatalf("plan -o json: %v\n%s", err, out)
 	}
 	edited := e.selectShapes(onInstancetype(itMedium))
-	got := map[string]whatif.VMReport{}
+	got := map[string]offline.VMReport{}
 	for _, vm := range report.VMs {
 		got[vm.Namespace+"/"+vm.Name] = vm
 	}

@@ -1,7 +1,6 @@
 package planner
 
 import (
-	"context"
 	"fmt"
 	"testing"
 
@@ -13,9 +12,8 @@ import (
 	"kubevirt.io/api/instancetype/v1beta1"
 
 	"kvlive/events"
-	"kvlive/internal/fleet"
-	"kvlive/internal/testutil"
-	"kvlive/planner/liveplan"
+	"kvlive/internal/testenv"
+	"kvlive/instancetype"
 )
 
 // BenchmarkPlanEvent plans one event that references 10,000 of 100,000
@@ -41,7 +39,7 @@ func BenchmarkPlanEvent(b *testing.B) {
 				Template: &virtv1.VirtualMachineInstanceTemplateSpec{Spec: virtv1.VirtualMachineInstanceSpec{Architecture: "amd64"}}},
 		}
 		if it == "hot" {
-			rev, err := fleet.NewRevision(vm, hot)
+			rev, err := instancetype.NewRevision(vm, hot)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -50,20 +48,15 @@ func BenchmarkPlanEvent(b *testing.B) {
 		}
 		virtObjs = append(virtObjs, vm)
 		if i%2 == 0 {
-			virtObjs = append(virtObjs, testutil.RunningVMI(ns, name))
+			virtObjs = append(virtObjs, testenv.RunningVMI(ns, name))
 		}
 	}
-	f := fleet.New(testutil.FakeClients(kubeObjs, virtObjs...), "")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := f.Run(ctx); err != nil {
-		b.Fatal(err)
-	}
+	f := testenv.StartCache(b, testenv.FakeClients(kubeObjs, virtObjs...))
 	spec := hot.Spec.DeepCopy()
 	spec.CPU.Guest, spec.Memory.Guest = 3, resource.MustParse("6Gi")
 	ref := events.Ref{Kind: events.KindClusterInstancetype, Name: "hot"}
 	// As ChangeTarget builds it: memo and cluster configuration per event.
-	target := Target{Target: events.Target{Move: events.MoveRepin, Object: ref, UID: "uid-hot", Generation: 2}, Spec: spec, Memo: &liveplan.Memo{}, Cluster: cluster(f)}
+	target := instancetype.Target{Target: events.Target{Move: events.MoveRepin, Object: ref, UID: "uid-hot", Generation: 2}, Spec: spec, Memo: &instancetype.Memo{}, Cluster: f.Cluster()}
 
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -73,7 +66,7 @@ func BenchmarkPlanEvent(b *testing.B) {
 			b.Fatalf("%d VMs, %v", len(vms), err)
 		}
 		for _, vm := range vms {
-			if p := PlanVM(f, "ev", target, vm); p.Action != events.ResultLive && p.Action != events.ResultNextBoot {
+			if p := instancetype.PlanVM(f, "ev", target, vm); p.Action != events.ResultLive && p.Action != events.ResultNextBoot {
 				b.Fatalf("%s: %s %s", vm.Name, p.Action, p.Reason)
 			}
 		}

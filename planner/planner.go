@@ -18,16 +18,27 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
-	"kvlive/internal/fleet"
-	"kvlive/internal/metrics"
-	"kvlive/internal/natsutil"
+	"kvlive/instancetype"
+	"kvlive/internal/telemetry"
+	"kvlive/internal/bus"
 )
 
 const tracerName = "kvlive/planner"
 
+// Fleet is what the planner reads from the process's informer cache.
+type Fleet interface {
+	instancetype.Lookup
+	instancetype.Objects
+	// Referencing returns the VMs that reference ref, narrowed to a
+	// namespace ("" for all) and a label selector (nil for all).
+	Referencing(ref events.Ref, namespace string, selector labels.Selector) ([]*virtv1.VirtualMachine, error)
+	// Cluster is the KubeVirt CR's live-update configuration.
+	Cluster() instancetype.Cluster
+}
+
 // Config configures a Planner.
 type Config struct {
-	Fleet     *fleet.Fleet
+	Fleet     Fleet
 	JetStream jetstream.JetStream
 	Log       *slog.Logger
 	Tracer    trace.TracerProvider
@@ -38,7 +49,7 @@ type Config struct {
 	// a trace of its own, linked to the plan span, so a huge rollout stays
 	// readable in a trace backend. Zero means DefaultTraceFanout.
 	TraceFanout int
-	Metrics     *metrics.Metrics
+	Metrics     *telemetry.Metrics
 }
 
 // DefaultTraceFanout keeps rollouts of up to 1,000 VMs in one trace.
@@ -79,7 +90,7 @@ func (p *Planner) Run(ctx context.Context) error {
 		return fmt.Errorf("planner: consumer: %w", err)
 	}
 	p.cfg.Log.Info("planner started")
-	natsutil.Consume(ctx, cons, p.cfg.Workers, p.handle, func(err error) {
+	bus.Consume(ctx, cons, p.cfg.Workers, p.handle, func(err error) {
 		p.cfg.Log.Warn("planner: consuming events failed, retrying", "err", err)
 	})
 	return nil
@@ -145,39 +156,39 @@ func (p *Planner) retry(ctx context.Context, msg jetstream.Msg, what string, err
 }
 
 // resolve decodes an event into its id and type, its target and the VMs it reaches.
-func (p *Planner) resolve(msg jetstream.Msg) (string, string, Target, []*virtv1.VirtualMachine, error) {
+func (p *Planner) resolve(msg jetstream.Msg) (string, string, instancetype.Target, []*virtv1.VirtualMachine, error) {
 	env, err := events.Parse(msg.Data())
 	if err != nil {
-		return "", "", Target{}, nil, err
+		return "", "", instancetype.Target{}, nil, err
 	}
 	id, t, vms, err := p.resolveEnvelope(env)
 	return id, env.Type, t, vms, err
 }
 
-func (p *Planner) resolveEnvelope(env *events.Envelope) (string, Target, []*virtv1.VirtualMachine, error) {
+func (p *Planner) resolveEnvelope(env *events.Envelope) (string, instancetype.Target, []*virtv1.VirtualMachine, error) {
 	switch env.Type {
 	case events.TypeInstancetypeChanged, events.TypePreferenceChanged:
 		var c events.Changed
 		if err := env.Into(&c); err != nil {
-			return "", Target{}, nil, err
+			return "", instancetype.Target{}, nil, err
 		}
-		t, err := ChangeTarget(p.cfg.Fleet, c)
+		t, err := instancetype.ChangeTarget(p.cfg.Fleet, p.cfg.Fleet.Cluster(), c)
 		if err != nil {
-			return "", Target{}, nil, err
+			return "", instancetype.Target{}, nil, err
 		}
 		vms, err := p.cfg.Fleet.Referencing(c.Object, "", nil)
 		return env.ID, t, vms, err
 	case events.TypeSwitchRequested:
 		var s events.SwitchRequest
 		if err := env.Into(&s); err != nil {
-			return "", Target{}, nil, err
+			return "", instancetype.Target{}, nil, err
 		}
 		sel, err := labels.Parse(s.Selector)
 		if err != nil {
-			return "", Target{}, nil, &events.DecodeError{Reason: events.ReasonInvalid, Err: fmt.Errorf("selector %q: %w", s.Selector, err)}
+			return "", instancetype.Target{}, nil, &events.DecodeError{Reason: events.ReasonInvalid, Err: fmt.Errorf("selector %q: %w", s.Selector, err)}
 		}
 		vms, err := p.cfg.Fleet.Referencing(s.From, s.Namespace, sel)
-		return env.ID, SwitchTarget(p.cfg.Fleet, s.From, s.To), vms, err
+		return env.ID, instancetype.SwitchTarget(p.cfg.Fleet, p.cfg.Fleet.Cluster(), s.From, s.To), vms, err
 	}
-	return "", Target{}, nil, &events.DecodeError{Reason: events.ReasonUnknownType, Err: fmt.Errorf("%s is not an event the planner handles", env.Type)}
+	return "", instancetype.Target{}, nil, &events.DecodeError{Reason: events.ReasonUnknownType, Err: fmt.Errorf("%s is not an event the planner handles", env.Type)}
 }

@@ -10,6 +10,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
+	"kvlive/instancetype"
 )
 
 // progressEvery is how many plans go out between InProgress signals, which
@@ -19,7 +20,7 @@ const progressEvery = 500
 // publishPlans plans every VM and publishes the plans asynchronously, then
 // waits for every publish ack. Plans carry deterministic Msg-Ids, so a retry
 // after a partial failure or a crash is deduplicated by the stream.
-func (p *Planner) publishPlans(ctx context.Context, msg jetstream.Msg, eventID string, t Target, vms []*virtv1.VirtualMachine) (map[events.Result]int, error) {
+func (p *Planner) publishPlans(ctx context.Context, msg jetstream.Msg, eventID string, t instancetype.Target, vms []*virtv1.VirtualMachine) (map[events.Result]int, error) {
 	ctx, span := p.tracer.Start(ctx, "publish plans", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("messaging.destination.name", events.StreamPlans), attribute.Int("messaging.batch.message_count", len(vms))))
 	defer span.End()
@@ -28,7 +29,7 @@ func (p *Planner) publishPlans(ctx context.Context, msg jetstream.Msg, eventID s
 	now := p.cfg.Clock.Now()
 	ownTraces := len(vms) > p.cfg.TraceFanout
 	for i, vm := range vms {
-		plan := PlanVM(p.cfg.Fleet, eventID, t, vm)
+		plan := instancetype.PlanVM(p.cfg.Fleet, eventID, t, vm)
 		counts[plan.Action]++
 		id := events.PlanID(eventID, plan.VM.UID)
 		body, err := events.Encode(events.TypePlan, id, "kvlive/planner", plan.VM.String(), now, &plan)
@@ -63,7 +64,7 @@ func (p *Planner) publishPlans(ctx context.Context, msg jetstream.Msg, eventID s
 
 // recordRollout stores how many plans the event produced, by result, so
 // progress and completion can be read without scanning the plans stream.
-func (p *Planner) recordRollout(ctx context.Context, eventID string, t Target, counts map[events.Result]int) error {
+func (p *Planner) recordRollout(ctx context.Context, eventID string, t instancetype.Target, counts map[events.Result]int) error {
 	kv, err := p.cfg.JetStream.KeyValue(ctx, events.BucketRollouts)
 	if err != nil {
 		return fmt.Errorf("planner: kv %s: %w", events.BucketRollouts, err)

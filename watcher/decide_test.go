@@ -8,7 +8,8 @@ import (
 	"kubevirt.io/api/instancetype/v1beta1"
 
 	"kvlive/events"
-	"kvlive/internal/testutil"
+	"kvlive/internal/kube"
+	"kvlive/internal/testenv"
 )
 
 func TestDecide(t *testing.T) {
@@ -50,7 +51,11 @@ func TestHandlerEnqueuesOnGenerationChangeOnly(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w, err := New(Config{Clients: testutil.FakeClients(nil), JetStream: testutil.JetStream(t)})
+			fleet, err := kube.NewCache(testenv.FakeClients(nil), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := New(Config{Informers: fleet.ObjectInformers(), JetStream: testenv.JetStream(t)})
 			if err != nil {
 				t.Fatal(err)
 			}

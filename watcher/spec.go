@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"kvlive/internal/fleet"
+	"kvlive/instancetype"
 )
 
 // specOf marshals the spec of any of the four watched kinds.
 func specOf(obj any) (json.RawMessage, error) {
-	spec, ok := fleet.SpecOf(obj)
+	spec, ok := instancetype.SpecOf(obj)
 	if !ok {
 		return nil, fmt.Errorf("watcher: unexpected object %T", obj)
 	}

@@ -32,7 +32,9 @@ const maxRetries = 15
 
 // Config configures a Watcher.
 type Config struct {
-	Clients   kube.Clients
+	// Informers are the process's informers on the four watched kinds
+	// (kube.Cache.ObjectInformers); the wiring starts them.
+	Informers kube.ObjectInformers
 	JetStream jetstream.JetStream
 	// Namespace limits namespaced kinds to one namespace; "" watches all.
 	Namespace string
@@ -51,6 +53,7 @@ type objectKey struct {
 type Watcher struct {
 	cfg       Config
 	informers kube.ObjectInformers
+	handlers  []registration
 	queue     workqueue.TypedRateLimitingInterface[objectKey]
 	tracer    trace.Tracer
 	prop      propagation.TextMapPropagator
@@ -59,8 +62,8 @@ type Watcher struct {
 
 // New builds a Watcher; nothing runs until Run.
 func New(cfg Config) (*Watcher, error) {
-	if cfg.JetStream == nil || cfg.Clients.Virt == nil {
-		return nil, errors.New("watcher: JetStream and clients are required")
+	if cfg.JetStream == nil || len(cfg.Informers) == 0 {
+		return nil, errors.New("watcher: JetStream and informers are required")
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -73,7 +76,7 @@ func New(cfg Config) (*Watcher, error) {
 	}
 	w := &Watcher{
 		cfg:       cfg,
-		informers: cfg.Clients.NewObjectInformers(cfg.Namespace),
+		informers: cfg.Informers,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[objectKey](),
 			workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "kvlive-watcher"}),
@@ -81,11 +84,29 @@ func New(cfg Config) (*Watcher, error) {
 		prop:   propagation.TraceContext{},
 	}
 	for kind, inf := range w.informers {
-		if _, err := inf.AddEventHandler(w.handler(kind)); err != nil {
+		reg, err := inf.AddEventHandler(w.handler(kind))
+		if err != nil {
+			w.removeHandlers()
 			return nil, fmt.Errorf("watcher: %s handler: %w", kind, err)
 		}
+		w.handlers = append(w.handlers, registration{inf, reg})
 	}
 	return w, nil
+}
+
+// registration is one handler the watcher added to a shared informer.
+type registration struct {
+	informer cache.SharedIndexInformer
+	handle   cache.ResourceEventHandlerRegistration
+}
+
+// removeHandlers takes the watcher's handlers off the shared informers, so
+// a watcher of an ended leadership term stops enqueueing.
+func (w *Watcher) removeHandlers() {
+	for _, r := range w.handlers {
+		_ = r.informer.RemoveEventHandler(r.handle)
+	}
+	w.handlers = nil
 }
 
 // handler only filters and enqueues: an update counts when the generation
@@ -116,6 +137,17 @@ func metaOf(obj any) (metav1.Object, error) {
 	return m, nil
 }
 
+// hasSynced reports whether the informers have listed once and this
+// watcher's handlers have seen every listed object.
+func (w *Watcher) hasSynced() bool {
+	for _, r := range w.handlers {
+		if !r.handle.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
 // QueueDepth is how many objects wait to be compared with their records.
 func (w *Watcher) QueueDepth() int { return w.queue.Len() }
 
@@ -123,13 +155,13 @@ func (w *Watcher) QueueDepth() int { return w.queue.Len() }
 func (w *Watcher) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	defer w.queue.ShutDown()
+	defer w.removeHandlers()
 	kv, err := w.cfg.JetStream.KeyValue(ctx, events.BucketGenerations)
 	if err != nil {
 		return fmt.Errorf("watcher: kv %s: %w", events.BucketGenerations, err)
 	}
 	w.kv = kv
-	w.informers.Run(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), w.informers.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), w.hasSynced) {
 		return fmt.Errorf("watcher: caches did not sync: %w", ctx.Err())
 	}
 	w.cfg.Log.Info("watcher started", "namespace", w.cfg.Namespace)

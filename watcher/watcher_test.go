@@ -16,7 +16,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/kube"
-	"kvlive/internal/testutil"
+	"kvlive/internal/testenv"
 	"kvlive/watcher"
 )
 
@@ -30,11 +30,16 @@ func clusterIT(name, uid string, vcpus uint32) *v1beta1.VirtualMachineClusterIns
 // startWatcher runs a watcher until the returned stop is called.
 func startWatcher(t *testing.T, clients kube.Clients, js jetstream.JetStream) (stop func()) {
 	t.Helper()
-	w, err := watcher.New(watcher.Config{Clients: clients, JetStream: js, Tracer: sdktrace.NewTracerProvider()})
+	fleet, err := kube.NewCache(clients, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := watcher.New(watcher.Config{Informers: fleet.ObjectInformers(), JetStream: js, Tracer: sdktrace.NewTracerProvider()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	fleet.Start(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	stopped := false
@@ -45,6 +50,7 @@ func startWatcher(t *testing.T, clients kube.Clients, js jetstream.JetStream) (s
 			if err := <-done; err != nil {
 				t.Error(err)
 			}
+			fleet.Shutdown()
 		}
 	}
 	t.Cleanup(stop)
@@ -58,7 +64,7 @@ func waitRecorded(t *testing.T, js jetstream.JetStream, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() bool {
+	testenv.Eventually(t, 30*time.Second, "the watcher's records", func() bool {
 		keys, err := kv.Keys(context.Background())
 		return (err == nil || errors.Is(err, jetstream.ErrNoKeysFound)) && len(keys) == n
 	})
@@ -71,7 +77,7 @@ func changes(t *testing.T, js jetstream.JetStream, want int) []events.Changed {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() bool {
+	testenv.Eventually(t, 30*time.Second, "change events", func() bool {
 		info, err := s.Info(context.Background())
 		return err == nil && int(info.State.Msgs) >= want
 	})
@@ -95,8 +101,8 @@ func changes(t *testing.T, js jetstream.JetStream, want int) []events.Changed {
 }
 
 func TestWatcherEmitsOnGenerationChangeOnly(t *testing.T) {
-	js := testutil.JetStream(t)
-	clients := testutil.FakeClients(nil, clusterIT("u1", "uid-u1", 2), clusterIT("u2", "uid-u2", 4))
+	js := testenv.JetStream(t)
+	clients := testenv.FakeClients(nil, clusterIT("u1", "uid-u1", 2), clusterIT("u2", "uid-u2", 4))
 	startWatcher(t, clients, js)
 	waitRecorded(t, js, 2) // first sight: recorded, not emitted
 	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
@@ -131,8 +137,8 @@ func TestWatcherEmitsOnGenerationChangeOnly(t *testing.T) {
 }
 
 func TestWatcherCatchesUpAfterRestart(t *testing.T) {
-	js := testutil.JetStream(t)
-	clients := testutil.FakeClients(nil, clusterIT("u1", "uid-u1", 2), clusterIT("u2", "uid-u2", 4))
+	js := testenv.JetStream(t)
+	clients := testenv.FakeClients(nil, clusterIT("u1", "uid-u1", 2), clusterIT("u2", "uid-u2", 4))
 	stop := startWatcher(t, clients, js)
 	waitRecorded(t, js, 2)
 	stop()
@@ -164,16 +170,5 @@ func TestWatcherCatchesUpAfterRestart(t *testing.T) {
 	_ = json.Unmarshal(got[1].OldSpec, &oldSpec)
 	if oldSpec.CPU.Guest != 3 {
 		t.Errorf("old spec vCPUs = %d, want 3", oldSpec.CPU.Guest)
-	}
-}
-
-func eventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 30s")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

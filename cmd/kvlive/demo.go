@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"kvlive/internal/demo"
+	"kvlive/cmd/kvlive/demo"
 )
 
 func newDemoCmd(g *globals) *cobra.Command {

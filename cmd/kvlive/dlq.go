@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
-	"kvlive/internal/dlq"
+	"kvlive/internal/inspect"
 )
 
 func newDLQCmd(g *globals) *cobra.Command {
@@ -29,9 +29,9 @@ drops it.`,
 }
 
 // withDLQ opens the store the flags name and runs fn on its dead letters.
-func withDLQ(cmd *cobra.Command, g *globals, store *storeFlags, fn func(context.Context, dlq.Store) error) error {
+func withDLQ(cmd *cobra.Command, g *globals, store *storeFlags, fn func(context.Context, inspect.Store) error) error {
 	return withJetStream(cmd, g, store, func(ctx context.Context, js jetstream.JetStream) error {
-		return fn(ctx, dlq.Store{JetStream: js})
+		return fn(ctx, inspect.Store{JetStream: js})
 	})
 }
 
@@ -46,7 +46,7 @@ func dlqList(g *globals) *cobra.Command {
 			if err := checkOutput(output, "table", "json"); err != nil {
 				return err
 			}
-			return withDLQ(cmd, g, &store, func(ctx context.Context, s dlq.Store) error {
+			return withDLQ(cmd, g, &store, func(ctx context.Context, s inspect.Store) error {
 				letters, err := s.List(ctx)
 				if err != nil {
 					return err
@@ -86,7 +86,7 @@ func dlqShow(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return withDLQ(cmd, g, &store, func(ctx context.Context, s dlq.Store) error {
+			return withDLQ(cmd, g, &store, func(ctx context.Context, s inspect.Store) error {
 				l, err := s.Show(ctx, seq)
 				if err != nil {
 					return err
@@ -114,7 +114,7 @@ func dlqRetry(g *globals) *cobra.Command {
 		Use:   "retry SEQ... | --all",
 		Short: "Send dead letters back to the subject they came from",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withDLQ(cmd, g, &store, func(ctx context.Context, s dlq.Store) error {
+			return withDLQ(cmd, g, &store, func(ctx context.Context, s inspect.Store) error {
 				seqs, err := selectSeqs(ctx, s, args, all)
 				if err != nil {
 					return err
@@ -141,7 +141,7 @@ func dlqPurge(g *globals) *cobra.Command {
 		Use:   "purge SEQ... | --all",
 		Short: "Drop dead letters",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withDLQ(cmd, g, &store, func(ctx context.Context, s dlq.Store) error {
+			return withDLQ(cmd, g, &store, func(ctx context.Context, s inspect.Store) error {
 				if all && len(args) == 0 {
 					if err := s.Purge(ctx, 0); err != nil {
 						return err
@@ -168,7 +168,7 @@ func dlqPurge(g *globals) *cobra.Command {
 	return cmd
 }
 
-func selectSeqs(ctx context.Context, s dlq.Store, args []string, all bool) ([]uint64, error) {
+func selectSeqs(ctx context.Context, s inspect.Store, args []string, all bool) ([]uint64, error) {
 	if all == (len(args) > 0) {
 		return nil, fmt.Errorf("%w: name the sequences, or --all", errUsage)
 	}

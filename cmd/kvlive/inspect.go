@@ -18,7 +18,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/inspect"
-	"kvlive/internal/natsutil"
+	"kvlive/internal/bus"
 )
 
 // storeFlags say where the inspection commands read kvlive's records: the
@@ -62,7 +62,7 @@ func (s *storeFlags) withReader(cmd *cobra.Command, g *globals, fn func(context.
 // --data-dir's store.
 func (s *storeFlags) connect(log *slog.Logger) (*nats.Conn, func() error, error) {
 	if s.dataDir == "" {
-		nc, err := natsutil.Connect("kvlive-inspect", log, s.url)
+		nc, err := bus.Connect("kvlive-inspect", log, s.url)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w (is kvlive run up? after kvlive demo --data-dir DIR, pass --data-dir DIR)", err)
 		}
@@ -72,11 +72,11 @@ func (s *storeFlags) connect(log *slog.Logger) (*nats.Conn, func() error, error)
 	if _, err := os.Stat(filepath.Join(s.dataDir, "jetstream")); err != nil {
 		return nil, nil, fmt.Errorf("--data-dir %s holds no JetStream store: %w", s.dataDir, err)
 	}
-	ns, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{StoreDir: s.dataDir, DontListen: true})
+	ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: s.dataDir, DontListen: true})
 	if err != nil {
 		return nil, nil, err
 	}
-	nc, err := natsutil.ConnectEmbedded(ns, "kvlive-inspect", log)
+	nc, err := bus.ConnectEmbedded(ns, "kvlive-inspect", log)
 	if err != nil {
 		ns.Shutdown()
 		return nil, nil, err

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
-	"kvlive/internal/natsutil"
+	"kvlive/internal/bus"
 )
 
 const (
@@ -62,11 +62,11 @@ func recordedStore(t *testing.T) string {
 // does, and returns a client and a func that closes both.
 func openStore(t *testing.T, dir string) (jetstream.JetStream, func()) {
 	t.Helper()
-	ns, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{StoreDir: dir, DontListen: true})
+	ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: dir, DontListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := natsutil.ConnectEmbedded(ns, t.Name(), nil)
+	nc, err := bus.ConnectEmbedded(ns, t.Name(), nil)
 	if err != nil {
 		ns.Shutdown()
 		t.Fatal(err)

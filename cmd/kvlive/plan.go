@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 
@@ -9,9 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"kvlive/events"
-	"kvlive/internal/fleet"
 	"kvlive/internal/kube"
-	"kvlive/internal/whatif"
+	"kvlive/planner/offline"
 )
 
 type planOptions struct {
@@ -86,17 +84,16 @@ func (o *planOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	f := fleet.New(clients, req.Namespace)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if err := f.Run(ctx); err != nil {
-		return err
-	}
-	plans, err := whatif.Plan(f, req)
+	f, stop, err := kube.StartCache(ctx, clients, req.Namespace, kube.DefaultSyncTimeout)
 	if err != nil {
 		return err
 	}
-	return whatif.NewReport(plans).Print(cmd.OutOrStdout(), o.output)
+	defer stop()
+	plans, err := offline.Plan(f, req)
+	if err != nil {
+		return err
+	}
+	return offline.NewReport(plans).Print(cmd.OutOrStdout(), o.output)
 }
 
 // clients reads the cluster (or the offline file) and resolves the
@@ -108,7 +105,7 @@ func (o *planOptions) clients() (kube.Clients, string, error) {
 			return kube.Clients{}, "", err
 		}
 		defer func() { _ = file.Close() }()
-		clients, err := whatif.Load(file)
+		clients, err := offline.Load(file)
 		if err != nil {
 			return kube.Clients{}, "", fmt.Errorf("%s: %w", o.file, err)
 		}
@@ -122,8 +119,8 @@ func (o *planOptions) clients() (kube.Clients, string, error) {
 	return clients, namespace, err
 }
 
-func (o *planOptions) request(namespace string, selector labels.Selector) (whatif.Request, error) {
-	req := whatif.Request{Namespace: namespace, Selector: selector}
+func (o *planOptions) request(namespace string, selector labels.Selector) (offline.Request, error) {
+	req := offline.Request{Namespace: namespace, Selector: selector}
 	if o.allNamespaces {
 		req.Namespace = ""
 	}

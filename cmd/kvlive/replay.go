@@ -12,9 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"kvlive/events"
-	"kvlive/internal/fleet"
 	"kvlive/internal/kube"
 	"kvlive/internal/replay"
+	"kvlive/planner/offline"
 	"kvlive/internal/rollout"
 	"kvlive/internal/telemetry"
 )
@@ -99,12 +99,13 @@ func (o *replayOptions) run(cmd *cobra.Command, g *globals) error {
 	if len(stored) == 0 {
 		return errors.New("no stored event matches the selection (events older than the streams' --max-age are gone)")
 	}
-	f := fleet.New(clients, "")
-	if err := f.Run(ctx); err != nil {
+	f, stop, err := kube.StartCache(ctx, clients, "", kube.DefaultSyncTimeout)
+	if err != nil {
 		return err
 	}
+	defer stop()
 	if !o.apply {
-		previews, err := replay.DryRun(f, stored)
+		previews, err := offline.DryRun(f, stored)
 		if err != nil {
 			return err
 		}
@@ -137,7 +138,7 @@ func (o *replayOptions) selection() error {
 	return nil
 }
 
-func (o *replayOptions) publish(ctx context.Context, out io.Writer, js jetstream.JetStream, f *fleet.Fleet, stored []replay.Stored) error {
+func (o *replayOptions) publish(ctx context.Context, out io.Writer, js jetstream.JetStream, f *kube.Cache, stored []replay.Stored) error {
 	tp, err := telemetry.Setup(ctx, "kvlive-replay", js)
 	if err != nil {
 		return err
@@ -173,7 +174,7 @@ type previewJSON struct {
 	Plan    any       `json:"plan"`
 }
 
-func printPreviews(w io.Writer, previews []replay.Preview, format string) error {
+func printPreviews(w io.Writer, previews []offline.Preview, format string) error {
 	if format != "table" {
 		list := make([]previewJSON, 0, len(previews))
 		for _, p := range previews {

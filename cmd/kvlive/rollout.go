@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"kvlive/events"
-	"kvlive/internal/control"
+	"kvlive/internal/rollout"
 	"kvlive/internal/inspect"
 )
 
@@ -52,7 +52,7 @@ func rolloutActionCmd(g *globals, action events.ControlAction) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
-				s, err := control.Open(ctx, js)
+				s, err := rollout.Open(ctx, js)
 				if err != nil {
 					return err
 				}

@@ -23,9 +23,8 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/kube"
-	"kvlive/internal/metrics"
-	"kvlive/internal/natsutil"
-	"kvlive/internal/pipeline"
+	"kvlive/internal/bus"
+	"kvlive/cmd/kvlive/pipeline"
 	"kvlive/internal/telemetry"
 	"kvlive/planner"
 )
@@ -151,7 +150,7 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 	}
 	defer func() { err = errors.Join(err, tp.Shutdown(context.WithoutCancel(ctx))) }()
 
-	m := metrics.New()
+	m := telemetry.New()
 	m.ConsumerLag(js)
 	var ready atomic.Bool
 	serveErr := make(chan error, 1)
@@ -229,7 +228,7 @@ func (o *runOptions) connect(log *slog.Logger) (js jetstream.JetStream, ready fu
 	var nc *nats.Conn
 	var closers []func() error
 	if o.nats.url != "" {
-		if nc, err = natsutil.Connect("kvlive", log, o.nats.url); err != nil {
+		if nc, err = bus.Connect("kvlive", log, o.nats.url); err != nil {
 			return nil, nil, nil, err
 		}
 	} else {
@@ -241,13 +240,13 @@ func (o *runOptions) connect(log *slog.Logger) (js jetstream.JetStream, ready fu
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("%w: --listen port %q", errUsage, portStr)
 		}
-		ns, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{StoreDir: o.dataDir, Host: host, Port: port})
+		ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: o.dataDir, Host: host, Port: port})
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		closers = append(closers, func() error { ns.Shutdown(); ns.WaitForShutdown(); return nil })
 		log.Info("embedded NATS server started", "url", ns.ClientURL(), "store", o.dataDir)
-		if nc, err = natsutil.ConnectEmbedded(ns, "kvlive", log); err != nil {
+		if nc, err = bus.ConnectEmbedded(ns, "kvlive", log); err != nil {
 			ns.Shutdown()
 			return nil, nil, nil, err
 		}

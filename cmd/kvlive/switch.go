@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"kvlive/events"
-	"kvlive/internal/natsutil"
+	"kvlive/internal/bus"
 	"kvlive/internal/rollout"
 )
 
@@ -38,7 +38,7 @@ clusterpreference; a namespaced KIND takes KIND/NAMESPACE/NAME or -n.`,
 				return fmt.Errorf("%w: -l %q: %w", errUsage, selector, err)
 			}
 			req := events.SwitchRequest{From: fromRef, To: toRef, Namespace: namespace, Selector: selector}
-			nc, err := natsutil.Connect("kvlive-switch", g.logger(), url)
+			nc, err := bus.Connect("kvlive-switch", g.logger(), url)
 			if err != nil {
 				return err
 			}

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
-	"kvlive/internal/control"
+	"kvlive/internal/rollout"
 )
 
 // The kinds of event an EventSummary describes.
@@ -65,7 +65,7 @@ func (r *Reader) Events(ctx context.Context, limit int) ([]EventSummary, error) 
 // addState marks paused and aborted rollouts (a store older than rollout
 // control has none).
 func (r *Reader) addState(ctx context.Context, list []EventSummary) error {
-	store, err := control.Open(ctx, r.js)
+	store, err := rollout.Open(ctx, r.js)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil
 	}
@@ -158,7 +158,7 @@ func (r *Reader) addPlanned(ctx context.Context, list []EventSummary) error {
 		return err
 	}
 	for i := range list {
-		rec, ok, err := rollout(ctx, kv, list[i].ID)
+		rec, ok, err := rolloutRecord(ctx, kv, list[i].ID)
 		if err != nil {
 			return err
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
-	"kvlive/internal/testutil"
+	"kvlive/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -29,7 +29,7 @@ type fixture struct {
 
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
-	return &fixture{t: t, js: testutil.JetStream(t)}
+	return &fixture{t: t, js: testenv.JetStream(t)}
 }
 
 func (f *fixture) reader() *Reader { return NewReader(f.js) }

@@ -92,9 +92,9 @@ func (r *Reader) rollouts(ctx context.Context) (jetstream.KeyValue, error) {
 	return kv, nil
 }
 
-// rollout reads eventID's rollout record from kv; ok is false when the
+// rolloutRecord reads eventID's rollout record from kv; ok is false when the
 // planner has recorded none (yet).
-func rollout(ctx context.Context, kv jetstream.KeyValue, eventID string) (r events.Rollout, ok bool, err error) {
+func rolloutRecord(ctx context.Context, kv jetstream.KeyValue, eventID string) (r events.Rollout, ok bool, err error) {
 	if kv == nil {
 		return r, false, nil
 	}

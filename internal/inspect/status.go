@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
-	"kvlive/internal/control"
+	"kvlive/internal/rollout"
 )
 
 // RolloutStatus is where one event's rollout stands: what an operator asked
@@ -29,7 +29,7 @@ type RolloutStatus struct {
 // Status reads eventID's rollout status.
 func (r *Reader) Status(ctx context.Context, eventID string) (RolloutStatus, error) {
 	st := RolloutStatus{EventID: eventID, Outcomes: map[events.Result]int{}}
-	store, err := control.Open(ctx, r.js)
+	store, err := rollout.Open(ctx, r.js)
 	if err != nil {
 		return st, err
 	}
@@ -40,7 +40,7 @@ func (r *Reader) Status(ctx context.Context, eventID string) (RolloutStatus, err
 	if err != nil {
 		return st, err
 	}
-	rec, ok, err := rollout(ctx, kv, eventID)
+	rec, ok, err := rolloutRecord(ctx, kv, eventID)
 	if err != nil {
 		return st, err
 	}

@@ -25,7 +25,7 @@ func (r *Reader) ResolveTrace(ctx context.Context, arg string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	rec, ok, err := rollout(ctx, kv, arg)
+	rec, ok, err := rolloutRecord(ctx, kv, arg)
 	switch {
 	case err != nil:
 		return "", err

@@ -12,55 +12,15 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"kvlive/events"
-	"kvlive/internal/fleet"
-	"kvlive/internal/whatif"
+	"kvlive/instancetype"
 )
 
 const tracerName = "kvlive/internal/replay"
 
-// Preview is what one stored event would do today.
-type Preview struct {
-	Event Stored `json:"-"`
-	// Note says how today differs from when the event was recorded.
-	Note   string        `json:"note,omitempty"`
-	Report whatif.Report `json:"plan"`
-}
-
-// DryRun plans each event against the cluster as it is now, writing nothing.
-func DryRun(f *fleet.Fleet, stored []Stored) ([]Preview, error) {
-	out := make([]Preview, 0, len(stored))
-	for _, s := range stored {
-		req, note, err := request(f, s)
-		if err != nil {
-			return nil, err
-		}
-		plans, err := whatif.Plan(f, req)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, Preview{Event: s, Note: note, Report: whatif.NewReport(plans)})
-	}
-	return out, nil
-}
-
-// request is the what-if question a stored event asks today.
-func request(f *fleet.Fleet, s Stored) (whatif.Request, string, error) {
-	if s.Switch != nil {
-		sel, err := labels.Parse(s.Switch.Selector)
-		if err != nil {
-			return whatif.Request{}, "", fmt.Errorf("replay: event %s: selector: %w", s.ID, err)
-		}
-		from := s.Switch.From
-		return whatif.Request{Object: s.Switch.To, From: &from, Namespace: s.Switch.Namespace, Selector: sel}, "", nil
-	}
-	return whatif.Request{Object: s.Change.Object, Selector: labels.Everything()}, supersededNote(f, *s.Change), nil
-}
-
-// supersededNote says when the object has moved on since the event, or gone.
-func supersededNote(f *fleet.Fleet, c events.Changed) string {
+// SupersededNote says when the object has moved on since the event, or gone.
+func SupersededNote(f instancetype.Objects, c events.Changed) string {
 	live, ok := f.Object(c.Object).(metav1.Object)
 	switch {
 	case !ok:
@@ -76,7 +36,7 @@ func supersededNote(f *fleet.Fleet, c events.Changed) string {
 // Publisher sends stored events through the pipeline again.
 type Publisher struct {
 	JetStream jetstream.JetStream
-	Fleet     *fleet.Fleet
+	Fleet     instancetype.Objects
 	Tracer    trace.TracerProvider
 	// Now stamps replayed events; nil means time.Now.
 	Now func() time.Time
@@ -143,12 +103,12 @@ func (p Publisher) payload(s Stored, id string) (string, string, events.Payload,
 	}
 	c := *s.Change
 	live := p.Fleet.Object(c.Object)
-	spec, ok := fleet.SpecOf(live)
+	spec, ok := instancetype.SpecOf(live)
 	if !ok {
 		return "", "", nil, "", fmt.Errorf("replay: %s no longer exists: nothing to replay for %s", c.Object, s.ID)
 	}
 	m := live.(metav1.Object)
-	note := supersededNote(p.Fleet, c)
+	note := SupersededNote(p.Fleet, c)
 	raw, err := json.Marshal(spec)
 	if err != nil {
 		return "", "", nil, "", err

@@ -17,8 +17,9 @@ import (
 	"kubevirt.io/api/instancetype/v1beta1"
 
 	"kvlive/events"
-	"kvlive/internal/fleet"
-	"kvlive/internal/testutil"
+	"kvlive/instancetype"
+	"kvlive/internal/kube"
+	"kvlive/internal/testenv"
 )
 
 var (
@@ -63,7 +64,7 @@ func ids(stored []Stored) string {
 }
 
 func TestSelect(t *testing.T) {
-	js := testutil.JetStream(t)
+	js := testenv.JetStream(t)
 	e1 := publishChange(t, js, 2)
 	sw := publishSwitch(t, js)
 	e3 := publishChange(t, js, 3)
@@ -107,7 +108,7 @@ func TestSelect(t *testing.T) {
 }
 
 // replayFleet: u1 now at generation 3, one stopped VM pinned to generation 2.
-func replayFleet(t *testing.T) *fleet.Fleet {
+func replayFleet(t *testing.T) *kube.Cache {
 	t.Helper()
 	it := &v1beta1.VirtualMachineClusterInstancetype{
 		ObjectMeta: metav1.ObjectMeta{Name: "u1", UID: "uid-u1", Generation: 2},
@@ -115,43 +116,17 @@ func replayFleet(t *testing.T) *fleet.Fleet {
 	}
 	vm := &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "uid-a"},
 		Spec: virtv1.VirtualMachineSpec{Instancetype: &virtv1.InstancetypeMatcher{Name: "u1"}}}
-	rev, err := fleet.NewRevision(vm, it)
+	rev, err := instancetype.NewRevision(vm, it)
 	if err != nil {
 		t.Fatal(err)
 	}
 	vm.Status.InstancetypeRef = &virtv1.InstancetypeStatusRef{Name: "u1", ControllerRevisionRef: &virtv1.ControllerRevisionRef{Name: rev.Name}}
 	it.Generation, it.Spec.CPU.Guest = 3, 4
-	f := fleet.New(testutil.FakeClients([]runtime.Object{rev}, it, vm), "")
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	if err := f.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
-func TestDryRunPlansTodayAndSaysWhenSuperseded(t *testing.T) {
-	js := testutil.JetStream(t)
-	publishChange(t, js, 2)
-	stored, err := Select(context.Background(), js, Selection{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	previews, err := DryRun(replayFleet(t), stored)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(previews) != 1 || !strings.Contains(previews[0].Note, "superseded") || !strings.Contains(previews[0].Note, "generation 3") {
-		t.Fatalf("previews = %+v", previews)
-	}
-	r := previews[0].Report
-	if len(r.VMs) != 1 || r.VMs[0].Action != events.ResultNextBoot {
-		t.Errorf("plan = %+v", r)
-	}
+	return testenv.StartCache(t, testenv.FakeClients([]runtime.Object{rev}, it, vm))
 }
 
 func TestApplyPublishesALinkedNewEvent(t *testing.T) {
-	js := testutil.JetStream(t)
+	js := testenv.JetStream(t)
 	orig := publishChange(t, js, 2)
 	kv, err := js.KeyValue(context.Background(), events.BucketRollouts)
 	if err != nil {

@@ -10,14 +10,14 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/rollout"
-	"kvlive/internal/testutil"
+	"kvlive/internal/testenv"
 )
 
 // TestFollowReadsWholeStream follows an event whose outcomes come after
 // many outcomes of an earlier event: Follow must read past the first batch
 // of the stream, however long the stream's history.
 func TestFollowReadsWholeStream(t *testing.T) {
-	js := testutil.JetStream(t)
+	js := testenv.JetStream(t)
 	ctx := context.Background()
 	const n = 300
 	publishOutcomes(t, js, "earlier", n)

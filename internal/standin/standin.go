@@ -16,19 +16,21 @@ import (
 
 // Config configures the stand-in controller.
 type Config struct {
-	Clients kube.Clients
-	Log     *slog.Logger
+	// Cache is the process's informer cache; the stand-in reads VMs, VMIs
+	// and the KubeVirt CR from it and writes through its clients.
+	Cache *kube.Cache
+	Log   *slog.Logger
 	// Workers is how many VMs are reconciled at once.
 	Workers int
 }
 
 // Controller is the virt-controller stand-in.
 type Controller struct {
-	cfg       Config
-	vms       cache.SharedIndexInformer
-	vmis      cache.SharedIndexInformer
-	kubevirts cache.SharedIndexInformer
-	queue     workqueue.TypedRateLimitingInterface[string]
+	cfg   Config
+	vms   cache.SharedIndexInformer
+	vmis  cache.SharedIndexInformer
+	cache *kube.Cache
+	queue workqueue.TypedRateLimitingInterface[string]
 }
 
 // New builds the stand-in; Run starts it.
@@ -38,10 +40,10 @@ func New(cfg Config) *Controller {
 	}
 	cfg.Workers = max(cfg.Workers, 1)
 	c := &Controller{
-		cfg:       cfg,
-		vms:       cfg.Clients.VMInformer("", nil),
-		vmis:      cfg.Clients.VMIInformer(""),
-		kubevirts: cfg.Clients.KubeVirtInformer(),
+		cfg:   cfg,
+		vms:   cfg.Cache.VMInformer(),
+		vmis:  cfg.Cache.VMIInformer(),
+		cache: cfg.Cache,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](20*time.Millisecond, 5*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kvlive-standin"}),
@@ -64,10 +66,7 @@ func New(cfg Config) *Controller {
 func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	defer c.queue.ShutDown()
-	for _, inf := range []cache.SharedIndexInformer{c.vms, c.vmis, c.kubevirts} {
-		go inf.RunWithContext(ctx)
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), c.vms.HasSynced, c.vmis.HasSynced, c.kubevirts.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), c.vms.HasSynced, c.vmis.HasSynced) {
 		return fmt.Errorf("standin: caches did not sync: %w", ctx.Err())
 	}
 	for range c.cfg.Workers {
@@ -82,7 +81,7 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // HasSynced reports whether the stand-in's caches are filled.
 func (c *Controller) HasSynced() bool {
-	return c.vms.HasSynced() && c.vmis.HasSynced() && c.kubevirts.HasSynced()
+	return c.vms.HasSynced() && c.vmis.HasSynced()
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {
@@ -121,9 +120,10 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 
 // stageRollout reports whether the KubeVirt CR asks for the Stage strategy.
 func (c *Controller) stageRollout() bool {
-	for _, o := range c.kubevirts.GetStore().List() {
-		s := o.(*virtv1.KubeVirt).Spec.Configuration.VMRolloutStrategy
-		return s != nil && *s == virtv1.VMRolloutStrategyStage
+	kv := c.cache.KubeVirt()
+	if kv == nil {
+		return false
 	}
-	return false
+	s := kv.Spec.Configuration.VMRolloutStrategy
+	return s != nil && *s == virtv1.VMRolloutStrategyStage
 }

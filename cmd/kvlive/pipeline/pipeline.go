@@ -1,0 +1,160 @@
+// Package pipeline wires kvlive's stages together in one process over one
+// fleet view: what `kvlive run`, the demo and the tests start.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
+
+	"kvlive/applier"
+	"kvlive/internal/kube"
+	"kvlive/internal/telemetry"
+	"kvlive/internal/standin"
+	"kvlive/planner"
+	"kvlive/watcher"
+)
+
+// Stage names, as --stages takes them.
+const (
+	StageWatcher = "watcher"
+	StagePlanner = "planner"
+	StageApplier = "applier"
+)
+
+// AllStages lists every stage.
+var AllStages = []string{StageWatcher, StagePlanner, StageApplier}
+
+// Config says what to run and with what.
+type Config struct {
+	Clients   kube.Clients
+	JetStream jetstream.JetStream
+	// Namespace limits namespaced objects and VMs; "" means all.
+	Namespace string
+	Stages    []string
+	Log       *slog.Logger
+	Tracer    trace.TracerProvider
+	// ApplierWorkers, PlannerWorkers and Rate tune the stages.
+	ApplierWorkers int
+	PlannerWorkers int
+	Rate           float64
+	// StandIn also runs the virt-controller stand-in (demo and tests only).
+	StandIn bool
+	// ObserveTimeout and TraceFanout tune tracing (see applier.Config and planner.Config).
+	ObserveTimeout time.Duration
+	TraceFanout    int
+	Metrics        *telemetry.Metrics
+	// LeaderElection, when set, runs the watcher only while this replica
+	// holds the Lease it names.
+	LeaderElection *LeaderElection
+	// SyncTimeout bounds the wait for the informer caches' first list; zero
+	// waits until the context ends.
+	SyncTimeout time.Duration
+}
+
+// Running is a started pipeline.
+type Running struct {
+	group *errgroup.Group
+}
+
+// Wait blocks until every stage has stopped (the context given to Start
+// ended, or a stage failed) and returns the first failure.
+func (r *Running) Wait() error { return r.group.Wait() }
+
+// Start starts the configured stages over one informer cache, shared by
+// every stage (and the stand-in). It returns once the cache has synced, so
+// planning starts from a complete view; Wait returns only after every
+// stage and every informer goroutine has stopped.
+func Start(ctx context.Context, cfg Config) (*Running, error) {
+	for _, s := range cfg.Stages {
+		if !slices.Contains(AllStages, s) {
+			return nil, fmt.Errorf("pipeline: unknown stage %q", s)
+		}
+	}
+	if len(cfg.Stages) == 0 && !cfg.StandIn {
+		return nil, errors.New("pipeline: no stage to run")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	fleet, err := kube.NewCache(cfg.Clients, cfg.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	group, ctx := errgroup.WithContext(ctx)
+	r := &Running{group: group}
+	if err := addStages(ctx, group, cfg, fleet); err != nil {
+		return nil, err
+	}
+	fleet.Start(ctx)
+	group.Go(func() error {
+		<-ctx.Done()
+		fleet.Shutdown()
+		return nil
+	})
+	if err := fleet.WaitForSync(ctx, cfg.SyncTimeout); err != nil {
+		return nil, errors.Join(err, r.stop(ctx))
+	}
+	return r, nil
+}
+
+// stop waits for a pipeline whose context ended.
+func (r *Running) stop(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	return r.group.Wait()
+}
+
+// addStages builds each configured stage over fleet, before the informers
+// start, so every handler sees every object from the first list.
+func addStages(ctx context.Context, group *errgroup.Group, cfg Config, fleet *kube.Cache) error {
+	if cfg.StandIn {
+		s := standin.New(standin.Config{Cache: fleet, Log: cfg.Log, Workers: 4})
+		group.Go(func() error { return s.Run(ctx) })
+	}
+	if slices.Contains(cfg.Stages, StageWatcher) {
+		var current atomic.Pointer[watcher.Watcher]
+		cfg.Metrics.QueueDepth(StageWatcher, func() int {
+			if w := current.Load(); w != nil {
+				return w.QueueDepth()
+			}
+			return 0
+		})
+		if cfg.LeaderElection != nil {
+			group.Go(func() error { return runLeading(ctx, cfg, fleet, &current) })
+		} else {
+			w, err := newWatcher(cfg, fleet)
+			if err != nil {
+				return err
+			}
+			current.Store(w)
+			group.Go(func() error { return w.Run(ctx) })
+		}
+	}
+	if slices.Contains(cfg.Stages, StagePlanner) {
+		p, err := planner.New(planner.Config{Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer, Workers: cfg.PlannerWorkers,
+			TraceFanout: cfg.TraceFanout, Metrics: cfg.Metrics})
+		if err != nil {
+			return err
+		}
+		group.Go(func() error { return p.Run(ctx) })
+	}
+	if slices.Contains(cfg.Stages, StageApplier) {
+		a, err := applier.New(applier.Config{Clients: cfg.Clients, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer,
+			Workers: cfg.ApplierWorkers, Rate: cfg.Rate, ObserveTimeout: cfg.ObserveTimeout, Metrics: cfg.Metrics})
+		if err != nil {
+			return err
+		}
+		group.Go(func() error { return a.Run(ctx) })
+	}
+	return nil
+}

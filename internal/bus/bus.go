@@ -1,0 +1,127 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// EmbeddedOptions configure the in-process NATS server.
+type EmbeddedOptions struct {
+	// StoreDir is the JetStream file store directory.
+	StoreDir string
+	// Host and Port to listen on for other processes (kvlive switch, nats CLI).
+	// Port -1 picks a free port; DontListen keeps the server in-process only.
+	Host       string
+	Port       int
+	DontListen bool
+}
+
+// StartEmbedded starts a JetStream-enabled NATS server in this process.
+func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
+	opts := &server.Options{
+		ServerName: "kvlive",
+		JetStream:  true,
+		StoreDir:   o.StoreDir,
+		Host:       o.Host,
+		Port:       o.Port,
+		DontListen: o.DontListen,
+		NoSigs:     true,
+		NoLog:      true,
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("nats: embedded server: %w", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		return nil, errors.New("nats: embedded server not ready after 30s")
+	}
+	return ns, nil
+}
+
+// ConnectEmbedded connects to an embedded server in-process, bypassing the network.
+func ConnectEmbedded(ns *server.Server, name string, log *slog.Logger) (*nats.Conn, error) {
+	return Connect(name, log, "", nats.InProcessServer(ns))
+}
+
+// Connect connects to url with reconnects that never give up, so a NATS
+// restart pauses kvlive instead of ending it.
+func Connect(name string, log *slog.Logger, url string, extra ...nats.Option) (*nats.Conn, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	opts := append([]nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrl()) }),
+	}, extra...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("nats: connect %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// Consume feeds messages from cons to handle on workers goroutines until ctx
+// ends. handle decides each message's fate (ack, nak, term). When the
+// iterator fails (consumer recreated, server gone for good), the failure is
+// reported to onErr and consumption starts over after a pause.
+func Consume(ctx context.Context, cons jetstream.Consumer, workers int, handle func(context.Context, jetstream.Msg), onErr func(error)) {
+	workers = max(workers, 1)
+	for ctx.Err() == nil {
+		if err := consumeOnce(ctx, cons, workers, handle); err != nil && ctx.Err() == nil {
+			onErr(err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+func consumeOnce(ctx context.Context, cons jetstream.Consumer, workers int, handle func(context.Context, jetstream.Msg)) error {
+	it, err := cons.Messages(jetstream.PullMaxMessages(max(2*workers, 16)))
+	if err != nil {
+		return fmt.Errorf("nats: consume: %w", err)
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	errs := make(chan error, workers)
+	for range workers {
+		go func() {
+			for {
+				msg, err := it.Next()
+				if err != nil {
+					it.Stop()
+					if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+						err = nil
+					}
+					errs <- err
+					return
+				}
+				handle(ctx, msg)
+			}
+		}()
+	}
+	var all []error
+	for range workers {
+		if err := <-errs; err != nil {
+			all = append(all, err)
+		}
+	}
+	return errors.Join(all...)
+}

@@ -1,0 +1,129 @@
+// Package dlq inspects and drains the dead-letter stream: messages a stage
+// could not decode, or gave up on after the maximum deliveries, kept with
+// the reason, the subject they came from and their original headers.
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"kvlive/events"
+)
+
+// Letter is one dead-lettered message.
+type Letter struct {
+	Seq     uint64      `json:"seq"`
+	Time    time.Time   `json:"time"`
+	Stage   string      `json:"stage"`
+	Subject string      `json:"subject"`
+	Reason  string      `json:"reason"`
+	Headers nats.Header `json:"headers"`
+	Data    []byte      `json:"data"`
+}
+
+// Store reads and drains the dead-letter stream.
+type Store struct {
+	JetStream jetstream.JetStream
+}
+
+func (s Store) stream(ctx context.Context) (jetstream.Stream, error) {
+	st, err := s.JetStream.Stream(ctx, events.StreamDLQ)
+	if err != nil {
+		return nil, fmt.Errorf("dlq: %w", err)
+	}
+	return st, nil
+}
+
+// List returns every dead letter, oldest first.
+func (s Store) List(ctx context.Context) ([]Letter, error) {
+	st, err := s.stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dlq: %w", err)
+	}
+	var out []Letter
+	if info.State.Msgs == 0 {
+		return out, nil
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		l, err := s.Show(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // purged one by one
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// Show returns the dead letter with stream sequence seq.
+func (s Store) Show(ctx context.Context, seq uint64) (Letter, error) {
+	st, err := s.stream(ctx)
+	if err != nil {
+		return Letter{}, err
+	}
+	m, err := st.GetMsg(ctx, seq)
+	if err != nil {
+		return Letter{}, fmt.Errorf("dlq: message %d: %w", seq, err)
+	}
+	return Letter{
+		Seq: m.Sequence, Time: m.Time, Stage: strings.TrimPrefix(m.Subject, events.DeadLetterSubject("")),
+		Subject: m.Header.Get(events.HeaderDeadSubject), Reason: m.Header.Get(events.HeaderDeadReason),
+		Headers: m.Header, Data: m.Data,
+	}, nil
+}
+
+// Retry publishes the dead letter again to the subject it came from, with
+// its original headers, then removes it from the dead-letter stream. A
+// message that fails again is dead-lettered again, with the new reason.
+func (s Store) Retry(ctx context.Context, seq uint64) error {
+	l, err := s.Show(ctx, seq)
+	if err != nil {
+		return err
+	}
+	if l.Subject == "" {
+		return fmt.Errorf("dlq: message %d does not say where it came from", seq)
+	}
+	msg := nats.NewMsg(l.Subject)
+	msg.Data = l.Data
+	for k, vs := range l.Headers {
+		if strings.HasPrefix(k, "Kvlive-Dead-") || strings.HasPrefix(k, "Nats-") {
+			continue
+		}
+		for _, v := range vs {
+			msg.Header.Add(k, v)
+		}
+	}
+	if _, err := s.JetStream.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("dlq: retry %d to %s: %w", seq, l.Subject, err)
+	}
+	return s.Purge(ctx, seq)
+}
+
+// Purge removes one dead letter, or with seq 0 all of them.
+func (s Store) Purge(ctx context.Context, seq uint64) error {
+	st, err := s.stream(ctx)
+	if err != nil {
+		return err
+	}
+	if seq == 0 {
+		err = st.Purge(ctx)
+	} else {
+		err = st.DeleteMsg(ctx, seq)
+	}
+	if err != nil {
+		return fmt.Errorf("dlq: purge: %w", err)
+	}
+	return nil
+}

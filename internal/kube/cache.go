@@ -1,0 +1,210 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/events"
+	"kvlive/instancetype"
+)
+
+// RefIndex is the VM informer index of referenced objects, keyed by
+// events.Ref.Key: `<kind>/<namespace|_>/<name>`.
+const RefIndex = "kvlive.io/referenced"
+
+// Cache is the process's informer cache: VMs (indexed by the instance types
+// and preferences they reference), VMIs, the KubeVirt CR, instancetype
+// ControllerRevisions and the four instancetype/preference kinds, all from
+// one shared factory, so every stage in a process (and the stand-in in the
+// demo) shares one list and one watch per kind. The wiring owns its life:
+// Start, WaitForSync, Shutdown.
+type Cache struct {
+	Clients   Clients
+	factory   informers.SharedInformerFactory
+	vms       cache.SharedIndexInformer
+	vmis      cache.SharedIndexInformer
+	kubevirts cache.SharedIndexInformer
+	revisions cache.SharedIndexInformer
+	objects   ObjectInformers
+}
+
+// NewCache registers the informers over namespace ("" for all); nothing
+// lists or watches until Start.
+func NewCache(c Clients, namespace string) (*Cache, error) {
+	f := informers.NewSharedInformerFactoryWithOptions(c.Kube, ResyncPeriod, informers.WithNamespace(namespace))
+	ca := &Cache{
+		Clients:   c,
+		factory:   f,
+		vms:       vmInformer(f, c, namespace),
+		vmis:      vmiInformer(f, c, namespace),
+		kubevirts: kubeVirtInformer(f, c),
+		revisions: revisionInformer(f, c, namespace),
+		objects:   objectInformers(f, c, namespace),
+	}
+	if err := ca.vms.AddIndexers(cache.Indexers{RefIndex: indexRefs}); err != nil {
+		return nil, fmt.Errorf("kube: VM index: %w", err)
+	}
+	return ca, nil
+}
+
+// Start starts every informer; they stop when ctx ends, and Shutdown waits
+// for them.
+func (c *Cache) Start(ctx context.Context) { c.factory.Start(ctx.Done()) }
+
+// WaitForSync waits until every informer has listed once, or timeout
+// passes, or ctx ends, and says which kinds did not sync.
+func (c *Cache) WaitForSync(ctx context.Context, timeout time.Duration) error {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	var missing []string
+	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			missing = append(missing, typeName(typ))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("kube: caches of %v did not sync: %w", missing, errors.Join(ctx.Err(), context.Cause(ctx)))
+	}
+	return nil
+}
+
+// Shutdown waits for every informer goroutine to end; call it after the
+// context given to Start ended.
+func (c *Cache) Shutdown() { c.factory.Shutdown() }
+
+func typeName(t reflect.Type) string {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.Name()
+}
+
+// VMInformer exposes the VM informer so stages can add handlers.
+func (c *Cache) VMInformer() cache.SharedIndexInformer { return c.vms }
+
+// VMIInformer exposes the VMI informer so stages can add handlers.
+func (c *Cache) VMIInformer() cache.SharedIndexInformer { return c.vmis }
+
+// ObjectInformers exposes the four instancetype/preference informers, keyed
+// by kind, for the watcher's handlers.
+func (c *Cache) ObjectInformers() ObjectInformers { return c.objects }
+
+func indexRefs(obj any) ([]string, error) {
+	vm, ok := obj.(*virtv1.VirtualMachine)
+	if !ok {
+		return nil, nil
+	}
+	return instancetype.RefKeys(vm), nil
+}
+
+// Referencing returns the VMs that reference ref, optionally narrowed to a
+// namespace and a label selector. The objects are the informer's: callers
+// must not mutate them.
+func (c *Cache) Referencing(ref events.Ref, namespace string, selector labels.Selector) ([]*virtv1.VirtualMachine, error) {
+	objs, err := c.vms.GetIndexer().ByIndex(RefIndex, ref.Key())
+	if err != nil {
+		return nil, fmt.Errorf("kube: index %s: %w", ref.Key(), err)
+	}
+	vms := make([]*virtv1.VirtualMachine, 0, len(objs))
+	for _, o := range objs {
+		vm := o.(*virtv1.VirtualMachine)
+		if namespace != "" && vm.Namespace != namespace {
+			continue
+		}
+		if selector != nil && !selector.Matches(labels.Set(vm.Labels)) {
+			continue
+		}
+		vms = append(vms, vm)
+	}
+	return vms, nil
+}
+
+// VM returns the cached VM, or nil.
+func (c *Cache) VM(namespace, name string) *virtv1.VirtualMachine {
+	o, ok, _ := c.vms.GetIndexer().GetByKey(namespace + "/" + name)
+	if !ok {
+		return nil
+	}
+	return o.(*virtv1.VirtualMachine)
+}
+
+// VMI returns the cached VMI of a VM, or nil when it is not running.
+func (c *Cache) VMI(namespace, name string) *virtv1.VirtualMachineInstance {
+	o, ok, _ := c.vmis.GetIndexer().GetByKey(namespace + "/" + name)
+	if !ok {
+		return nil
+	}
+	return o.(*virtv1.VirtualMachineInstance)
+}
+
+// Revision returns a cached instancetype ControllerRevision.
+func (c *Cache) Revision(namespace, name string) (*appsv1.ControllerRevision, bool) {
+	o, ok, _ := c.revisions.GetIndexer().GetByKey(namespace + "/" + name)
+	if !ok {
+		return nil, false
+	}
+	return o.(*appsv1.ControllerRevision), true
+}
+
+// KubeVirt returns the cached KubeVirt CR, or nil when there is none.
+func (c *Cache) KubeVirt() *virtv1.KubeVirt {
+	for _, o := range c.kubevirts.GetStore().List() {
+		return o.(*virtv1.KubeVirt)
+	}
+	return nil
+}
+
+// Cluster reads the live-update configuration from the KubeVirt CR.
+func (c *Cache) Cluster() instancetype.Cluster {
+	return instancetype.ClusterFromKubeVirt(c.KubeVirt())
+}
+
+// Object returns the live instance type or preference ref names, or nil.
+func (c *Cache) Object(ref events.Ref) any {
+	inf, ok := c.objects[ref.Kind]
+	if !ok {
+		return nil
+	}
+	key := ref.Name
+	if !ref.IsClusterScoped() {
+		key = ref.Namespace + "/" + ref.Name
+	}
+	o, ok, _ := inf.GetIndexer().GetByKey(key)
+	if !ok {
+		return nil
+	}
+	return o
+}
+
+// DefaultSyncTimeout bounds how long a one-shot command waits for the
+// caches' first list before it says which kinds did not arrive.
+const DefaultSyncTimeout = time.Minute
+
+// StartCache builds a Cache over namespace, starts it and waits for it to
+// sync within timeout. stop ends the informers and waits for them.
+func StartCache(ctx context.Context, c Clients, namespace string, timeout time.Duration) (_ *Cache, stop func(), _ error) {
+	ca, err := NewCache(c, namespace)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop = func() { cancel(); ca.Shutdown() }
+	ca.Start(ctx)
+	if err := ca.WaitForSync(ctx, timeout); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return ca, stop, nil
+}

@@ -1,3 +1,0 @@
-// Package natsutil starts kvlive's embedded NATS server and connects the
-// stages to it, or to an external server or cluster.
-package natsutil

@@ -1,0 +1,165 @@
+// Package control pauses, resumes and aborts rollouts. The CLI writes an
+// event's control record with compare-and-set; the applier keeps a watch on
+// every record (Watch) and consults it before moving a VM.
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"kvlive/events"
+)
+
+// maxCASAttempts bounds the read-modify-write loop when another writer
+// keeps changing the record under us.
+const maxCASAttempts = 5
+
+// Store reads and writes control records.
+type Store struct {
+	kv jetstream.KeyValue
+}
+
+// Open opens the control bucket (events.Setup creates it).
+func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	kv, err := js.KeyValue(ctx, events.BucketControl)
+	if err != nil {
+		return nil, fmt.Errorf("control: kv %s: %w", events.BucketControl, err)
+	}
+	return &Store{kv: kv}, nil
+}
+
+// Get returns the event's control record and its revision; an event nobody
+// paused or aborted is running, at revision 0.
+func (s *Store) Get(ctx context.Context, eventID string) (events.Control, uint64, error) {
+	entry, err := s.kv.Get(ctx, events.ControlKey(eventID))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return events.Control{State: events.StateRunning}, 0, nil
+	case err != nil:
+		return events.Control{}, 0, fmt.Errorf("control: read %s: %w", eventID, err)
+	}
+	c, err := events.UnmarshalControl(entry.Value())
+	return c, entry.Revision(), err
+}
+
+// Apply moves the event's rollout by action, with compare-and-set against
+// the revision it read, retrying when another writer got in between. It
+// returns the resulting record and whether this call changed it. An event
+// that does not exist yet can be paused or aborted ahead of time: its
+// plans are held (or skipped) as soon as they arrive.
+func (s *Store) Apply(ctx context.Context, eventID string, action events.ControlAction, reason, by string, now time.Time) (events.Control, bool, error) {
+	for range maxCASAttempts {
+		current, rev, err := s.Get(ctx, eventID)
+		if err != nil {
+			return current, false, err
+		}
+		next, changed, err := current.Next(action)
+		if err != nil || !changed {
+			return current, false, err
+		}
+		c := events.Control{State: next, Reason: reason, By: by, At: now.UTC()}
+		rec, err := events.MarshalControl(c)
+		if err != nil {
+			return current, false, err
+		}
+		key := events.ControlKey(eventID)
+		if rev == 0 {
+			_, err = s.kv.Create(ctx, key, rec)
+		} else {
+			_, err = s.kv.Update(ctx, key, rec, rev)
+		}
+		switch {
+		case err == nil:
+			return c, true, nil
+		case errors.Is(err, jetstream.ErrKeyExists):
+			continue // someone else wrote first: decide again on what they wrote
+		default:
+			return current, false, fmt.Errorf("control: write %s: %w", eventID, err)
+		}
+	}
+	return events.Control{}, false, fmt.Errorf("control: %s kept changing under %d attempts to %s it", eventID, maxCASAttempts, action)
+}
+
+// State is one event's control record with its KV revision.
+type State struct {
+	events.Control
+	Revision uint64
+}
+
+// Watch keeps every control record in memory, fed by a KV watch, so the
+// applier asks about each plan without a round trip.
+type Watch struct {
+	mu     sync.RWMutex
+	states map[string]State
+}
+
+// StartWatch loads every record, then follows changes until ctx ends,
+// calling changed (when not nil) after each update it applies, outside any
+// lock. It returns once the initial records are loaded.
+func (s *Store) StartWatch(ctx context.Context, changed func(eventID string, st State)) (*Watch, error) {
+	watcher, err := s.kv.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("control: watch: %w", err)
+	}
+	w := &Watch{states: map[string]State{}}
+	apply := func(entry jetstream.KeyValueEntry) (string, State, bool) {
+		id := entry.Key()
+		if entry.Operation() != jetstream.KeyValuePut {
+			w.mu.Lock()
+			delete(w.states, id)
+			w.mu.Unlock()
+			return id, State{Control: events.Control{State: events.StateRunning}, Revision: entry.Revision()}, true
+		}
+		c, err := events.UnmarshalControl(entry.Value())
+		if err != nil {
+			return "", State{}, false // an unreadable record changes nothing
+		}
+		st := State{Control: c, Revision: entry.Revision()}
+		w.mu.Lock()
+		w.states[id] = st
+		w.mu.Unlock()
+		return id, st, true
+	}
+	// Initial values, up to the nil marker.
+	for entry := range watcher.Updates() {
+		if entry == nil {
+			break
+		}
+		apply(entry)
+	}
+	go func() {
+		defer func() { _ = watcher.Stop() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case entry, ok := <-watcher.Updates():
+				if !ok {
+					return
+				}
+				if entry == nil {
+					continue
+				}
+				if id, st, ok := apply(entry); ok && changed != nil {
+					changed(id, st)
+				}
+			}
+		}
+	}()
+	return w, nil
+}
+
+// Of returns the event's state as last seen; running when there is no record.
+func (w *Watch) Of(eventID string) State {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if st, ok := w.states[eventID]; ok {
+		return st
+	}
+	return State{Control: events.Control{State: events.StateRunning}}
+}

@@ -1,0 +1,176 @@
+// Package metrics holds kvlive's Prometheus metrics and the HTTP endpoints
+// `kvlive run` serves: /metrics, /healthz and /readyz.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"kvlive/events"
+)
+
+// Metrics are the instruments the stages record into. A nil *Metrics
+// records nothing, so stages and tests need no registry.
+type Metrics struct {
+	Registry      *prometheus.Registry
+	events        *prometheus.CounterVec
+	plans         *prometheus.CounterVec
+	outcomes      *prometheus.CounterVec
+	applyDuration *prometheus.HistogramVec
+	held          prometheus.Counter
+	released      prometheus.Counter
+}
+
+// New registers kvlive's metrics, and the Go and process collectors, in a
+// registry of its own.
+func New() *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: reg,
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvlive_events_total", Help: "Change events and switch requests planned, by type.",
+		}, []string{"type"}),
+		plans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvlive_plans_total", Help: "Per-VM plans published, by result.",
+		}, []string{"result"}),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvlive_outcomes_total", Help: "Per-VM outcomes recorded, by result.",
+		}, []string{"result"}),
+		applyDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "kvlive_apply_duration_seconds", Help: "Time to carry out one VM's plan, by result.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}, []string{"result"}),
+		held: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvlive_plans_held_total", Help: "Plans parked because their rollout was paused.",
+		}),
+		released: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvlive_plans_released_total", Help: "Held plans sent back once their rollout was resumed or aborted.",
+		}),
+	}
+	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Event counts one planned event of the given CloudEvents type.
+func (m *Metrics) Event(typ string) {
+	if m != nil {
+		m.events.WithLabelValues(typ).Inc()
+	}
+}
+
+// Plans counts published plans by result.
+func (m *Metrics) Plans(counts map[events.Result]int) {
+	if m == nil {
+		return
+	}
+	for r, n := range counts {
+		m.plans.WithLabelValues(string(r)).Add(float64(n))
+	}
+}
+
+// Held counts one plan parked by a pause.
+func (m *Metrics) Held() {
+	if m != nil {
+		m.held.Inc()
+	}
+}
+
+// Released counts held plans sent back.
+func (m *Metrics) Released(n int) {
+	if m != nil {
+		m.released.Add(float64(n))
+	}
+}
+
+// Outcome counts one recorded outcome and how long it took.
+func (m *Metrics) Outcome(r events.Result, took time.Duration) {
+	if m != nil {
+		m.outcomes.WithLabelValues(string(r)).Inc()
+		m.applyDuration.WithLabelValues(string(r)).Observe(took.Seconds())
+	}
+}
+
+// QueueDepth exports a work queue's length, read at scrape time.
+func (m *Metrics) QueueDepth(name string, depth func() int) {
+	if m == nil {
+		return
+	}
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kvlive_queue_depth", Help: "Items waiting in a stage's work queue.", ConstLabels: prometheus.Labels{"queue": name},
+	}, func() float64 { return float64(depth()) }))
+}
+
+// ConsumerLag exports, per durable consumer, the messages not yet
+// delivered and those delivered but not acked, asked of JetStream at scrape time.
+func (m *Metrics) ConsumerLag(js jetstream.JetStream) {
+	if m == nil {
+		return
+	}
+	for stream, consumer := range map[string]string{events.StreamEvents: events.ConsumerPlanner, events.StreamPlans: events.ConsumerApplier} {
+		info := func() *jetstream.ConsumerInfo {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			c, err := js.Consumer(ctx, stream, consumer)
+			if err != nil {
+				return nil
+			}
+			i, err := c.Info(ctx)
+			if err != nil {
+				return nil
+			}
+			return i
+		}
+		labels := prometheus.Labels{"consumer": consumer}
+		m.Registry.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvlive_consumer_pending", Help: "Messages a consumer has not been delivered yet.", ConstLabels: labels},
+				func() float64 {
+					if i := info(); i != nil {
+						return float64(i.NumPending)
+					}
+					return 0
+				}),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvlive_consumer_ack_pending", Help: "Messages delivered to a consumer and not acked yet.", ConstLabels: labels},
+				func() float64 {
+					if i := info(); i != nil {
+						return float64(i.NumAckPending)
+					}
+					return 0
+				}),
+		)
+	}
+}
+
+// Serve serves /metrics, /healthz (the process is up) and /readyz (ready()
+// holds: caches synced, NATS connected) on ln until ctx ends.
+func (m *Metrics) Serve(ctx context.Context, ln net.Listener, ready func() error) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	stop := context.AfterFunc(ctx, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	})
+	defer stop()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,65 @@
+// Package testutil holds helpers for kvlive's unit tests: an embedded
+// JetStream server per test and fake clientsets seeded with objects.
+package testenv
+
+import (
+	"context"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/events"
+	"kvlive/internal/kube"
+	"kvlive/internal/bus"
+)
+
+// JetStream starts an embedded, in-process NATS server with kvlive's
+// streams, consumers and buckets, stopped when the test ends.
+func JetStream(t testing.TB) jetstream.JetStream {
+	t.Helper()
+	ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), DontListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := bus.ConnectEmbedded(ns, t.Name(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close(); ns.Shutdown(); ns.WaitForShutdown() })
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.Setup(context.Background(), js, events.DefaultStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// FakeClients returns fake clientsets holding objs (KubeVirt kinds to the
+// KubeVirt clientset, everything else to the core one).
+func FakeClients(kubeObjs []runtime.Object, virtObjs ...runtime.Object) kube.Clients {
+	return kube.NewInMemory(kubeObjs, virtObjs...)
+}
+
+// RunningVMI is a running, live-migratable VMI booted with 2 sockets (up
+// to 8) and 4Gi of memory (up to 16Gi): the shape unit tests and
+// benchmarks give VMs whose changes can go live.
+func RunningVMI(namespace, name string) *virtv1.VirtualMachineInstance {
+	four := resource.MustParse("4Gi")
+	return &virtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: virtv1.VirtualMachineInstanceSpec{Architecture: "amd64", Domain: virtv1.DomainSpec{
+			CPU:    &virtv1.CPU{Sockets: 2, Cores: 1, Threads: 1, MaxSockets: 8},
+			Memory: &virtv1.Memory{Guest: &four, MaxGuest: resource.NewQuantity(16<<30, resource.BinarySI)},
+		}},
+		Status: virtv1.VirtualMachineInstanceStatus{Phase: virtv1.Running,
+			Conditions: []virtv1.VirtualMachineInstanceCondition{{Type: virtv1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionTrue}},
+			Memory:     &virtv1.MemoryStatus{GuestAtBoot: &four, GuestCurrent: &four, GuestRequested: &four}},
+	}
+}

@@ -1,0 +1,65 @@
+package offline
+
+import (
+	"fmt"
+	"sort"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/events"
+	"kvlive/instancetype"
+)
+
+// Fleet is what planning reads: the process's informer cache, over a
+// cluster or over the objects of a file.
+type Fleet interface {
+	instancetype.Lookup
+	instancetype.Objects
+	// Referencing returns the VMs that reference ref, narrowed to a
+	// namespace ("" for all) and a label selector (nil for all).
+	Referencing(ref events.Ref, namespace string, selector labels.Selector) ([]*virtv1.VirtualMachine, error)
+	// Cluster is the KubeVirt CR's live-update configuration.
+	Cluster() instancetype.Cluster
+}
+
+// Request is the change to evaluate and the VMs to evaluate it on.
+type Request struct {
+	// Object is the instance type or preference whose current generation
+	// the VMs would move to (a re-pin), unless From is set.
+	Object events.Ref
+	// From, when set, makes the request a switch from From to Object.
+	From *events.Ref
+	// Namespace limits the VMs to one namespace; "" means all.
+	Namespace string
+	Selector  labels.Selector
+}
+
+// Plan decides, for every VM the request reaches, what KubeVirt would do.
+// Nothing is written. Plans are sorted by namespace and name.
+func Plan(f Fleet, req Request) ([]events.Plan, error) {
+	source, target := req.Object, instancetype.CurrentTarget(f, f.Cluster(), req.Object)
+	if req.From != nil {
+		if req.From.IsPreference() != req.Object.IsPreference() {
+			return nil, fmt.Errorf("cannot switch between an instance type and a preference")
+		}
+		source, target = *req.From, instancetype.SwitchTarget(f, f.Cluster(), *req.From, req.Object)
+	}
+	vms, err := f.Referencing(source, req.Namespace, req.Selector)
+	if err != nil {
+		return nil, err
+	}
+	id := "plan/" + target.Object.String()
+	plans := make([]events.Plan, 0, len(vms))
+	for _, vm := range vms {
+		plans = append(plans, instancetype.PlanVM(f, id, target, vm))
+	}
+	sort.Slice(plans, func(i, j int) bool {
+		if plans[i].VM.Namespace != plans[j].VM.Namespace {
+			return plans[i].VM.Namespace < plans[j].VM.Namespace
+		}
+		return plans[i].VM.Name < plans[j].VM.Name
+	})
+	return plans, nil
+}

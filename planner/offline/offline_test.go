@@ -1,0 +1,145 @@
+package offline
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"kvlive/events"
+	"kvlive/internal/testenv"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// expected is the shape of the worked examples' .expected.json files.
+type expected struct {
+	Command string `json:"command"`
+	VMs     []struct {
+		Namespace, Name string
+		Action          events.Result
+	} `json:"vms"`
+}
+
+func planFile(t *testing.T, file string, req Request) Report {
+	t.Helper()
+	in, err := os.Open(filepath.Join("testdata", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = in.Close() }()
+	clients, err := Load(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans, err := Plan(testenv.StartCache(t, clients), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewReport(plans)
+}
+
+// TestWorkedExamples checks the results the design's worked examples
+// (shared/examples/plan, copied into testdata) expect.
+func TestWorkedExamples(t *testing.T) {
+	small := events.Ref{Kind: events.KindClusterInstancetype, Name: "n1.small"}
+	tests := []struct {
+		file, expected string
+		req            Request
+	}{
+		{"edit-cluster-instancetype.yaml", "edit-cluster-instancetype.expected.json",
+			Request{Object: events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.large"}, Selector: labels.Everything()}},
+		{"switch.yaml", "switch.expected.json",
+			Request{Object: events.Ref{Kind: events.KindClusterInstancetype, Name: "n1.medium"}, From: &small, Selector: labels.Everything()}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			raw, err := os.ReadFile(filepath.Join("testdata", tt.expected))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want expected
+			if err := json.Unmarshal(raw, &want); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]events.Result{}
+			for _, vm := range planFile(t, tt.file, tt.req).VMs {
+				got[vm.Namespace+"/"+vm.Name] = vm.Action
+			}
+			if len(got) != len(want.VMs) {
+				t.Errorf("%d VMs planned, %s expects %d", len(got), tt.expected, len(want.VMs))
+			}
+			for _, vm := range want.VMs {
+				if a := got[vm.Namespace+"/"+vm.Name]; a != vm.Action {
+					t.Errorf("%s/%s: %s, want %s (%s)", vm.Namespace, vm.Name, a, vm.Action, want.Command)
+				}
+			}
+		})
+	}
+}
+
+func TestGoldenOutput(t *testing.T) {
+	report := planFile(t, "edit-cluster-instancetype.yaml",
+		Request{Object: events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.large"}, Selector: labels.Everything()})
+	for _, format := range []string{"json", "table", "yaml"} {
+		t.Run(format, func(t *testing.T) {
+			var out bytes.Buffer
+			if err := report.Print(&out, format); err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", "edit-cluster-instancetype."+format+".golden")
+			if *update {
+				if err := os.WriteFile(golden, out.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./internal/whatif -update to create it)", err)
+			}
+			if out.String() != string(want) {
+				t.Errorf("%s output differs from %s:\n%s", format, golden, out.String())
+			}
+		})
+	}
+}
+
+func TestNamespaceAndSelectorNarrowThePlan(t *testing.T) {
+	req := Request{Object: events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.large"}, Namespace: "jobs", Selector: labels.Everything()}
+	r := planFile(t, "edit-cluster-instancetype.yaml", req)
+	if len(r.VMs) != 1 || r.VMs[0].Name != "batch-7" || r.Summary["next-boot"] != 1 {
+		t.Errorf("-n jobs: %+v", r)
+	}
+	req.Namespace, req.Selector = "", labels.SelectorFromSet(labels.Set{"tier": "none"})
+	if r := planFile(t, "edit-cluster-instancetype.yaml", req); len(r.VMs) != 0 {
+		t.Errorf("-l tier=none: %+v", r)
+	}
+}
+
+func TestMissingObjectSkipsWithReason(t *testing.T) {
+	gone := events.Ref{Kind: events.KindClusterInstancetype, Name: "n1.small"}
+	r := planFile(t, "switch.yaml", Request{Object: events.Ref{Kind: events.KindClusterInstancetype, Name: "n1.huge"}, From: &gone, Selector: labels.Everything()})
+	if len(r.VMs) != 1 || r.VMs[0].Action != events.ResultSkip || !strings.Contains(r.VMs[0].Reason, "does not exist") {
+		t.Errorf("switch to a missing instance type: %+v", r)
+	}
+}
+
+func TestLoadRejectsBadFiles(t *testing.T) {
+	tests := map[string]string{
+		"unknown kind":   "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n",
+		"misspelt field": "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata:\n  name: vm\nspec:\n  instanceType:\n    name: x\n",
+		"not yaml":       "apiVersion: [\n",
+	}
+	for name, doc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if _, err := Load(strings.NewReader(doc)); err == nil || !strings.Contains(err.Error(), "document 1") {
+				t.Errorf("Load = %v, want an error naming document 1", err)
+			}
+		})
+	}
+}
