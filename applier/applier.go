@@ -20,10 +20,10 @@ import (
 
 	"kvlive/events"
 	"kvlive/instancetype"
-	"kvlive/internal/rollout"
-	"kvlive/internal/kube"
-	"kvlive/internal/telemetry"
 	"kvlive/internal/bus"
+	"kvlive/internal/kube"
+	"kvlive/internal/rollout"
+	"kvlive/internal/telemetry"
 )
 
 const tracerName = "kvlive/applier"

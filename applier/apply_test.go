@@ -15,8 +15,8 @@ import (
 
 	"kvlive/events"
 	"kvlive/instancetype"
-	"kvlive/internal/rollout"
 	"kvlive/internal/kube"
+	"kvlive/internal/rollout"
 	"kvlive/internal/testenv"
 )
 

@@ -12,8 +12,8 @@ import (
 	"kubevirt.io/api/instancetype/v1beta1"
 
 	"kvlive/events"
-	"kvlive/internal/testenv"
 	"kvlive/instancetype"
+	"kvlive/internal/testenv"
 )
 
 // BenchmarkPlanEvent plans one event that references 10,000 of 100,000

@@ -19,8 +19,8 @@ import (
 
 	"kvlive/events"
 	"kvlive/instancetype"
-	"kvlive/internal/telemetry"
 	"kvlive/internal/bus"
+	"kvlive/internal/telemetry"
 )
 
 const tracerName = "kvlive/planner"

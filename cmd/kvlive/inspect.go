@@ -17,8 +17,8 @@ import (
 	"golang.org/x/term"
 
 	"kvlive/events"
-	"kvlive/internal/inspect"
 	"kvlive/internal/bus"
+	"kvlive/internal/inspect"
 )
 
 // storeFlags say where the inspection commands read kvlive's records: the

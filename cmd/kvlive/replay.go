@@ -14,9 +14,9 @@ import (
 	"kvlive/events"
 	"kvlive/internal/kube"
 	"kvlive/internal/replay"
-	"kvlive/planner/offline"
 	"kvlive/internal/rollout"
 	"kvlive/internal/telemetry"
+	"kvlive/planner/offline"
 )
 
 type replayOptions struct {

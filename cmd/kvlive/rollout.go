@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"kvlive/events"
-	"kvlive/internal/rollout"
 	"kvlive/internal/inspect"
+	"kvlive/internal/rollout"
 )
 
 func newRolloutCmd(g *globals) *cobra.Command {

@@ -21,10 +21,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
-	"kvlive/events"
-	"kvlive/internal/kube"
-	"kvlive/internal/bus"
 	"kvlive/cmd/kvlive/pipeline"
+	"kvlive/events"
+	"kvlive/internal/bus"
+	"kvlive/internal/kube"
 	"kvlive/internal/telemetry"
 	"kvlive/planner"
 )

@@ -14,8 +14,8 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
-	"kvlive/internal/kube"
 	"kvlive/internal/bus"
+	"kvlive/internal/kube"
 )
 
 // JetStream starts an embedded, in-process NATS server with kvlive's

@@ -12,7 +12,7 @@ import (
 type Preview struct {
 	Event replay.Stored `json:"-"`
 	// Note says how today differs from when the event was recorded.
-	Note   string        `json:"note,omitempty"`
+	Note   string `json:"note,omitempty"`
 	Report Report `json:"plan"`
 }
 
@@ -45,4 +45,3 @@ func request(f Fleet, s replay.Stored) (Request, string, error) {
 	}
 	return Request{Object: s.Change.Object, Selector: labels.Everything()}, replay.SupersededNote(f, *s.Change), nil
 }
-

@@ -12,10 +12,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"kvlive/events"
-	"kvlive/internal/kube"
-	"kvlive/internal/bus"
 	"kvlive/cmd/kvlive/pipeline"
+	"kvlive/events"
+	"kvlive/internal/bus"
+	"kvlive/internal/kube"
 	"kvlive/internal/telemetry"
 )
 

@@ -17,8 +17,8 @@ import (
 
 	"kvlive/applier"
 	"kvlive/internal/kube"
-	"kvlive/internal/telemetry"
 	"kvlive/internal/standin"
+	"kvlive/internal/telemetry"
 	"kvlive/planner"
 	"kvlive/watcher"
 )

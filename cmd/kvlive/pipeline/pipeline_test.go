@@ -18,11 +18,11 @@ import (
 	virtfake "kubevirt.io/client-go/kubevirt/fake"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"kvlive/cmd/kvlive/pipeline"
 	"kvlive/events"
-	"kvlive/internal/rollout"
 	"kvlive/internal/inspect"
 	"kvlive/internal/kube"
-	"kvlive/cmd/kvlive/pipeline"
+	"kvlive/internal/rollout"
 	"kvlive/internal/standin"
 	"kvlive/internal/testenv"
 )

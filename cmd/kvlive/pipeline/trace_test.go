@@ -12,9 +12,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"kvlive/cmd/kvlive/pipeline"
 	"kvlive/events"
 	"kvlive/internal/kube"
-	"kvlive/cmd/kvlive/pipeline"
 	"kvlive/internal/telemetry"
 )
 
