@@ -13,7 +13,7 @@ import (
 )
 
 type planOptions struct {
-	kube          kube.ConfigFlags
+	kube          *kube.Flags
 	object        string
 	from, to      string
 	allNamespaces bool
@@ -24,7 +24,7 @@ type planOptions struct {
 }
 
 func newPlanCmd() *cobra.Command {
-	o := &planOptions{}
+	o := &planOptions{kube: kube.NewFlags()}
 	cmd := &cobra.Command{
 		Use:   "plan [KIND/NAME | --instancetype KIND/[NS/]NAME | --switch FROM --to TO]",
 		Short: "Predict, per VM and per field, what a change would do, without writing anything",
@@ -53,9 +53,7 @@ generation. Nothing is written.`,
 	f.StringVar(&o.object, "instancetype", "", "KIND/[NS/]NAME of the instance type or preference to evaluate")
 	f.StringVar(&o.from, "switch", "", "KIND/[NS/]NAME the VMs reference now (with --to)")
 	f.StringVar(&o.to, "to", "", "KIND/[NS/]NAME the VMs would switch to (with --switch)")
-	f.StringVar(&o.kube.Kubeconfig, "kubeconfig", "", "path to the kubeconfig file")
-	f.StringVar(&o.kube.Context, "context", "", "kubeconfig context to use")
-	f.StringVarP(&o.kube.Namespace, "namespace", "n", "", "only VMs in this namespace (default: the context's namespace; all namespaces with --offline)")
+	o.kube.AddFlags(f, "only VMs in this namespace (default: the context's namespace; all namespaces with --offline)")
 	f.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "VMs in all namespaces")
 	f.StringVarP(&o.selector, "selector", "l", "", "only VMs matching this label selector")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
@@ -109,7 +107,7 @@ func (o *planOptions) clients() (kube.Clients, string, error) {
 		if err != nil {
 			return kube.Clients{}, "", fmt.Errorf("%s: %w", o.file, err)
 		}
-		return clients, o.kube.Namespace, nil
+		return clients, o.kube.ExplicitNamespace(), nil
 	}
 	cfg, namespace, err := o.kube.Load()
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 )
 
 type replayOptions struct {
-	kube     kube.ConfigFlags
+	kube     *kube.Flags
 	store    storeFlags
 	eventID  string
 	since    string
@@ -34,7 +34,7 @@ type replayOptions struct {
 }
 
 func newReplayCmd(g *globals) *cobra.Command {
-	o := &replayOptions{}
+	o := &replayOptions{kube: kube.NewFlags()}
 	cmd := &cobra.Command{
 		Use:   "replay [--event ID | --since DURATION|TIME | --from-seq N [--to-seq M] | --instancetype KIND/[NS/]NAME] [--apply]",
 		Short: "Replay past events: show what they would do today, or send them through the pipeline again",
@@ -59,8 +59,7 @@ generation replays as the newest.`,
 	f.BoolVar(&o.apply, "apply", false, "publish the events again instead of showing their plans")
 	f.BoolVar(&o.wait, "wait", false, "with --apply, wait for every VM's outcome")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
-	f.StringVar(&o.kube.Kubeconfig, "kubeconfig", "", "path to the kubeconfig file")
-	f.StringVar(&o.kube.Context, "context", "", "kubeconfig context to use")
+	o.kube.AddFlags(f, "")
 	o.store.bind(cmd)
 	return cmd
 }

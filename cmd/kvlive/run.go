@@ -51,7 +51,7 @@ func (n *natsFlags) streamOptions() events.StreamOptions {
 }
 
 type runOptions struct {
-	kube           kube.ConfigFlags
+	kube           *kube.Flags
 	nats           natsFlags
 	listen         string
 	dataDir        string
@@ -67,7 +67,7 @@ type runOptions struct {
 }
 
 func newRunCmd(g *globals) *cobra.Command {
-	o := &runOptions{nats: natsFlags{}}
+	o := &runOptions{nats: natsFlags{}, kube: kube.NewFlags()}
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the watcher, planner and applier against the current kubeconfig's cluster",
@@ -80,9 +80,7 @@ subset, so planners and appliers can scale out as replicas on a NATS cluster.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runStages(cmd.Context(), g.logger(), o) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.kube.Kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	f.StringVar(&o.kube.Context, "context", "", "kubeconfig context to use")
-	f.StringVarP(&o.kube.Namespace, "namespace", "n", "", "watch namespaced objects and VMs in this namespace only (default: all namespaces)")
+	o.kube.AddFlags(f, "watch namespaced objects and VMs in this namespace only (default: all namespaces)")
 	f.Float32Var(&o.kube.QPS, "qps", 50, "Kubernetes client queries per second")
 	f.IntVar(&o.kube.Burst, "burst", 100, "Kubernetes client burst")
 	o.nats.bind(f, "external NATS server or cluster URL(s); empty embeds a server")
@@ -170,7 +168,7 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 		}()
 	}
 	running, err := pipeline.Start(ctx, pipeline.Config{
-		Clients: clients, JetStream: js, Namespace: o.kube.Namespace, Stages: o.stages,
+		Clients: clients, JetStream: js, Namespace: o.kube.ExplicitNamespace(), Stages: o.stages,
 		Log: log, Tracer: tp, ApplierWorkers: o.workers, PlannerWorkers: o.plannerWorkers, Rate: o.rate,
 		ObserveTimeout: o.observeTimeout, TraceFanout: o.traceFanout, Metrics: m, LeaderElection: leader,
 	})
@@ -178,7 +176,7 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 		return err
 	}
 	ready.Store(true)
-	log.Info("kvlive running", "stages", o.stages, "namespace", o.kube.Namespace)
+	log.Info("kvlive running", "stages", o.stages, "namespace", o.kube.ExplicitNamespace())
 	err = running.Wait()
 	if o.metricsAddr != "" {
 		err = errors.Join(err, <-serveErr)
@@ -198,9 +196,7 @@ func (o *runOptions) leaderElection() (*pipeline.LeaderElection, error) {
 	if le.Namespace == "" {
 		// The context's (or the pod's) namespace, not -n, which scopes
 		// what kvlive watches.
-		unscoped := o.kube
-		unscoped.Namespace = ""
-		_, ns, err := unscoped.Load()
+		ns, err := o.kube.ContextNamespace()
 		if err != nil {
 			return nil, err
 		}

@@ -3,9 +3,11 @@ package kube
 import (
 	"fmt"
 
+	"github.com/spf13/pflag"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"kubevirt.io/client-go/kubevirt"
 )
 
@@ -17,34 +19,52 @@ type Clients struct {
 	Virt kubevirt.Interface
 }
 
-// ConfigFlags are the standard kubectl connection flags.
-type ConfigFlags struct {
-	Kubeconfig string
-	Context    string
-	Namespace  string
-	QPS        float32
-	Burst      int
+// Flags are kubectl's connection flags (cli-runtime's ConfigFlags, as
+// kubectl plugins bind them: --kubeconfig, --context, -n, --request-timeout,
+// --server, --token, --as…) plus the client rate limits, bound once for
+// every command that talks to a cluster.
+type Flags struct {
+	*genericclioptions.ConfigFlags
+	// QPS and Burst override the client's rate limits when positive.
+	QPS   float32
+	Burst int
 }
 
-// Load resolves the kubeconfig the way kubectl does (flag, $KUBECONFIG,
-// ~/.kube/config, in-cluster) and returns the REST config and the namespace
-// the user means by default.
-func (f ConfigFlags) Load() (*rest.Config, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = f.Kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: f.Context}
-	if f.Namespace != "" {
-		overrides.Context.Namespace = f.Namespace
+// NewFlags returns unbound flags with kubectl's defaults.
+func NewFlags() *Flags {
+	return &Flags{ConfigFlags: genericclioptions.NewConfigFlags(true)}
+}
+
+// AddFlags binds the connection flags to fs; namespaceUsage replaces
+// kubectl's wording for -n, since what a namespace limits differs by command.
+func (f *Flags) AddFlags(fs *pflag.FlagSet, namespaceUsage string) {
+	f.ConfigFlags.AddFlags(fs)
+	if n := fs.Lookup("namespace"); n != nil && namespaceUsage != "" {
+		n.Usage = namespaceUsage
 	}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	cfg, err := cc.ClientConfig()
+}
+
+// ExplicitNamespace is the -n value as given, "" when not given.
+func (f *Flags) ExplicitNamespace() string {
+	if f.Namespace == nil {
+		return ""
+	}
+	return *f.Namespace
+}
+
+// Load resolves the kubeconfig the way kubectl does (flags, $KUBECONFIG,
+// ~/.kube/config, in-cluster) and returns the REST config and the
+// namespace the user means by default.
+func (f *Flags) Load() (*rest.Config, string, error) {
+	cfg, err := f.ToRESTConfig()
 	if err != nil {
 		return nil, "", fmt.Errorf("kubeconfig: %w", err)
 	}
-	ns, _, err := cc.Namespace()
+	ns, _, err := f.ToRawKubeConfigLoader().Namespace()
 	if err != nil {
 		return nil, "", fmt.Errorf("kubeconfig namespace: %w", err)
 	}
+	cfg = rest.CopyConfig(cfg)
 	if f.QPS > 0 {
 		cfg.QPS = f.QPS
 	}
@@ -65,4 +85,17 @@ func NewClients(cfg *rest.Config) (Clients, error) {
 		return Clients{}, fmt.Errorf("kubevirt client: %w", err)
 	}
 	return Clients{Kube: kc, Virt: vc}, nil
+}
+
+// ContextNamespace is the namespace of the kubeconfig context (or the
+// pod's, in a cluster), ignoring -n: where kvlive keeps what it owns, like
+// its Lease, whatever -n scopes.
+func (f *Flags) ContextNamespace() (string, error) {
+	u := genericclioptions.NewConfigFlags(false)
+	u.KubeConfig, u.Context, u.ClusterName, u.AuthInfoName = f.KubeConfig, f.Context, f.ClusterName, f.AuthInfoName
+	ns, _, err := u.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return "", fmt.Errorf("kubeconfig namespace: %w", err)
+	}
+	return ns, nil
 }
