@@ -59,6 +59,7 @@ func TestHandlerEnqueuesOnGenerationChangeOnly(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(w.queue.ShutDown)
 			h := w.handler(events.KindClusterInstancetype).(cache.ResourceEventHandlerFuncs)
 			h.UpdateFunc(tt.old, tt.new)
 			if got := w.queue.Len(); got != tt.want {

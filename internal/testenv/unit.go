@@ -4,6 +4,7 @@ package testenv
 
 import (
 	"context"
+	"go.uber.org/goleak"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -62,4 +63,16 @@ func RunningVMI(namespace, name string) *virtv1.VirtualMachineInstance {
 			Conditions: []virtv1.VirtualMachineInstanceCondition{{Type: virtv1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionTrue}},
 			Memory:     &virtv1.MemoryStatus{GuestAtBoot: &four, GuestCurrent: &four, GuestRequested: &four}},
 	}
+}
+
+// VerifyNoLeaks runs a package's tests and then fails if any goroutine
+// they started is still running: informers, consumers, heartbeats and
+// observers must all stop with their context. Call it from TestMain.
+func VerifyNoLeaks(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// klog's flush daemon lives for the process, started by client-go.
+		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+		// OTel's SDK and the embedded nats-server keep process-wide workers.
+		goleak.IgnoreAnyFunction("go.opencensus.io/stats/view.(*worker).start"),
+	)
 }

@@ -26,6 +26,7 @@ func traced(t *testing.T, fanout int) ([]sdktrace.ReadOnlySpan, jetstream.JetStr
 	var tp *sdktrace.TracerProvider
 	clients, js, _ := start(t, func(c *pipeline.Config, js jetstream.JetStream) {
 		tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithBatcher(telemetry.NewJetStreamExporter(js)))
+		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 		c.Tracer, c.TraceFanout, c.ObserveTimeout = tp, fanout, 30*time.Second
 	})
 	id := edit(t, clients)

@@ -1,0 +1,111 @@
+package kvlive
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "kvlive"
+
+var stages = []string{"watcher", "planner", "applier"}
+
+// stageOf names the stage a package belongs to ("planner" for
+// planner/offline too), or "".
+func stageOf(pkg string) string {
+	for _, s := range stages {
+		if pkg == s || strings.HasPrefix(pkg, s+"/") {
+			return s
+		}
+	}
+	return ""
+}
+
+// layerViolation says why importing imp from pkg breaks the layering, or "".
+func layerViolation(pkg, imp string) string {
+	if !strings.HasPrefix(imp, module+"/") {
+		return ""
+	}
+	imp = strings.TrimPrefix(imp, module+"/")
+	from, to := stageOf(pkg), stageOf(imp)
+	switch {
+	case pkg == "events":
+		return "the wire imports no other kvlive package"
+	case pkg == "instancetype" && imp != "events":
+		return "the domain package imports only events"
+	case from != "" && to != "" && from != to:
+		return "a stage imports another stage; stages meet only on the wire"
+	case strings.HasPrefix(pkg, "internal/") && to != "":
+		return "internal/ never imports a stage"
+	case !strings.HasPrefix(pkg, "cmd/") && strings.HasPrefix(imp, "cmd/"):
+		return "only cmd/ wires"
+	}
+	return ""
+}
+
+// TestLayering fails when a package's non-test code imports across the
+// layers ARCHITECTURE.md draws.
+func TestLayering(t *testing.T) {
+	fset := token.NewFileSet()
+	checked := 0
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != "." && (strings.HasPrefix(name, ".") || name == "tools" || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		pkg := filepath.ToSlash(filepath.Dir(path))
+		for _, spec := range f.Imports {
+			imp, _ := strconv.Unquote(spec.Path.Value)
+			if why := layerViolation(pkg, imp); why != "" {
+				t.Errorf("%s imports %s: %s", path, imp, why)
+			}
+		}
+		checked++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 50 {
+		t.Fatalf("checked only %d files; is the walk rooted at the module?", checked)
+	}
+}
+
+func TestLayerViolation(t *testing.T) {
+	tests := []struct {
+		pkg, imp string
+		bad      bool
+	}{
+		{"applier", "kvlive/planner", true},
+		{"applier", "kvlive/planner/offline", true},
+		{"planner/offline", "kvlive/planner", false},
+		{"internal/replay", "kvlive/planner/offline", true},
+		{"internal/kube", "kvlive/instancetype", false},
+		{"instancetype", "kvlive/internal/kube", true},
+		{"events", "kvlive/instancetype", true},
+		{"watcher", "kvlive/cmd/kvlive/pipeline", true},
+		{"cmd/kvlive/pipeline", "kvlive/applier", false},
+		{"applier", "k8s.io/client-go/kubernetes", false},
+	}
+	for _, tt := range tests {
+		if got := layerViolation(tt.pkg, tt.imp) != ""; got != tt.bad {
+			t.Errorf("%s → %s: violation %v, want %v", tt.pkg, tt.imp, got, tt.bad)
+		}
+	}
+}

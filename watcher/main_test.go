@@ -1,0 +1,9 @@
+package watcher
+
+import (
+	"testing"
+
+	"kvlive/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
