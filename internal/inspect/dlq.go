@@ -1,6 +1,3 @@
-// Package dlq inspects and drains the dead-letter stream: messages a stage
-// could not decode, or gave up on after the maximum deliveries, kept with
-// the reason, the subject they came from and their original headers.
 package inspect
 
 import (

@@ -1,4 +1,9 @@
-// Package kube holds what kvlive's stages share for talking to Kubernetes:
-// clients built from a kubeconfig, and shared informers over the KubeVirt
-// kinds, which kubevirt.io/client-go ships no generated informers for.
+// Package kube is how kvlive talks to Kubernetes: the two clientsets
+// (core and KubeVirt), kubectl's connection flags, an in-memory cluster for
+// the demo and offline planning, and Cache, the process's one informer
+// cache over VMs, VMIs, the KubeVirt CR, instancetype ControllerRevisions
+// and the four instancetype/preference kinds, built on client-go's shared
+// informer factory (kubevirt.io/client-go ships no generated informers).
+// The cache implements the small read interfaces the stages and the
+// instancetype package declare.
 package kube

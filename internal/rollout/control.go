@@ -1,6 +1,3 @@
-// Package control pauses, resumes and aborts rollouts. The CLI writes an
-// event's control record with compare-and-set; the applier keeps a watch on
-// every record (Watch) and consults it before moving a VM.
 package rollout
 
 import (

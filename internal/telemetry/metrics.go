@@ -1,5 +1,3 @@
-// Package metrics holds kvlive's Prometheus metrics and the HTTP endpoints
-// `kvlive run` serves: /metrics, /healthz and /readyz.
 package telemetry
 
 import (

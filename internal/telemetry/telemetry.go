@@ -2,6 +2,8 @@
 // every finished span goes to the KVLIVE_SPANS JetStream stream, so
 // `kvlive trace` works with nothing else running, and to an OTLP backend
 // (gRPC or HTTP) when the standard OTEL_* environment variables ask for one.
+// It also holds kvlive's Prometheus metrics and the HTTP endpoints `kvlive
+// run` serves: /metrics, /healthz and /readyz.
 package telemetry
 
 import (

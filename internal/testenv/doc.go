@@ -1,4 +1,8 @@
-// Package testenv starts real servers for kvlive's integration tests: a
+// Package testenv is where kvlive's test helpers live. For unit tests: an
+// embedded JetStream server per test, in-memory clusters, a started informer
+// cache, fixture builders for instance types, preferences, VMs, VMIs and
+// pinned revisions, one Eventually, and goleak for TestMain. For the
+// integration tests (build tag integration) it starts real servers: a
 // kube-apiserver and etcd with KubeVirt's CRDs installed (through
 // controller-runtime's envtest), and nats-server processes, alone or as a
 // JetStream cluster.

@@ -1,5 +1,3 @@
-// Package testutil holds helpers for kvlive's unit tests: an embedded
-// JetStream server per test and fake clientsets seeded with objects.
 package testenv
 
 import (

@@ -1,5 +1,7 @@
-// Package pipeline wires kvlive's stages together in one process over one
-// fleet view: what `kvlive run`, the demo and the tests start.
+// Package pipeline is the process wiring: kvlive's stages (and, for the demo
+// and tests, the virt-controller stand-in) in one process over one informer
+// cache, started, synced and shut down together. `kvlive run`, the demo and
+// the tests start it.
 package pipeline
 
 import (
