@@ -9,9 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"kubevirt.io/api/instancetype/v1beta1"
 
 	"kvlive/events"
@@ -19,13 +17,6 @@ import (
 	"kvlive/internal/testenv"
 	"kvlive/watcher"
 )
-
-func clusterIT(name, uid string, vcpus uint32) *v1beta1.VirtualMachineClusterInstancetype {
-	return &v1beta1.VirtualMachineClusterInstancetype{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid), Generation: 1},
-		Spec:       v1beta1.VirtualMachineInstancetypeSpec{CPU: v1beta1.CPUInstancetype{Guest: vcpus}, Memory: v1beta1.MemoryInstancetype{Guest: resource.MustParse("2Gi")}},
-	}
-}
 
 // startWatcher runs a watcher until the returned stop is called.
 func startWatcher(t *testing.T, clients kube.Clients, js jetstream.JetStream) (stop func()) {
@@ -102,7 +93,7 @@ func changes(t *testing.T, js jetstream.JetStream, want int) []events.Changed {
 
 func TestWatcherEmitsOnGenerationChangeOnly(t *testing.T) {
 	js := testenv.JetStream(t)
-	clients := testenv.FakeClients(nil, clusterIT("u1", "uid-u1", 2), clusterIT("u2", "uid-u2", 4))
+	clients := testenv.FakeClients(nil, testenv.ClusterInstancetype("u1", 2, "2Gi"), testenv.ClusterInstancetype("u2", 4, "2Gi"))
 	startWatcher(t, clients, js)
 	waitRecorded(t, js, 2) // first sight: recorded, not emitted
 	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
@@ -138,7 +129,7 @@ func TestWatcherEmitsOnGenerationChangeOnly(t *testing.T) {
 
 func TestWatcherCatchesUpAfterRestart(t *testing.T) {
 	js := testenv.JetStream(t)
-	clients := testenv.FakeClients(nil, clusterIT("u1", "uid-u1", 2), clusterIT("u2", "uid-u2", 4))
+	clients := testenv.FakeClients(nil, testenv.ClusterInstancetype("u1", 2, "2Gi"), testenv.ClusterInstancetype("u2", 4, "2Gi"))
 	stop := startWatcher(t, clients, js)
 	waitRecorded(t, js, 2)
 	stop()

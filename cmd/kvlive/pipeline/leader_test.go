@@ -43,11 +43,11 @@ func TestLeaseChangesHandsOnShutdown(t *testing.T) {
 		return cancel, r
 	}
 	stopA, a := run("a")
-	waitFor(t, "a to hold the Lease", func() bool { return holder() == "a" })
+	testenv.Eventually(t, time.Minute, "a to hold the Lease", func() bool { return holder() == "a" })
 	run("b")
 	stopA()
 	if err := a.Wait(); err != nil {
 		t.Fatalf("a: %v", err)
 	}
-	waitFor(t, "b to take the released Lease over", func() bool { return holder() == "b" })
+	testenv.Eventually(t, time.Minute, "b to take the released Lease over", func() bool { return holder() == "b" })
 }

@@ -8,13 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 	virtv1 "kubevirt.io/api/core/v1"
-	"kubevirt.io/api/instancetype/v1beta1"
 	virtfake "kubevirt.io/client-go/kubevirt/fake"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,17 +27,10 @@ import (
 
 const fleetSize = 40
 
-func clusterIT(name string, uid string, vcpus uint32, mem string) *v1beta1.VirtualMachineClusterInstancetype {
-	return &v1beta1.VirtualMachineClusterInstancetype{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid), Generation: 1},
-		Spec:       v1beta1.VirtualMachineInstancetypeSpec{CPU: v1beta1.CPUInstancetype{Guest: vcpus}, Memory: v1beta1.MemoryInstancetype{Guest: resource.MustParse(mem)}},
-	}
-}
-
 // fleet: fleetSize VMs on u1 (every other one running, labelled by parity),
 // and a few on u3 that no test touches.
 func fleet() []runtime.Object {
-	objs := []runtime.Object{clusterIT("u1", "uid-u1", 2, "4Gi"), clusterIT("u2", "uid-u2", 4, "8Gi"), clusterIT("u3", "uid-u3", 1, "2Gi")}
+	objs := []runtime.Object{testenv.ClusterInstancetype("u1", 2, "4Gi"), testenv.ClusterInstancetype("u2", 4, "8Gi"), testenv.ClusterInstancetype("u3", 1, "2Gi")}
 	for i := range fleetSize + 5 {
 		it, running := "u1", i%2 == 0
 		if i >= fleetSize {
@@ -108,7 +99,7 @@ func start(t *testing.T, configure ...func(*pipeline.Config, jetstream.JetStream
 			t.Error(err)
 		}
 	})
-	waitFor(t, "the fleet pinned and the watcher primed", func() bool {
+	testenv.Eventually(t, time.Minute, "the fleet pinned and the watcher primed", func() bool {
 		vms, _ := clients.Virt.KubevirtV1().VirtualMachines("").List(ctx, metav1.ListOptions{})
 		for _, vm := range vms.Items {
 			if vm.Status.InstancetypeRef == nil || vm.Status.InstancetypeRef.ControllerRevisionRef == nil {
@@ -216,7 +207,7 @@ func TestSwitchMovesOnlySelectedVMs(t *testing.T) {
 	}
 	// The stand-in (virt-controller) then pins the switched VMs to u2 and
 	// hot-plugs its 4 sockets and 8Gi.
-	waitFor(t, "switched VMs live on u2", func() bool {
+	testenv.Eventually(t, time.Minute, "switched VMs live on u2", func() bool {
 		for i := 0; i < fleetSize; i += 2 {
 			vmi, err := clients.Virt.KubevirtV1().VirtualMachineInstances(fmt.Sprintf("ns-%d", i%3)).Get(ctx, fmt.Sprintf("vm-%02d", i), metav1.GetOptions{})
 			if err != nil || vmi.Spec.Domain.CPU.Sockets != 4 || vmi.Spec.Domain.Memory.Guest.String() != "8Gi" {
@@ -237,7 +228,7 @@ func TestPoisonPlanIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the poison plan in the dead-letter stream", func() bool {
+	testenv.Eventually(t, time.Minute, "the poison plan in the dead-letter stream", func() bool {
 		info, err := dlq.Info(ctx)
 		return err == nil && info.State.Msgs == 1
 	})
@@ -248,17 +239,6 @@ func TestPoisonPlanIsDeadLettered(t *testing.T) {
 	if !strings.Contains(m.Header.Get(events.HeaderDeadReason), "malformed") || m.Header.Get(events.HeaderDeadSubject) != events.PlanSubject("ns-0") ||
 		string(m.Data) != `{"not":"a cloudevent"}` {
 		t.Errorf("dead letter: headers %v, body %s", m.Header, m.Data)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -289,7 +269,7 @@ func pauseAhead(t *testing.T, clients kube.Clients, js jetstream.JetStream) stri
 		t.Fatal(err)
 	}
 	r := inspect.NewReader(js)
-	waitFor(t, "every plan held", func() bool {
+	testenv.Eventually(t, time.Minute, "every plan held", func() bool {
 		st, err := r.Status(ctx, eventID)
 		return err == nil && st.Held == fleetSize
 	})

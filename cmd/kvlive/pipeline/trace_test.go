@@ -16,6 +16,7 @@ import (
 	"kvlive/events"
 	"kvlive/internal/kube"
 	"kvlive/internal/telemetry"
+	"kvlive/internal/testenv"
 )
 
 // traced starts the pipeline with a span recorder and the JetStream span
@@ -31,7 +32,7 @@ func traced(t *testing.T, fanout int) ([]sdktrace.ReadOnlySpan, jetstream.JetStr
 	})
 	id := edit(t, clients)
 	p := follow(t, js, id)
-	waitFor(t, "every apply span ended after its observation", func() bool {
+	testenv.Eventually(t, time.Minute, "every apply span ended after its observation", func() bool {
 		return len(byName(rec.Ended(), "applier.apply ")) == fleetSize
 	})
 	if err := tp.ForceFlush(context.Background()); err != nil {
