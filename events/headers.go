@@ -70,3 +70,16 @@ func (c HeaderCarrier) Keys() []string {
 	}
 	return keys
 }
+
+// Headers of a dead letter whose copy did not fit the server's max payload.
+const (
+	// HeaderDeadTruncated is set on a dead letter whose body was cut short so
+	// that the copy fits the server's max payload; its value is the original
+	// body's size in bytes. Such a letter cannot be retried as it is: the
+	// original is only in its source stream, at HeaderDeadStream and
+	// HeaderDeadSequence, as long as that stream keeps it.
+	HeaderDeadTruncated = "Kvlive-Dead-Truncated"
+	// HeaderDeadHeadersDropped is set, to "true", on a dead letter that had
+	// to leave out the original's headers to fit the server's max payload.
+	HeaderDeadHeadersDropped = "Kvlive-Dead-Headers-Dropped"
+)
