@@ -63,6 +63,11 @@ func (r *Runtime) Run(ctx context.Context, h Handler) error {
 		}
 	}
 	r.drain(&inflight, cancelHandlers)
+	// Acks are sent without waiting for the server; flush them so a
+	// process that closes its connection next loses none.
+	if err := r.cfg.JetStream.Conn().Flush(); err != nil {
+		r.log.Warn("flushing the last acks failed; the server redelivers what it did not get", "err", err)
+	}
 	r.log.Info("stopped consuming")
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
+	"kvlive/internal/testenv"
 )
 
 // runInBackground starts r.Run and returns a channel that yields its
@@ -146,9 +147,10 @@ func TestRunDrainsInFlightHandlersOnShutdown(t *testing.T) {
 		t.Fatal("Run did not return once the handler finished")
 	}
 	// Settled after the iterator was stopped: the ack still reached the server.
-	if info := consumerInfo(t, cons); info.AckFloor.Stream != 1 || info.NumAckPending != 0 {
-		t.Errorf("ack floor %d, ack pending %d: the message was not acked", info.AckFloor.Stream, info.NumAckPending)
-	}
+	testenv.Eventually(t, 5*time.Second, "the ack to reach the server", func() bool {
+		info := consumerInfo(t, cons)
+		return info.AckFloor.Stream == 1 && info.NumAckPending == 0
+	})
 	if m.get(OutcomeAck) != 1 {
 		t.Errorf("settled %+v", m.settled)
 	}
