@@ -86,7 +86,10 @@ func New(cfg Config) (*Watcher, error) {
 	for kind, inf := range w.informers {
 		reg, err := inf.AddEventHandler(w.handler(kind))
 		if err != nil {
+			// A stopped informer (the process is shutting down) takes no
+			// handler; leave nothing running behind.
 			w.removeHandlers()
+			w.queue.ShutDown()
 			return nil, fmt.Errorf("watcher: %s handler: %w", kind, err)
 		}
 		w.handlers = append(w.handlers, registration{inf, reg})

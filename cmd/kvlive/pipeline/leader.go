@@ -66,6 +66,10 @@ func campaign(ctx context.Context, cfg Config, fleet *kube.Cache, lock resourcel
 	// ReleaseOnCancel never hands the Lease over under a running watcher.
 	elect, stopElecting := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopElecting()
+	// acquired is set by the lock the moment this replica takes the Lease:
+	// from then on the elector has started (or will start) a term, which
+	// campaign must wait for even if the elector returns first.
+	tracked := &acquiredLock{Interface: lock, identity: le.Identity}
 	var led atomic.Bool
 	term := make(chan error, 1)
 	unhook := context.AfterFunc(ctx, func() {
@@ -75,7 +79,7 @@ func campaign(ctx context.Context, cfg Config, fleet *kube.Cache, lock resourcel
 	})
 	defer unhook()
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
+		Lock:            tracked,
 		Name:            le.Name,
 		LeaseDuration:   le.LeaseDuration,
 		RenewDeadline:   le.RenewDeadline,
@@ -112,10 +116,35 @@ func campaign(ctx context.Context, cfg Config, fleet *kube.Cache, lock resourcel
 		return fmt.Errorf("pipeline: leader election: %w", err)
 	}
 	elector.Run(elect) // returns when leadership is lost or elect ends
-	if !led.Load() {
+	if !tracked.acquired.Load() && !led.Load() {
 		return nil
 	}
 	return <-term
+}
+
+// acquiredLock notes whether its holder ever wrote itself into the Lease.
+type acquiredLock struct {
+	resourcelock.Interface
+	identity string
+	acquired atomic.Bool
+}
+
+func (l *acquiredLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	err := l.Interface.Create(ctx, r)
+	l.note(r, err)
+	return err
+}
+
+func (l *acquiredLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	err := l.Interface.Update(ctx, r)
+	l.note(r, err)
+	return err
+}
+
+func (l *acquiredLock) note(r resourcelock.LeaderElectionRecord, err error) {
+	if err == nil && r.HolderIdentity == l.identity {
+		l.acquired.Store(true)
+	}
 }
 
 // runTerm runs one term's watcher until ctx ends.

@@ -64,12 +64,16 @@ type Config struct {
 
 // Running is a started pipeline.
 type Running struct {
-	group *errgroup.Group
+	group  *errgroup.Group
+	cancel context.CancelFunc
 }
 
 // Wait blocks until every stage has stopped (the context given to Start
 // ended, or a stage failed) and returns the first failure.
-func (r *Running) Wait() error { return r.group.Wait() }
+func (r *Running) Wait() error {
+	defer r.cancel()
+	return r.group.Wait()
+}
 
 // Start starts the configured stages over one informer cache, shared by
 // every stage (and the stand-in). It returns once the cache has synced, so
@@ -91,10 +95,11 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithCancel(ctx)
 	group, ctx := errgroup.WithContext(ctx)
-	r := &Running{group: group}
+	r := &Running{group: group, cancel: cancel}
 	if err := addStages(ctx, group, cfg, fleet); err != nil {
-		return nil, err
+		return nil, errors.Join(err, r.stop())
 	}
 	fleet.Start(ctx)
 	group.Go(func() error {
@@ -103,17 +108,18 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		return nil
 	})
 	if err := fleet.WaitForSync(ctx, cfg.SyncTimeout); err != nil {
-		return nil, errors.Join(err, r.stop(ctx))
+		return nil, errors.Join(err, r.stop())
 	}
 	return r, nil
 }
 
-// stop waits for a pipeline whose context ended.
-func (r *Running) stop(ctx context.Context) error {
-	if ctx.Err() == nil {
-		return nil
+// stop ends a pipeline that could not start and waits for what it started.
+func (r *Running) stop() error {
+	r.cancel()
+	if err := r.group.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		return err
 	}
-	return r.group.Wait()
+	return nil
 }
 
 // addStages builds each configured stage over fleet, before the informers
