@@ -20,7 +20,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/instancetype"
-	"kvlive/internal/bus"
+	"kvlive/internal/consumer"
 	"kvlive/internal/kube"
 	"kvlive/internal/rollout"
 	"kvlive/internal/telemetry"
@@ -57,6 +57,8 @@ type Config struct {
 	// span events; zero turns observation off.
 	ObserveTimeout time.Duration
 	Metrics        *telemetry.Metrics
+	// Grace is how long VMs being moved may finish after ctx ends.
+	Grace time.Duration
 }
 
 // Applier consumes plans, moves VMs and publishes outcomes.
@@ -73,6 +75,8 @@ type Applier struct {
 	watch *rollout.Watch
 	// held is the stream paused rollouts' plans are parked in.
 	held jetstream.Stream
+	// leftPause queues the events whose held plans are to be released.
+	leftPause chan string
 }
 
 // New builds an Applier; nothing runs until Run.
@@ -113,84 +117,118 @@ func (a *Applier) Run(ctx context.Context) error {
 	}
 	// Events whose rollout left a pause; "" first: a sweep of whatever a
 	// rollout resumed while no applier ran left held.
-	leftPause := make(chan string, 1)
-	leftPause <- ""
+	a.leftPause = make(chan string, 64)
+	a.leftPause <- ""
 	if a.watch, err = store.StartWatch(ctx, func(eventID string, st rollout.State) {
 		if st.State != events.StatePaused {
-			go func() {
-				select {
-				case leftPause <- eventID:
-				case <-ctx.Done():
-				}
-			}()
+			a.releaseLater(ctx, eventID)
 		}
 	}); err != nil {
 		return fmt.Errorf("applier: %w", err)
 	}
-	go a.releaser(ctx, leftPause)
-	a.cfg.Log.Info("applier started", "workers", a.cfg.Workers)
-	bus.Consume(ctx, cons, a.cfg.Workers, a.handle, func(err error) {
-		a.cfg.Log.Warn("applier: consuming plans failed, retrying", "err", err)
+	var releasing sync.WaitGroup
+	releasing.Go(func() { a.releaser(ctx) })
+	defer releasing.Wait()
+	rt, err := consumer.New(consumer.Config{
+		Stage: events.ConsumerApplier, Consumer: cons, JetStream: a.cfg.JetStream, Workers: a.cfg.Workers,
+		MaxDeliver: events.ApplierMaxDeliver, Backoff: consumer.DefaultBackoff(), Grace: a.cfg.Grace,
+		Log: a.cfg.Log, Metrics: a.cfg.Metrics,
 	})
+	if err != nil {
+		return fmt.Errorf("applier: %w", err)
+	}
+	a.cfg.Log.Info("applier started", "workers", a.cfg.Workers)
+	err = rt.Run(ctx, a.handle)
 	a.observing.Wait()
-	return nil
+	return err
 }
 
-// handle gives every plan an explicit fate: the outcome is published first,
-// then the plan is acked; a transient failure naks with a growing delay until
-// the last delivery, which records a failed outcome instead.
-func (a *Applier) handle(ctx context.Context, msg jetstream.Msg) {
+// handle carries one plan out. The outcome is stored before the plan is
+// settled; a transient failure is retried until the last delivery, which
+// records a failed outcome and keeps the plan as a dead letter.
+func (a *Applier) handle(ctx context.Context, msg jetstream.Msg, d consumer.Delivery) consumer.Fate {
 	ctx = a.prop.Extract(ctx, events.HeaderCarrier(msg.Headers()))
 	var plan events.Plan
 	if _, err := events.Decode(msg.Data(), events.TypePlan, &plan); err != nil {
-		a.cfg.Log.Error("applier: dead-lettering plan", "subject", msg.Subject(), "err", err)
-		if dlErr := events.DeadLetter(ctx, a.cfg.JetStream, events.ConsumerApplier, msg, err.Error()); dlErr != nil {
-			_ = msg.NakWithDelay(5 * time.Second)
-		}
-		return
+		return consumer.Poison(err.Error())
 	}
-	attempt := 1
-	if md, err := msg.Metadata(); err == nil {
-		attempt = int(md.NumDelivered)
-	}
-	held, aborted := a.controlled(ctx, msg, plan, attempt)
-	if held {
-		return
+	held, aborted := a.controlled(ctx, msg, plan, d)
+	if held != nil {
+		return *held
 	}
 	started := a.cfg.Clock.Now()
-	ctx, span := a.startSpan(ctx, msg, plan, attempt)
-	var out events.Outcome
-	var err error
-	if aborted != nil {
-		out = *aborted
-	} else {
-		out, err = a.apply(ctx, plan)
+	ctx, span := a.startSpan(ctx, msg, plan, d.Attempt)
+	out, retry := a.carryOut(ctx, msg, plan, d, span, aborted)
+	if retry != nil {
+		span.End()
+		return *retry
 	}
-	// Paused or aborted while the VM waited for its turn: hold it, skip it,
-	// or, running again already, carry on without using up a delivery.
+	a.complete(&out, plan, d, span)
+	if err := a.publishOutcome(ctx, out); err != nil {
+		// The VM may have moved; the redelivery finds it at the target and
+		// records the outcome without writing again.
+		span.End()
+		return consumer.Retry(fmt.Errorf("outcome of %s not stored: %w", plan.VM.String(), err))
+	}
+	a.cfg.Metrics.Outcome(out.Result, a.cfg.Clock.Since(started))
+	a.observe(ctx, span, plan, out) // ends the span
+	if out.Result == events.ResultFailed && d.Last {
+		// Kept as a dead letter too, which `kvlive dlq retry` sends back
+		// once the cause is fixed.
+		return consumer.Poison(out.Reason + ": " + out.Error)
+	}
+	return consumer.Done()
+}
+
+// carryOut moves the VM, or records why not. A plan whose rollout was
+// paused or aborted while the VM waited its turn is held, skipped, or,
+// running again already, carried on without using up a delivery. A
+// non-nil fate settles the plan without an outcome (held, or retried).
+func (a *Applier) carryOut(ctx context.Context, msg jetstream.Msg, plan events.Plan, d consumer.Delivery, span trace.Span, aborted *events.Outcome) (events.Outcome, *consumer.Fate) {
+	if aborted != nil {
+		return *aborted, nil
+	}
+	out, err := a.apply(ctx, plan)
 	for steered := 0; errors.Is(err, errSteered) && steered < maxReplans; steered++ {
 		span.AddEvent("rollout paused or aborted while the VM waited its turn")
-		if held, aborted = a.controlled(ctx, msg, plan, attempt); held {
-			span.End()
-			return
+		held, aborted := a.controlled(ctx, msg, plan, d)
+		if held != nil {
+			return out, held
 		}
 		if aborted != nil {
-			out, err = *aborted, nil
-			break
+			return *aborted, nil
 		}
 		out, err = a.apply(ctx, plan)
 	}
-	if err != nil {
-		span.RecordError(err)
-		if attempt < events.ApplierMaxDeliver {
-			a.cfg.Log.Warn("applier: will retry", "vm", plan.VM.String(), "attempt", attempt, "err", err)
-			span.End()
-			_ = msg.NakWithDelay(backoff(attempt))
-			return
-		}
-		out = events.Outcome{Result: events.ResultFailed, Error: err.Error(), Reason: fmt.Sprintf("gave up after %d attempts", attempt)}
+	if err == nil {
+		return out, nil
 	}
-	out.EventID, out.VM, out.Attempt = plan.EventID, plan.VM, attempt
+	span.RecordError(err)
+	if !d.Last || ctx.Err() != nil {
+		retry := consumer.Retry(fmt.Errorf("%s: %w", plan.VM.String(), err))
+		return out, &retry
+	}
+	return events.Outcome{Result: events.ResultFailed, Error: err.Error(), Reason: fmt.Sprintf("gave up after %d attempts", d.Attempt)}, nil
+}
+
+// releaseLater queues eventID's held plans for release, without waiting
+// for the releaser.
+func (a *Applier) releaseLater(ctx context.Context, eventID string) {
+	select {
+	case a.leftPause <- eventID:
+	default:
+		go func() {
+			select {
+			case a.leftPause <- eventID:
+			case <-ctx.Done():
+			}
+		}()
+	}
+}
+
+// complete fills in the outcome's identity and trace, and marks the span.
+func (a *Applier) complete(out *events.Outcome, plan events.Plan, d consumer.Delivery, span trace.Span) {
+	out.EventID, out.VM, out.Attempt = plan.EventID, plan.VM, d.Attempt
 	if out.Changes == nil && out.Result == plan.Action {
 		out.Changes = plan.Changes
 	}
@@ -205,27 +243,17 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg) {
 	if out.Result == events.ResultFailed {
 		span.SetStatus(codes.Error, out.Error)
 	}
-	if err := a.publishOutcome(ctx, out); err != nil {
-		// The VM may have moved; the redelivery finds it at the target and
-		// records the outcome without writing again.
-		a.cfg.Log.Warn("applier: outcome not stored, plan will be redelivered", "vm", plan.VM.String(), "err", err)
-		span.End()
-		_ = msg.NakWithDelay(time.Second)
-		return
-	}
-	a.cfg.Metrics.Outcome(out.Result, a.cfg.Clock.Since(started))
-	a.settle(ctx, msg, plan, out)
-	a.observe(ctx, span, plan, out) // ends the span
 }
 
 // releaser releases the held plans of each event that left a pause, one
 // event at a time, retrying a failed release with a growing delay: a
 // resumed rollout's plans must not stay parked because NATS hiccuped.
-func (a *Applier) releaser(ctx context.Context, leftPause <-chan string) {
+func (a *Applier) releaser(ctx context.Context) {
+	backoff := consumer.DefaultBackoff()
 	for {
 		var eventID string
 		select {
-		case eventID = <-leftPause:
+		case eventID = <-a.leftPause:
 		case <-ctx.Done():
 			return
 		}
@@ -236,25 +264,11 @@ func (a *Applier) releaser(ctx context.Context, leftPause <-chan string) {
 			}
 			a.cfg.Log.Warn("applier: releasing held plans failed, retrying", "event", eventID, "attempt", attempt, "err", err)
 			select {
-			case <-time.After(backoff(attempt)):
+			case <-time.After(backoff.Delay(attempt)):
 			case <-ctx.Done():
 				return
 			}
 		}
-	}
-}
-
-// settle acks a carried-out plan. A plan given up on after the last
-// delivery is dead-lettered instead, with the error, so `kvlive dlq retry`
-// can send it again once the cause is fixed.
-func (a *Applier) settle(ctx context.Context, msg jetstream.Msg, plan events.Plan, out events.Outcome) {
-	if out.Result == events.ResultFailed && out.Attempt >= events.ApplierMaxDeliver {
-		if err := events.DeadLetter(ctx, a.cfg.JetStream, events.ConsumerApplier, msg, out.Reason+": "+out.Error); err == nil {
-			return
-		}
-	}
-	if err := msg.Ack(); err != nil {
-		a.cfg.Log.Warn("applier: ack failed; redelivery will find the VM at its target", "vm", plan.VM.String(), "err", err)
 	}
 }
 
@@ -296,15 +310,10 @@ func (a *Applier) publishOutcome(ctx context.Context, out events.Outcome) error 
 	if err != nil {
 		return err
 	}
-	m := events.NewMsg(events.OutcomeSubject(out.VM.Namespace), id, events.TypeOutcome, body)
+	m := events.NewMsg(events.OutcomeSubject(out.VM.Namespace, out.EventID), id, events.TypeOutcome, body)
 	a.prop.Inject(ctx, events.HeaderCarrier(m.Header))
 	if _, err := a.cfg.JetStream.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("applier: publish outcome %s: %w", id, err)
 	}
 	return nil
-}
-
-// backoff grows the redelivery delay with the attempt: 1s, 2s, 4s … 30s.
-func backoff(attempt int) time.Duration {
-	return min(time.Second<<min(attempt-1, 5), 30*time.Second)
 }

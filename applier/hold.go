@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -12,31 +13,38 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"kvlive/events"
+	"kvlive/internal/consumer"
 )
 
-// A paused rollout's plans are parked, untouched, in events.StreamHeld and
-// acked on the plans stream, so a pause of any length burns none of their
-// deliveries. Whoever sees the rollout leave the pause (the control watch of
-// any applier replica, or the applier that parked a plan just as it was
-// resumed) sends the parked plans back to the plans stream, each under an
-// id derived from its parked sequence, so releasing twice publishes once.
+// A paused rollout's plans are parked, untouched, in events.StreamHeld (a
+// work queue, under the event's subject) and acked on the plans stream, so
+// a pause of any length uses none of their deliveries. Whoever sees the
+// rollout leave the pause (the control watch of any applier replica, or the
+// applier that parked a plan just as it was resumed) releases the event:
+// a durable consumer on the event's held plans, shared by every replica,
+// sends each back to the plans stream under an id derived from its held
+// sequence (so releasing twice publishes once), until none is left.
 
-// controlled handles a plan whose rollout is not running. It reports
-// whether the plan was held (and needs nothing more); for an aborted
-// rollout it returns the outcome of a VM that will not be moved.
-func (a *Applier) controlled(ctx context.Context, msg jetstream.Msg, plan events.Plan, attempt int) (held bool, out *events.Outcome) {
+// releasePoll is how often a release checks whether the event's held plans
+// are all sent back.
+const releasePoll = 200 * time.Millisecond
+
+// controlled handles a plan whose rollout is not running. A non-nil held
+// is the fate of a plan it parked; for an aborted rollout it returns the
+// outcome of a VM that will not be moved.
+func (a *Applier) controlled(ctx context.Context, msg jetstream.Msg, plan events.Plan, d consumer.Delivery) (held *consumer.Fate, out *events.Outcome) {
 	st := a.watch.Of(plan.EventID)
 	switch st.State {
 	case events.StatePaused:
-		a.hold(ctx, msg, plan, attempt)
-		return true, nil
+		f := a.hold(ctx, msg, plan, d)
+		return &f, nil
 	case events.StateAborted:
 		if !plan.Action.Moves() && !plan.Recheck {
-			return false, nil
+			return nil, nil
 		}
-		return false, &events.Outcome{Result: events.ResultSkip, Reason: joinReason("rollout aborted before the VM moved", st.Describe())}
+		return nil, &events.Outcome{Result: events.ResultSkip, Reason: joinReason("rollout aborted before the VM moved", st.Describe())}
 	}
-	return false, nil
+	return nil, nil
 }
 
 // errSteered stops a move whose rollout was paused or aborted while it
@@ -57,115 +65,152 @@ func (a *Applier) takeTurn(ctx context.Context, plan events.Plan) error {
 }
 
 // hold parks the plan. Should the rollout leave the pause while it does,
-// it sends the plan straight back, since the release may have swept the
-// held stream before the plan got there.
-func (a *Applier) hold(ctx context.Context, msg jetstream.Msg, plan events.Plan, attempt int) {
-	md, err := msg.Metadata()
-	if err != nil {
-		a.cfg.Log.Error("applier: plan without metadata cannot be held", "vm", plan.VM.String(), "err", err)
-		_ = msg.NakWithDelay(time.Second)
-		return
-	}
+// the event is released again, since a release may have emptied the held
+// stream before the plan got there.
+func (a *Applier) hold(ctx context.Context, msg jetstream.Msg, plan events.Plan, d consumer.Delivery) consumer.Fate {
 	planID := events.PlanID(plan.EventID, plan.VM.UID)
-	parked := nats.NewMsg(events.HeldSubject(plan.VM.Namespace))
+	parked := nats.NewMsg(events.HeldSubject(plan.VM.Namespace, plan.EventID))
 	parked.Data = msg.Data()
 	copyHeaders(parked.Header, msg.Headers())
-	ack, err := a.cfg.JetStream.PublishMsg(ctx, parked, jetstream.WithMsgID(events.HeldID(planID, md.Sequence.Stream)))
-	if err != nil {
-		if attempt >= events.ApplierMaxDeliver {
-			// A nak now would drop the plan for good: keep it as a dead
-			// letter, which `kvlive dlq retry` sends back.
-			if dlErr := events.DeadLetter(ctx, a.cfg.JetStream, events.ConsumerApplier, msg, "could not hold the plan of a paused rollout: "+err.Error()); dlErr == nil {
-				return
-			}
-		}
-		a.cfg.Log.Warn("applier: could not hold plan of paused rollout, will retry", "vm", plan.VM.String(), "err", err)
-		_ = msg.NakWithDelay(time.Second)
-		return
-	}
-	if err := msg.DoubleAck(ctx); err != nil {
-		// Redelivered, it is held again under the same id: stored once.
-		a.cfg.Log.Warn("applier: ack of held plan failed", "vm", plan.VM.String(), "err", err)
+	if _, err := a.cfg.JetStream.PublishMsg(ctx, parked, jetstream.WithMsgID(events.HeldID(planID, d.Sequence))); err != nil {
+		return consumer.Retry(fmt.Errorf("could not hold the plan of paused rollout %s for %s: %w", plan.EventID, plan.VM.String(), err))
 	}
 	a.cfg.Metrics.Held()
 	a.cfg.Log.Debug("applier: plan held, rollout paused", "event", plan.EventID, "vm", plan.VM.String())
 	// A mark in the event's trace: the gap before this VM's apply span is a pause.
 	_, span := a.tracer.Start(ctx, "applier.hold "+plan.VM.String(), trace.WithAttributes(
-		attribute.String("kvlive.event.id", plan.EventID), attribute.Int("kvlive.attempt", attempt)))
+		attribute.String("kvlive.event.id", plan.EventID), attribute.Int("kvlive.attempt", d.Attempt)))
 	span.End()
 	if a.watch.Of(plan.EventID).State != events.StatePaused {
-		if err := a.releaseOne(ctx, ack.Sequence, plan, parked.Data, parked.Header); err != nil {
-			a.cfg.Log.Warn("applier: releasing a just-held plan failed; the next sweep releases it", "vm", plan.VM.String(), "err", err)
-		}
+		a.releaseLater(ctx, plan.EventID)
 	}
+	return consumer.Done()
 }
 
-// release sends back every held plan whose rollout is no longer paused:
-// of one event, or of any when eventID is empty (at start, after a crash
-// in the middle of a release).
+// release sends back every held plan of eventID, or, when eventID is
+// empty, of every event whose rollout is not paused (at start: a rollout
+// resumed while no applier ran). It returns once none is left, or the
+// rollout is paused again.
 func (a *Applier) release(ctx context.Context, eventID string) error {
-	cons, err := a.cfg.JetStream.OrderedConsumer(ctx, events.StreamHeld, jetstream.OrderedConsumerConfig{})
+	if eventID != "" {
+		return a.releaseEvent(ctx, eventID)
+	}
+	held, err := a.heldEvents(ctx)
 	if err != nil {
-		return fmt.Errorf("applier: read %s: %w", events.StreamHeld, err)
+		return err
 	}
-	info := cons.CachedInfo()
-	if info == nil || info.NumPending == 0 {
-		return nil
+	var errs []error
+	for _, id := range held {
+		if a.watch.Of(id).State != events.StatePaused {
+			errs = append(errs, a.releaseEvent(ctx, id))
+		}
 	}
-	it, err := cons.Messages()
+	return errors.Join(errs...)
+}
+
+// heldEvents lists the events with held plans, from the held stream's
+// subjects.
+func (a *Applier) heldEvents(ctx context.Context) ([]string, error) {
+	info, err := a.held.Info(ctx, jetstream.WithSubjectFilter(events.HeldOf("")))
 	if err != nil {
-		return fmt.Errorf("applier: read %s: %w", events.StreamHeld, err)
+		return nil, fmt.Errorf("applier: read %s: %w", events.StreamHeld, err)
 	}
-	defer it.Stop()
-	released := 0
-	for range info.NumPending {
-		msg, err := it.Next(jetstream.NextMaxWait(5 * time.Second))
-		if errors.Is(err, nats.ErrTimeout) {
-			break // the rest was released (deleted) meanwhile
-		}
+	seen := map[string]bool{}
+	var ids []string
+	for subject := range info.State.Subjects {
+		id, err := events.EventOfSubject(subject)
 		if err != nil {
-			return fmt.Errorf("applier: read %s: %w", events.StreamHeld, err)
+			a.cfg.Log.Warn("applier: held plans under a subject that names no event", "subject", subject, "err", err)
+			continue
 		}
-		md, err := msg.Metadata()
-		if err != nil {
-			return err
-		}
-		var plan events.Plan
-		if _, err := events.Decode(msg.Data(), events.TypePlan, &plan); err == nil &&
-			(eventID == "" || plan.EventID == eventID) && a.watch.Of(plan.EventID).State != events.StatePaused {
-			if err := a.releaseOne(ctx, md.Sequence.Stream, plan, msg.Data(), msg.Headers()); err != nil {
-				return err
-			}
-			released++
-		}
-		if md.NumPending == 0 {
-			break
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
 		}
 	}
-	if released > 0 {
-		a.cfg.Metrics.Released(released)
-		a.cfg.Log.Info("applier: released held plans", "event", eventID, "plans", released)
+	return ids, nil
+}
+
+// releaseEvent runs the event's release consumer until it has nothing left.
+func (a *Applier) releaseEvent(ctx context.Context, eventID string) error {
+	cons, err := a.cfg.JetStream.CreateOrUpdateConsumer(ctx, events.StreamHeld, events.ReleaseConsumer(eventID))
+	if err != nil {
+		return fmt.Errorf("applier: release %s: %w", eventID, err)
+	}
+	rt, err := consumer.New(consumer.Config{
+		Stage: "releaser", Consumer: cons, JetStream: a.cfg.JetStream, Workers: 4, MaxDeliver: events.ReleaseMaxDeliver,
+		Backoff: consumer.DefaultBackoff(), Grace: a.cfg.Grace, Log: a.cfg.Log.With("event", eventID), Metrics: a.cfg.Metrics,
+	})
+	if err != nil {
+		return fmt.Errorf("applier: release %s: %w", eventID, err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var released atomic.Int64
+	go a.stopWhenReleased(rctx, stop, cons, eventID)
+	if err := rt.Run(rctx, func(ctx context.Context, msg jetstream.Msg, d consumer.Delivery) consumer.Fate {
+		f := a.releaseOne(ctx, msg, d)
+		if f.IsDone() {
+			released.Add(1)
+		}
+		return f
+	}); err != nil {
+		return fmt.Errorf("applier: release %s: %w", eventID, err)
+	}
+	if n := released.Load(); n > 0 {
+		a.cfg.Metrics.Released(int(n))
+		a.cfg.Log.Info("applier: released held plans", "event", eventID, "plans", n)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	// Done: the server would drop the idle consumer anyway; another replica
+	// still draining it starts over on a fresh one.
+	if err := a.cfg.JetStream.DeleteConsumer(context.WithoutCancel(ctx), events.StreamHeld, events.ReleaseConsumer(eventID).Durable); err != nil &&
+		!errors.Is(err, jetstream.ErrConsumerNotFound) {
+		a.cfg.Log.Debug("applier: release consumer not deleted", "event", eventID, "err", err)
 	}
 	return nil
 }
 
-// releaseOne publishes a held plan (data, as decoded into plan) back to the
-// plans stream and deletes it from the held stream.
-func (a *Applier) releaseOne(ctx context.Context, seq uint64, plan events.Plan, data []byte, header nats.Header) error {
-	back := nats.NewMsg(events.PlanSubject(plan.VM.Namespace))
-	back.Data = data
-	copyHeaders(back.Header, header)
-	id := events.ReleasedID(events.PlanID(plan.EventID, plan.VM.UID), seq)
+// stopWhenReleased ends a release once nothing of the event is pending or
+// in flight, or its rollout was paused again.
+func (a *Applier) stopWhenReleased(ctx context.Context, stop context.CancelFunc, cons jetstream.Consumer, eventID string) {
+	tick := time.NewTicker(releasePoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if a.watch.Of(eventID).State == events.StatePaused {
+			stop()
+			return
+		}
+		info, err := cons.Info(ctx)
+		if err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+			stop()
+			return
+		}
+	}
+}
+
+// releaseOne publishes a held plan back to the plans stream; the held
+// stream drops it once the runtime acks it.
+func (a *Applier) releaseOne(ctx context.Context, msg jetstream.Msg, d consumer.Delivery) consumer.Fate {
+	var plan events.Plan
+	if _, err := events.Decode(msg.Data(), events.TypePlan, &plan); err != nil {
+		return consumer.Poison("held plan: " + err.Error())
+	}
+	back := nats.NewMsg(events.PlanSubject(plan.VM.Namespace, plan.EventID))
+	back.Data = msg.Data()
+	copyHeaders(back.Header, msg.Headers())
+	id := events.ReleasedID(events.PlanID(plan.EventID, plan.VM.UID), d.Sequence)
 	if _, err := a.cfg.JetStream.PublishMsg(ctx, back, jetstream.WithMsgID(id)); err != nil {
-		return fmt.Errorf("applier: release %s: %w", id, err)
+		return consumer.Retry(fmt.Errorf("release %s: %w", id, err))
 	}
-	// Another replica may have deleted it first. Left behind, it would be
-	// released again under the same id: dropped as a duplicate, or, past
-	// the duplicate window, found at its target by the applier.
-	if err := a.held.DeleteMsg(ctx, seq); err != nil {
-		a.cfg.Log.Debug("applier: held message not deleted", "seq", seq, "err", err)
-	}
-	return nil
+	return consumer.Done()
 }
 
 // copyHeaders copies every header but the message id, which each copy sets.

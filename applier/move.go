@@ -314,7 +314,7 @@ func classify(err error) (events.Outcome, bool, error) {
 func IsTransient(err error) bool {
 	var netErr net.Error
 	switch {
-	case errors.Is(err, errTransient), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, errTransient), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return true
 	case apierrors.IsServerTimeout(err), apierrors.IsTimeout(err), apierrors.IsTooManyRequests(err),
 		apierrors.IsInternalError(err), apierrors.IsServiceUnavailable(err), apierrors.IsConflict(err),

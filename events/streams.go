@@ -2,6 +2,8 @@ package events
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -37,7 +39,10 @@ const (
 	BucketControl = "kvlive-rollout-control"
 )
 
-// Delivery limits: after this many deliveries a message is given up on.
+// Delivery budgets: after this many deliveries a stage gives a message up
+// and dead-letters it. The consumer runtime keeps the budget, not the
+// server (whose consumers have MaxDeliver -1): a message whose dead letter
+// cannot be stored must come back, not vanish after its last delivery.
 const (
 	PlannerMaxDeliver = 5
 	ApplierMaxDeliver = 8
@@ -62,6 +67,14 @@ func DefaultStreamOptions() StreamOptions {
 }
 
 // StreamConfigs returns the configurations of every kvlive stream.
+//
+// Work streams never drop a message no consumer has settled: plans and held
+// plans are work queues (a message goes when it is acked) without size or
+// age limits. Events are both pending work and the history replay reads, so
+// the operator's limits apply to them but a full stream refuses new events
+// (DiscardNew) rather than discarding old ones, and the watcher retries
+// until there is room. The record streams (outcomes, spans, dead letters)
+// are bounded by the operator's limits, oldest first.
 func StreamConfigs(o StreamOptions) []jetstream.StreamConfig {
 	mk := func(name, subject, desc string) jetstream.StreamConfig {
 		return jetstream.StreamConfig{
@@ -77,19 +90,24 @@ func StreamConfigs(o StreamOptions) []jetstream.StreamConfig {
 			Discard:     jetstream.DiscardOld,
 		}
 	}
-	// Held plans wait for an operator, however long that takes: the replay
-	// horizon and the size limit do not apply to them.
-	held := mk(StreamHeld, subjectHeld, "kvlive: plans of paused rollouts, until resumed or aborted")
-	held.MaxAge, held.MaxBytes = 0, -1
+	work := func(cfg jetstream.StreamConfig) jetstream.StreamConfig {
+		cfg.Retention, cfg.MaxAge, cfg.MaxBytes, cfg.Discard = jetstream.WorkQueuePolicy, 0, -1, jetstream.DiscardNew
+		return cfg
+	}
+	evs := mk(StreamEvents, subjectEvents, "kvlive: instance type and preference changes, switch requests")
+	evs.Discard = jetstream.DiscardNew
 	return []jetstream.StreamConfig{
-		mk(StreamEvents, subjectEvents, "kvlive: instance type and preference changes, switch requests"),
-		mk(StreamPlans, subjectPlans, "kvlive: one live-update plan per VM per event"),
+		evs,
+		work(mk(StreamPlans, subjectPlans, "kvlive: one live-update plan per VM per event, until the applier settles it")),
 		mk(StreamOutcomes, subjectOutcomes, "kvlive: one outcome per VM per event"),
 		mk(StreamDLQ, subjectDLQ, "kvlive: messages a stage could not process, with the reason"),
 		mk(StreamSpans, subjectSpans, "kvlive: finished trace spans, for kvlive trace"),
-		held,
+		work(mk(StreamHeld, subjectHeld, "kvlive: plans of paused rollouts, until resumed or aborted")),
 	}
 }
+
+// WorkStreams are the streams whose messages are pending work.
+var WorkStreams = []string{StreamEvents, StreamPlans, StreamHeld}
 
 func orUnlimited(n int64) int64 {
 	if n <= 0 {
@@ -105,7 +123,7 @@ func PlannerConsumer() jetstream.ConsumerConfig {
 		Description:   "kvlive planner: fans events out to per-VM plans",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       time.Minute,
-		MaxDeliver:    PlannerMaxDeliver,
+		MaxDeliver:    -1,
 		MaxAckPending: 64,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
@@ -118,7 +136,7 @@ func ApplierConsumer() jetstream.ConsumerConfig {
 		Description:   "kvlive applier: moves each VM's pin and records the outcome",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       30 * time.Second,
-		MaxDeliver:    ApplierMaxDeliver,
+		MaxDeliver:    -1,
 		MaxAckPending: 4096,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
@@ -138,8 +156,8 @@ func KVConfigs(o StreamOptions) []jetstream.KeyValueConfig {
 // It is idempotent, so every process runs it at start.
 func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 	for _, cfg := range StreamConfigs(o) {
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("events: stream %s: %w", cfg.Name, err)
+		if err := setupStream(ctx, js, cfg); err != nil {
+			return err
 		}
 	}
 	for stream, cfg := range map[string]jetstream.ConsumerConfig{StreamEvents: PlannerConsumer(), StreamPlans: ApplierConsumer()} {
@@ -154,3 +172,71 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 	}
 	return nil
 }
+
+// setupStream creates or updates one stream. JetStream cannot change a
+// stream's retention in place: a work stream an older kvlive made with
+// limits retention is re-created, but only when it holds nothing, so no
+// pending work is lost; otherwise the error says what to do.
+func setupStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	_, err := js.CreateOrUpdateStream(ctx, cfg)
+	if err == nil || cfg.Retention != jetstream.WorkQueuePolicy {
+		if err != nil {
+			return fmt.Errorf("events: stream %s: %w", cfg.Name, err)
+		}
+		return nil
+	}
+	s, serr := js.Stream(ctx, cfg.Name)
+	if serr != nil {
+		return fmt.Errorf("events: stream %s: %w", cfg.Name, err)
+	}
+	info, serr := s.Info(ctx)
+	if serr != nil || info.Config.Retention == jetstream.WorkQueuePolicy {
+		return fmt.Errorf("events: stream %s: %w", cfg.Name, err)
+	}
+	if pending := unsettled(ctx, s, info); pending > 0 {
+		return fmt.Errorf("events: stream %s was made by an older kvlive with limits retention and still holds %d unsettled messages; "+
+			"run that version until they are applied, then start this one: %w", cfg.Name, pending, err)
+	}
+	if derr := js.DeleteStream(ctx, cfg.Name); derr != nil {
+		return fmt.Errorf("events: re-create empty stream %s as a work queue: %w", cfg.Name, derr)
+	}
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("events: stream %s: %w", cfg.Name, err)
+	}
+	return nil
+}
+
+// unsettled counts what a limits-retention stream still owes its consumer:
+// for the plans stream what the applier has not acked, for any other every
+// message.
+func unsettled(ctx context.Context, s jetstream.Stream, info *jetstream.StreamInfo) uint64 {
+	if info.Config.Name == StreamPlans {
+		if c, err := s.Consumer(ctx, ConsumerApplier); err == nil {
+			if ci, err := c.Info(ctx); err == nil {
+				return ci.NumPending + uint64(ci.NumAckPending)
+			}
+		}
+	}
+	return info.State.Msgs
+}
+
+// ReleaseConsumer is the durable consumer that sends eventID's held plans
+// back to the plans stream once its rollout is resumed or aborted. Every
+// replica releasing the event binds the same one and shares the work; the
+// server removes it when no one has used it for a while.
+func ReleaseConsumer(eventID string) jetstream.ConsumerConfig {
+	sum := sha256.Sum256([]byte(eventID))
+	return jetstream.ConsumerConfig{
+		Durable:           "release-" + hex.EncodeToString(sum[:12]),
+		Description:       "kvlive applier: releases the held plans of " + eventID,
+		FilterSubject:     HeldOf(eventID),
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		AckWait:           30 * time.Second,
+		MaxDeliver:        -1,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: 10 * time.Minute,
+	}
+}
+
+// ReleaseMaxDeliver is the releaser's delivery budget per held plan.
+const ReleaseMaxDeliver = 8

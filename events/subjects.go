@@ -1,12 +1,18 @@
 package events
 
 import (
+	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 )
 
 // Subjects. Namespaces are DNS labels, so they are safe subject tokens; VM
-// and object names may hold dots, so they travel in the body, never the subject.
+// and object names may hold dots, so they travel in the body, never the
+// subject. Plans, outcomes and held plans carry their event as the last
+// token (EventToken), so whatever concerns one event (its plans in flight,
+// its outcomes, its held plans, its dead letters) is read by subject
+// filter instead of scanning a whole stream.
 const (
 	subjectEvents   = "kvlive.events"
 	subjectPlans    = "kvlive.plans"
@@ -15,6 +21,43 @@ const (
 	subjectSpans    = "kvlive.spans"
 	subjectHeld     = "kvlive.held"
 )
+
+// EventToken encodes an event id as one subject token: the id itself,
+// readable, with the bytes a token cannot hold ('.', '*', '>', '%',
+// whitespace and controls) percent-encoded. kvlive's own ids
+// (<kind>/<uid>/<generation>, switch/<id>) come through unchanged.
+func EventToken(eventID string) string {
+	var b strings.Builder
+	for i := 0; i < len(eventID); i++ {
+		c := eventID[i]
+		if c <= ' ' || c == '.' || c == '*' || c == '>' || c == '%' || c == 0x7f {
+			fmt.Fprintf(&b, "%%%02X", c)
+			continue
+		}
+		b.WriteByte(c)
+	}
+	if b.Len() == 0 {
+		return "%00"
+	}
+	return b.String()
+}
+
+// EventOfToken decodes a token EventToken made.
+func EventOfToken(token string) (string, error) {
+	id, err := url.PathUnescape(token)
+	if err != nil {
+		return "", fmt.Errorf("events: subject token %q: %w", token, err)
+	}
+	return id, nil
+}
+
+// lastToken is a subject's last token.
+func lastToken(subject string) string {
+	return subject[strings.LastIndexByte(subject, '.')+1:]
+}
+
+// EventOfSubject is the event a plan, outcome or held plan subject names.
+func EventOfSubject(subject string) (string, error) { return EventOfToken(lastToken(subject)) }
 
 // ChangedSubject is where a change of an object of kind is published:
 // kvlive.events.changed.<kind in lower case>.
@@ -25,18 +68,76 @@ func ChangedSubject(kind string) string {
 // SwitchSubject is where switch requests are published.
 func SwitchSubject() string { return subjectEvents + ".switch" }
 
-// PlanSubject is where plans for VMs of namespace are published.
-func PlanSubject(namespace string) string { return subjectPlans + "." + namespace }
+// PlanSubject is where the plan for a VM of namespace in eventID is
+// published: kvlive.plans.<namespace>.<event>.
+func PlanSubject(namespace, eventID string) string {
+	return subjectPlans + "." + namespace + "." + EventToken(eventID)
+}
 
-// OutcomeSubject is where outcomes for VMs of namespace are published.
-func OutcomeSubject(namespace string) string { return subjectOutcomes + "." + namespace }
+// PlansOf filters the plans of eventID in every namespace.
+func PlansOf(eventID string) string { return subjectPlans + ".*." + EventToken(eventID) }
 
-// DeadLetterSubject is where the stage puts a message it cannot process.
-func DeadLetterSubject(stage string) string { return subjectDLQ + "." + stage }
+// OutcomeSubject is where outcomes for VMs of namespace in eventID are
+// published: kvlive.outcomes.<namespace>.<event>.
+func OutcomeSubject(namespace, eventID string) string {
+	return subjectOutcomes + "." + namespace + "." + EventToken(eventID)
+}
 
-// HeldSubject is where the applier parks a plan for a VM of namespace
-// while its rollout is paused.
-func HeldSubject(namespace string) string { return subjectHeld + "." + namespace }
+// OutcomesOf filters the outcomes of eventID, in namespace or, when it is
+// empty, in every namespace.
+func OutcomesOf(eventID, namespace string) string {
+	if namespace == "" {
+		namespace = "*"
+	}
+	return subjectOutcomes + "." + namespace + "." + EventToken(eventID)
+}
+
+// OutcomesIn filters every outcome in namespace ("" for all).
+func OutcomesIn(namespace string) string {
+	if namespace == "" {
+		return subjectOutcomes + ".>"
+	}
+	return subjectOutcomes + "." + namespace + ".*"
+}
+
+// DeadLetterSubject is where stage puts a message read from original it
+// cannot process: kvlive.dlq.<stage>.<original without "kvlive.">, so a
+// dead plan keeps its event token (kvlive.dlq.applier.plans.<ns>.<event>).
+func DeadLetterSubject(stage, original string) string {
+	rest := strings.TrimPrefix(original, "kvlive.")
+	if rest == "" {
+		rest = "unknown"
+	}
+	return subjectDLQ + "." + stage + "." + rest
+}
+
+// DeadLettersOf filters the dead plans of eventID, of any stage.
+func DeadLettersOf(eventID string) string {
+	return subjectDLQ + ".*.plans.*." + EventToken(eventID)
+}
+
+// StageOfDeadLetter is the stage that dead-lettered a message stored on subject.
+func StageOfDeadLetter(subject string) string {
+	rest := strings.TrimPrefix(subject, subjectDLQ+".")
+	if i := strings.IndexByte(rest, '.'); i >= 0 {
+		return rest[:i]
+	}
+	return rest
+}
+
+// HeldSubject is where the applier parks the plan for a VM of namespace
+// while eventID's rollout is paused: kvlive.held.<namespace>.<event>.
+func HeldSubject(namespace, eventID string) string {
+	return subjectHeld + "." + namespace + "." + EventToken(eventID)
+}
+
+// HeldOf filters the held plans of eventID ("" for every event).
+func HeldOf(eventID string) string {
+	if eventID == "" {
+		return subjectHeld + ".>"
+	}
+	return subjectHeld + ".*." + EventToken(eventID)
+}
 
 // SpanSubject is where finished spans are kept when no OTLP exporter is set.
 func SpanSubject(traceID string) string { return subjectSpans + "." + traceID }

@@ -201,7 +201,7 @@ func TestDLQRetryAfterATransientFailure(t *testing.T) {
 	e.deadLetters(0)
 
 	// A poison message nobody will retry: purge drops it.
-	if _, err := e.js.Publish(e.ctx, events.PlanSubject("team-1"), []byte("poison")); err != nil {
+	if _, err := e.js.Publish(e.ctx, events.PlanSubject("team-1", "poison"), []byte("poison")); err != nil {
 		t.Fatal(err)
 	}
 	e.deadLetters(1)

@@ -19,7 +19,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/instancetype"
-	"kvlive/internal/bus"
+	"kvlive/internal/consumer"
 	"kvlive/internal/telemetry"
 )
 
@@ -50,6 +50,8 @@ type Config struct {
 	// readable in a trace backend. Zero means DefaultTraceFanout.
 	TraceFanout int
 	Metrics     *telemetry.Metrics
+	// Grace is how long events being planned may finish after ctx ends.
+	Grace time.Duration
 }
 
 // DefaultTraceFanout keeps rollouts of up to 1,000 VMs in one trace.
@@ -83,76 +85,55 @@ func New(cfg Config) (*Planner, error) {
 	return &Planner{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}}, nil
 }
 
-// Run consumes events until ctx ends. The fleet must be running.
+// Run consumes events until ctx ends and the events being planned are
+// done. The fleet must be running.
 func (p *Planner) Run(ctx context.Context) error {
 	cons, err := p.cfg.JetStream.Consumer(ctx, events.StreamEvents, events.ConsumerPlanner)
 	if err != nil {
 		return fmt.Errorf("planner: consumer: %w", err)
 	}
-	p.cfg.Log.Info("planner started")
-	bus.Consume(ctx, cons, p.cfg.Workers, p.handle, func(err error) {
-		p.cfg.Log.Warn("planner: consuming events failed, retrying", "err", err)
+	rt, err := consumer.New(consumer.Config{
+		Stage: events.ConsumerPlanner, Consumer: cons, JetStream: p.cfg.JetStream, Workers: p.cfg.Workers,
+		MaxDeliver: events.PlannerMaxDeliver, Backoff: consumer.Backoff{Min: time.Second, Max: 30 * time.Second, Jitter: 0.2},
+		Grace: p.cfg.Grace, Log: p.cfg.Log, Metrics: p.cfg.Metrics,
 	})
-	return nil
+	if err != nil {
+		return fmt.Errorf("planner: %w", err)
+	}
+	p.cfg.Log.Info("planner started")
+	return rt.Run(ctx, p.handle)
 }
 
-// handle gives every event an explicit fate: ack once all plans are stored,
-// nak with a delay on a transient failure, dead-letter what cannot decode.
-func (p *Planner) handle(ctx context.Context, msg jetstream.Msg) {
+// handle plans one event: every plan stored and the rollout recorded is
+// done; a transient failure is retried; what cannot decode is poison.
+func (p *Planner) handle(ctx context.Context, msg jetstream.Msg, _ consumer.Delivery) consumer.Fate {
 	ctx = p.prop.Extract(ctx, events.HeaderCarrier(msg.Headers()))
 	eventID, typ, target, vms, err := p.resolve(msg)
+	if events.IsDecodeError(err) {
+		return consumer.Poison(err.Error())
+	}
 	if err != nil {
-		p.reject(ctx, msg, err)
-		return
+		return consumer.Retry(err)
 	}
 	ctx, span := p.tracer.Start(ctx, "planner.plan "+target.Object.String(),
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("kvlive.event.id", eventID), attribute.Int("kvlive.vms", len(vms))))
 	defer span.End()
-	counts, err := p.publishPlans(ctx, msg, eventID, target, vms)
+	counts, err := p.publishPlans(ctx, eventID, target, vms)
 	if err == nil {
 		err = p.recordRollout(ctx, eventID, target, counts)
 	}
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
-		p.retry(ctx, msg, eventID, err)
-		return
+		return consumer.Retry(fmt.Errorf("event %s: %w", eventID, err))
 	}
 	for r, n := range counts {
 		span.SetAttributes(attribute.Int("kvlive.plans."+string(r), n))
 	}
 	p.cfg.Metrics.Event(typ)
 	p.cfg.Metrics.Plans(counts)
-	if err := msg.Ack(); err != nil {
-		p.cfg.Log.Warn("planner: ack failed; the event will be redelivered and its plans deduplicated", "event", eventID, "err", err)
-	}
 	p.cfg.Log.Info("event planned", "event", eventID, "object", target.Object.String(), "vms", len(vms), "counts", counts)
-}
-
-func (p *Planner) reject(ctx context.Context, msg jetstream.Msg, err error) {
-	if events.IsDecodeError(err) {
-		p.cfg.Log.Error("planner: dead-lettering event", "subject", msg.Subject(), "err", err)
-		if dlErr := events.DeadLetter(ctx, p.cfg.JetStream, events.ConsumerPlanner, msg, err.Error()); dlErr != nil {
-			p.cfg.Log.Error("planner: dead-letter failed", "err", dlErr)
-			_ = msg.NakWithDelay(5 * time.Second)
-		}
-		return
-	}
-	p.retry(ctx, msg, msg.Subject(), err)
-}
-
-// retry naks an event that failed for a transient cause, until its last
-// delivery, when it is dead-lettered with the error instead.
-func (p *Planner) retry(ctx context.Context, msg jetstream.Msg, what string, err error) {
-	if md, mdErr := msg.Metadata(); mdErr == nil && md.NumDelivered >= events.PlannerMaxDeliver {
-		p.cfg.Log.Error("planner: giving up on event, dead-lettering it", "event", what, "err", err)
-		reason := fmt.Sprintf("gave up after %d deliveries: %v", md.NumDelivered, err)
-		if dlErr := events.DeadLetter(ctx, p.cfg.JetStream, events.ConsumerPlanner, msg, reason); dlErr == nil {
-			return
-		}
-	}
-	p.cfg.Log.Warn("planner: event will be retried", "event", what, "err", err)
-	_ = msg.NakWithDelay(2 * time.Second)
+	return consumer.Done()
 }
 
 // resolve decodes an event into its id and type, its target and the VMs it reaches.

@@ -13,14 +13,10 @@ import (
 	"kvlive/instancetype"
 )
 
-// progressEvery is how many plans go out between InProgress signals, which
-// keep a long fan-out from outliving the event's ack wait.
-const progressEvery = 500
-
 // publishPlans plans every VM and publishes the plans asynchronously, then
 // waits for every publish ack. Plans carry deterministic Msg-Ids, so a retry
 // after a partial failure or a crash is deduplicated by the stream.
-func (p *Planner) publishPlans(ctx context.Context, msg jetstream.Msg, eventID string, t instancetype.Target, vms []*virtv1.VirtualMachine) (map[events.Result]int, error) {
+func (p *Planner) publishPlans(ctx context.Context, eventID string, t instancetype.Target, vms []*virtv1.VirtualMachine) (map[events.Result]int, error) {
 	ctx, span := p.tracer.Start(ctx, "publish plans", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("messaging.destination.name", events.StreamPlans), attribute.Int("messaging.batch.message_count", len(vms))))
 	defer span.End()
@@ -28,7 +24,7 @@ func (p *Planner) publishPlans(ctx context.Context, msg jetstream.Msg, eventID s
 	futures := make([]jetstream.PubAckFuture, 0, len(vms))
 	now := p.cfg.Clock.Now()
 	ownTraces := len(vms) > p.cfg.TraceFanout
-	for i, vm := range vms {
+	for _, vm := range vms {
 		plan := instancetype.PlanVM(p.cfg.Fleet, eventID, t, vm)
 		counts[plan.Action]++
 		id := events.PlanID(eventID, plan.VM.UID)
@@ -36,7 +32,7 @@ func (p *Planner) publishPlans(ctx context.Context, msg jetstream.Msg, eventID s
 		if err != nil {
 			return nil, err
 		}
-		m := events.NewMsg(events.PlanSubject(plan.VM.Namespace), id, events.TypePlan, body)
+		m := events.NewMsg(events.PlanSubject(plan.VM.Namespace, eventID), id, events.TypePlan, body)
 		p.prop.Inject(ctx, events.HeaderCarrier(m.Header))
 		if ownTraces {
 			m.Header.Set(events.HeaderTraceRoot, "true")
@@ -46,9 +42,6 @@ func (p *Planner) publishPlans(ctx context.Context, msg jetstream.Msg, eventID s
 			return nil, fmt.Errorf("planner: publish plan %s: %w", id, err)
 		}
 		futures = append(futures, f)
-		if (i+1)%progressEvery == 0 {
-			_ = msg.InProgress()
-		}
 	}
 	for _, f := range futures {
 		select {

@@ -16,10 +16,10 @@ func deadLetters(t *testing.T) string {
 	js, closeStore := openStore(t, dir)
 	defer closeStore()
 	for _, body := range []string{"plan-a", "plan-b"} {
-		m := nats.NewMsg(events.DeadLetterSubject(events.ConsumerApplier))
+		m := nats.NewMsg(events.DeadLetterSubject(events.ConsumerApplier, events.PlanSubject("shop", "ev")))
 		m.Data = []byte(body)
 		m.Header.Set(events.HeaderDeadReason, "gave up after 8 attempts: "+body)
-		m.Header.Set(events.HeaderDeadSubject, events.PlanSubject("shop"))
+		m.Header.Set(events.HeaderDeadSubject, events.PlanSubject("shop", "ev"))
 		if _, err := js.PublishMsg(t.Context(), m); err != nil {
 			t.Fatal(err)
 		}

@@ -35,7 +35,7 @@ func recordedStore(t *testing.T) string {
 	out := events.Outcome{EventID: testEvent, VM: events.VMRef{Namespace: "shop", Name: "web-1", UID: "u1"}, Result: events.ResultLive,
 		Wrote: true, Attempt: 1, TraceID: testTrace, FinishedAt: at}
 	publish(t, js, events.SwitchSubject(), testEvent, events.TypeSwitchRequested, &req)
-	publish(t, js, events.OutcomeSubject("shop"), events.OutcomeID(testEvent, "u1", 1), events.TypeOutcome, &out)
+	publish(t, js, events.OutcomeSubject("shop", testEvent), events.OutcomeID(testEvent, "u1", 1), events.TypeOutcome, &out)
 	kv, err := js.KeyValue(ctx, events.BucketRollouts)
 	if err != nil {
 		t.Fatal(err)

@@ -35,7 +35,7 @@ const deadPrefix = "Kvlive-Dead-"
 const natsPrefix = "Nats-"
 
 // DeadLetter stores a copy of msg, with its headers, in the dead-letter
-// stream under events.DeadLetterSubject(stage), together with reason and
+// stream under events.DeadLetterSubject(stage, msg.Subject()), together with reason and
 // where msg came from. It does not terminate msg: Settle does that once the
 // copy is stored. The copy's Msg-Id is dead/<stream>/<seq>, so dead-lettering
 // the same message again within the stream's duplicate window stores nothing
@@ -58,7 +58,7 @@ func DeadLetter(ctx context.Context, js jetstream.JetStream, stage string, msg j
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("consumer: dead-letter %s to %s: %w", msg.Subject(), events.DeadLetterSubject(stage), err)
+		return fmt.Errorf("consumer: dead-letter %s to %s: %w", msg.Subject(), events.DeadLetterSubject(stage, msg.Subject()), err)
 	}
 	return nil
 }
@@ -75,7 +75,7 @@ func maxPayload(js jetstream.JetStream, slack int64) int64 {
 // deadCopy builds the dead letter of msg, cut down to limit bytes of headers
 // and body when limit is positive.
 func deadCopy(stage string, msg jetstream.Msg, reason string, limit int64) (*nats.Msg, error) {
-	dead := nats.NewMsg(events.DeadLetterSubject(stage))
+	dead := nats.NewMsg(events.DeadLetterSubject(stage, msg.Subject()))
 	for k, vs := range msg.Headers() {
 		if hasPrefixFold(k, natsPrefix) || hasPrefixFold(k, deadPrefix) {
 			continue

@@ -217,7 +217,7 @@ func startJetStream(t testing.TB, maxPayload int32, noDLQ bool) (jetstream.JetSt
 	}
 	if !noDLQ {
 		_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{
-			Name: events.StreamDLQ, Subjects: []string{events.DeadLetterSubject(">")}, Duplicates: time.Minute,
+			Name: events.StreamDLQ, Subjects: []string{"kvlive.dlq.>"}, Duplicates: time.Minute,
 		})
 		if err != nil {
 			t.Fatal(err)

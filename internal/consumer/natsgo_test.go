@@ -23,10 +23,10 @@ import (
 func TestNatsGoRejectsOversizePublishClientSide(t *testing.T) {
 	js, nc := startJetStream(t, smallPayload, false)
 	big := bytes.Repeat([]byte("x"), smallPayload+1)
-	if err := nc.Publish(events.DeadLetterSubject("test"), big); !errors.Is(err, nats.ErrMaxPayload) {
+	if err := nc.Publish(events.DeadLetterSubject("test", "kvlive.test"), big); !errors.Is(err, nats.ErrMaxPayload) {
 		t.Errorf("core publish: %v, want ErrMaxPayload", err)
 	}
-	m := nats.NewMsg(events.DeadLetterSubject("test"))
+	m := nats.NewMsg(events.DeadLetterSubject("test", "kvlive.test"))
 	m.Header.Set("X", "y")
 	m.Data = big[:smallPayload-10] // fits alone, not with its headers
 	if _, err := js.PublishMsg(context.Background(), m); !errors.Is(err, nats.ErrMaxPayload) {

@@ -118,8 +118,8 @@ func TestSettlePoisonDeadLettersThenTerms(t *testing.T) {
 	if d.Header.Get(jetstream.ExpectedLastSeqHeader) != "" {
 		t.Errorf("JetStream publish header copied into the dead letter: %v", d.Header)
 	}
-	if d.Subject != events.DeadLetterSubject(events.ConsumerPlanner) || string(d.Data) != string(msg.data) {
-		t.Errorf("dead letter %s %q, want %s %q", d.Subject, d.Data, events.DeadLetterSubject(events.ConsumerPlanner), msg.data)
+	if d.Subject != events.DeadLetterSubject(events.ConsumerPlanner, msg.subject) || string(d.Data) != string(msg.data) {
+		t.Errorf("dead letter %s %q, want %s %q", d.Subject, d.Data, events.DeadLetterSubject(events.ConsumerPlanner, msg.subject), msg.data)
 	}
 }
 

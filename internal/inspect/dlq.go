@@ -75,7 +75,7 @@ func (s Store) Show(ctx context.Context, seq uint64) (Letter, error) {
 		return Letter{}, fmt.Errorf("dlq: message %d: %w", seq, err)
 	}
 	return Letter{
-		Seq: m.Sequence, Time: m.Time, Stage: strings.TrimPrefix(m.Subject, events.DeadLetterSubject("")),
+		Seq: m.Sequence, Time: m.Time, Stage: events.StageOfDeadLetter(m.Subject),
 		Subject: m.Header.Get(events.HeaderDeadSubject), Reason: m.Header.Get(events.HeaderDeadReason),
 		Headers: m.Header, Data: m.Data,
 	}, nil
@@ -91,6 +91,11 @@ func (s Store) Retry(ctx context.Context, seq uint64) error {
 	}
 	if l.Subject == "" {
 		return fmt.Errorf("dlq: message %d does not say where it came from", seq)
+	}
+	if size := l.Headers.Get(events.HeaderDeadTruncated); size != "" {
+		return fmt.Errorf("dlq: message %d was stored truncated (the original had %s bytes), so it cannot be sent again as it is; "+
+			"the original is message %s of stream %s while that stream keeps it", seq, size,
+			l.Headers.Get(events.HeaderDeadSequence), l.Headers.Get(events.HeaderDeadStream))
 	}
 	msg := nats.NewMsg(l.Subject)
 	msg.Data = l.Data

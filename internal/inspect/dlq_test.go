@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -14,10 +15,10 @@ func TestListShowRetryPurge(t *testing.T) {
 	js := testenv.JetStream(t)
 	ctx := context.Background()
 	put := func(body, reason string) {
-		m := nats.NewMsg(events.DeadLetterSubject(events.ConsumerApplier))
+		m := nats.NewMsg(events.DeadLetterSubject(events.ConsumerApplier, events.PlanSubject("shop", "ev")))
 		m.Data = []byte(body)
 		m.Header.Set(events.HeaderDeadReason, reason)
-		m.Header.Set(events.HeaderDeadSubject, events.PlanSubject("shop"))
+		m.Header.Set(events.HeaderDeadSubject, events.PlanSubject("shop", "ev"))
 		m.Header.Set("traceparent", "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01")
 		if _, err := js.PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)
@@ -31,7 +32,7 @@ func TestListShowRetryPurge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(letters) != 2 || letters[0].Stage != "applier" || letters[0].Subject != "kvlive.plans.shop" || letters[1].Reason != "events: malformed: envelope" {
+	if len(letters) != 2 || letters[0].Stage != "applier" || letters[0].Subject != "kvlive.plans.shop.ev" || letters[1].Reason != "events: malformed: envelope" {
 		t.Fatalf("list = %+v", letters)
 	}
 	if l, err := s.Show(ctx, letters[0].Seq); err != nil || string(l.Data) != "plan-1" {
@@ -45,7 +46,7 @@ func TestListShowRetryPurge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := plans.GetLastMsgForSubject(ctx, events.PlanSubject("shop"))
+	m, err := plans.GetLastMsgForSubject(ctx, events.PlanSubject("shop", "ev"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,5 +64,29 @@ func TestListShowRetryPurge(t *testing.T) {
 	}
 	if _, err := s.Show(ctx, 1); err == nil {
 		t.Error("show of a purged letter succeeded")
+	}
+}
+
+// TestRetryRefusesATruncatedLetter: a dead letter stored cut short would
+// go back as a corrupt message; retry says where the original is instead.
+func TestRetryRefusesATruncatedLetter(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx := context.Background()
+	m := nats.NewMsg(events.DeadLetterSubject(events.ConsumerApplier, events.PlanSubject("shop", "ev")))
+	m.Data = []byte("the first bytes of a plan")
+	m.Header.Set(events.HeaderDeadSubject, events.PlanSubject("shop", "ev"))
+	m.Header.Set(events.HeaderDeadTruncated, "1048000")
+	m.Header.Set(events.HeaderDeadStream, events.StreamPlans)
+	m.Header.Set(events.HeaderDeadSequence, "42")
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Store{JetStream: js}.Retry(ctx, ack.Sequence)
+	if err == nil || !strings.Contains(err.Error(), "truncated") || !strings.Contains(err.Error(), "message 42 of stream KVLIVE_PLANS") {
+		t.Fatalf("retry of a truncated letter: %v", err)
+	}
+	if letters, _ := (Store{JetStream: js}).List(ctx); len(letters) != 1 {
+		t.Errorf("the truncated letter was removed: %+v", letters)
 	}
 }

@@ -47,7 +47,7 @@ func (f *fixture) publish(subject, id, typ string, p events.Payload) {
 
 func (f *fixture) outcome(o events.Outcome) {
 	f.t.Helper()
-	f.publish(events.OutcomeSubject(o.VM.Namespace), events.OutcomeID(o.EventID, o.VM.UID, o.Attempt), events.TypeOutcome, &o)
+	f.publish(events.OutcomeSubject(o.VM.Namespace, o.EventID), events.OutcomeID(o.EventID, o.VM.UID, o.Attempt), events.TypeOutcome, &o)
 }
 
 func (f *fixture) changed(c events.Changed) string {

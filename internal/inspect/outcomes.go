@@ -52,10 +52,7 @@ func (r *Reader) Outcomes(ctx context.Context, f OutcomeFilter) ([]events.Outcom
 // namespace is set) and keeps the latest attempt per event and VM of the
 // outcomes keep accepts.
 func (r *Reader) latestOutcomes(ctx context.Context, namespace string, keep func(*events.Outcome) bool) (*latestSet, error) {
-	var cfg jetstream.OrderedConsumerConfig
-	if namespace != "" {
-		cfg.FilterSubjects = []string{events.OutcomeSubject(namespace)}
-	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OutcomesIn(namespace)}}
 	latest := &latestSet{byKey: map[outcomeKey]int{}, eventOrder: map[string]int{}}
 	err := r.scan(ctx, events.StreamOutcomes, cfg, func(m jetstream.Msg) {
 		var o events.Outcome

@@ -38,7 +38,7 @@ func seedOutcomes(f *fixture) {
 		f.outcome(o)
 	}
 	// A body the applier's decoder would reject is not an outcome.
-	if _, err := f.js.Publish(context.Background(), events.OutcomeSubject("shop"), []byte(`{"not":"an envelope"}`)); err != nil {
+	if _, err := f.js.Publish(context.Background(), events.OutcomeSubject("shop", "ev"), []byte(`{"not":"an envelope"}`)); err != nil {
 		f.t.Fatal(err)
 	}
 }

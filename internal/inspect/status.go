@@ -58,17 +58,28 @@ func (r *Reader) Status(ctx context.Context, eventID string) (RolloutStatus, err
 
 // held counts the event's plans parked in the held stream.
 func (r *Reader) held(ctx context.Context, eventID string) (int, error) {
-	n := 0
-	err := r.scan(ctx, events.StreamHeld, jetstream.OrderedConsumerConfig{}, func(m jetstream.Msg) {
-		var plan events.Plan
-		if _, err := events.Decode(m.Data(), events.TypePlan, &plan); err == nil && plan.EventID == eventID {
-			n++
-		}
-	})
+	return countSubjects(ctx, r.js, events.StreamHeld, events.HeldOf(eventID))
+}
+
+// countSubjects counts the messages of stream under filter, from the
+// stream's per-subject state: no message is read.
+func countSubjects(ctx context.Context, js jetstream.JetStream, stream, filter string) (int, error) {
+	s, err := js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return 0, nil
 	}
-	return n, err
+	if err != nil {
+		return 0, fmt.Errorf("inspect: stream %s: %w", stream, err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return 0, fmt.Errorf("inspect: stream %s: %w", stream, err)
+	}
+	n := 0
+	for _, c := range info.State.Subjects {
+		n += int(c)
+	}
+	return n, nil
 }
 
 // WriteStatus prints a status as a few lines (table) or as JSON.

@@ -67,7 +67,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, eventID string, update 
 	if err != nil {
 		return p, fmt.Errorf("rollout: kv: %w", err)
 	}
-	cons, err := js.OrderedConsumer(ctx, events.StreamOutcomes, jetstream.OrderedConsumerConfig{})
+	cons, err := js.OrderedConsumer(ctx, events.StreamOutcomes, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OutcomesOf(eventID, "")}})
 	if err != nil {
 		return p, fmt.Errorf("rollout: outcomes consumer: %w", err)
 	}

@@ -47,7 +47,7 @@ func publishOutcomes(t *testing.T, js jetstream.JetStream, eventID string, n int
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := js.PublishMsg(context.Background(), events.NewMsg(events.OutcomeSubject("ns"), id, events.TypeOutcome, body)); err != nil {
+		if _, err := js.PublishMsg(context.Background(), events.NewMsg(events.OutcomeSubject("ns", eventID), id, events.TypeOutcome, body)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -25,6 +25,8 @@ type Metrics struct {
 	applyDuration *prometheus.HistogramVec
 	held          prometheus.Counter
 	released      prometheus.Counter
+	settled       *prometheus.CounterVec
+	deadFailed    *prometheus.CounterVec
 }
 
 // New registers kvlive's metrics, and the Go and process collectors, in a
@@ -52,8 +54,14 @@ func New() *Metrics {
 		released: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvlive_plans_released_total", Help: "Held plans sent back once their rollout was resumed or aborted.",
 		}),
+		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvlive_messages_settled_total", Help: "Messages settled by a stage's consumer, by outcome (ack, nak, dead-letter, failed).",
+		}, []string{"stage", "outcome"}),
+		deadFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvlive_dead_letters_failed_total", Help: "Dead letters that could not be stored; the message was nak'ed to try again.",
+		}, []string{"stage"}),
 	}
-	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released,
+	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -86,6 +94,20 @@ func (m *Metrics) Held() {
 func (m *Metrics) Released(n int) {
 	if m != nil {
 		m.released.Add(float64(n))
+	}
+}
+
+// Settled counts one message a stage's consumer settled.
+func (m *Metrics) Settled(stage, outcome string) {
+	if m != nil {
+		m.settled.WithLabelValues(stage, outcome).Inc()
+	}
+}
+
+// DeadLetterFailed counts one dead letter that could not be stored.
+func (m *Metrics) DeadLetterFailed(stage string) {
+	if m != nil {
+		m.deadFailed.WithLabelValues(stage).Inc()
 	}
 }
 

@@ -221,7 +221,7 @@ func TestSwitchMovesOnlySelectedVMs(t *testing.T) {
 func TestPoisonPlanIsDeadLettered(t *testing.T) {
 	_, js, _ := start(t)
 	ctx := context.Background()
-	if _, err := js.Publish(ctx, events.PlanSubject("ns-0"), []byte(`{"not":"a cloudevent"}`)); err != nil {
+	if _, err := js.Publish(ctx, events.PlanSubject("ns-0", "poison"), []byte(`{"not":"a cloudevent"}`)); err != nil {
 		t.Fatal(err)
 	}
 	dlq, err := js.Stream(ctx, events.StreamDLQ)
@@ -236,7 +236,7 @@ func TestPoisonPlanIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(m.Header.Get(events.HeaderDeadReason), "malformed") || m.Header.Get(events.HeaderDeadSubject) != events.PlanSubject("ns-0") ||
+	if !strings.Contains(m.Header.Get(events.HeaderDeadReason), "malformed") || m.Header.Get(events.HeaderDeadSubject) != events.PlanSubject("ns-0", "poison") ||
 		string(m.Data) != `{"not":"a cloudevent"}` {
 		t.Errorf("dead letter: headers %v, body %s", m.Header, m.Data)
 	}
