@@ -1,11 +1,14 @@
 package watcher
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
@@ -25,10 +28,14 @@ import (
 
 const tracerName = "kvlive/watcher"
 
-// maxRetries bounds how often one object's sync is retried before it is
-// dropped; a dropped change is still caught up on the next start, because
-// the KV record keeps the old generation.
-const maxRetries = 15
+// A change that cannot be published (NATS down, the events stream full)
+// is retried for as long as it takes, backing off from retryMin to
+// retryMax: updates with an unchanged generation are filtered out, so
+// nothing else would ever bring it back before a restart.
+const (
+	retryMin = 100 * time.Millisecond
+	retryMax = 30 * time.Second
+)
 
 // Config configures a Watcher.
 type Config struct {
@@ -42,11 +49,17 @@ type Config struct {
 	Tracer    trace.TracerProvider
 	// Clock stamps events; tests set a fake one.
 	Clock clock.PassiveClock
+	// RetryMin and RetryMax bound the backoff between attempts at a change
+	// that could not be published; zero means 100ms and 30s.
+	RetryMin, RetryMax time.Duration
 }
 
-// objectKey is the work queue key: an object's kind and name, never the object.
+// objectKey is the work queue key: an object's kind and name, never the
+// object; deletedUID is set for an object that was deleted, whose record
+// goes.
 type objectKey struct {
 	kind, namespace, name string
+	deletedUID            string
 }
 
 // Watcher emits change events for instance types and preferences.
@@ -58,6 +71,11 @@ type Watcher struct {
 	tracer    trace.Tracer
 	prop      propagation.TextMapPropagator
 	kv        jetstream.KeyValue
+
+	// failing holds the objects whose last sync failed, with the error,
+	// for /readyz and the backlog metric.
+	mu      sync.Mutex
+	failing map[objectKey]error
 }
 
 // New builds a Watcher; nothing runs until Run.
@@ -78,10 +96,11 @@ func New(cfg Config) (*Watcher, error) {
 		cfg:       cfg,
 		informers: cfg.Informers,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[objectKey](),
+			workqueue.NewTypedItemExponentialFailureRateLimiter[objectKey](cmp.Or(cfg.RetryMin, retryMin), cmp.Or(cfg.RetryMax, retryMax)),
 			workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "kvlive-watcher"}),
-		tracer: cfg.Tracer.Tracer(tracerName),
-		prop:   propagation.TraceContext{},
+		failing: map[objectKey]error{},
+		tracer:  cfg.Tracer.Tracer(tracerName),
+		prop:    propagation.TraceContext{},
 	}
 	for kind, inf := range w.informers {
 		reg, err := inf.AddEventHandler(w.handler(kind))
@@ -122,6 +141,14 @@ func (w *Watcher) handler(kind string) cache.ResourceEventHandler {
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { enqueue(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if m, err := metaOf(obj); err == nil {
+				w.queue.Add(objectKey{kind: kind, namespace: m.GetNamespace(), name: m.GetName(), deletedUID: string(m.GetUID())})
+			}
+		},
 		UpdateFunc: func(oldObj, newObj any) {
 			o, err1 := metaOf(oldObj)
 			n, err2 := metaOf(newObj)
@@ -189,17 +216,34 @@ func (w *Watcher) processNext(ctx context.Context) bool {
 	}
 	defer w.queue.Done(key)
 	err := w.sync(ctx, key)
-	switch {
-	case err == nil:
-		w.queue.Forget(key)
-	case w.queue.NumRequeues(key) < maxRetries:
-		w.cfg.Log.Warn("watcher: sync failed, retrying", "kind", key.kind, "namespace", key.namespace, "name", key.name, "err", err)
-		w.queue.AddRateLimited(key)
-	default:
-		w.cfg.Log.Error("watcher: giving up until restart", "kind", key.kind, "namespace", key.namespace, "name", key.name, "err", err)
-		w.queue.Forget(key)
+	w.mu.Lock()
+	if err == nil {
+		delete(w.failing, key)
+	} else {
+		w.failing[key] = err
 	}
+	w.mu.Unlock()
+	if err == nil {
+		w.queue.Forget(key)
+		return true
+	}
+	if ctx.Err() == nil {
+		w.cfg.Log.Warn("watcher: sync failed, retrying until it succeeds", "kind", key.kind, "namespace", key.namespace, "name", key.name,
+			"attempt", w.queue.NumRequeues(key)+1, "err", err)
+	}
+	w.queue.AddRateLimited(key)
 	return true
+}
+
+// Unpublished reports how many objects have a change (or a deletion) the
+// watcher could not record yet, and one of their errors.
+func (w *Watcher) Unpublished() (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for key, err := range w.failing {
+		return len(w.failing), fmt.Errorf("%s %s: %w", key.kind, cacheKey(key), err)
+	}
+	return 0, nil
 }
 
 // decision is what sync does with an object it compared with its record.
@@ -232,6 +276,9 @@ type seen struct {
 
 // sync compares the object with its KV record and emits when it moved on.
 func (w *Watcher) sync(ctx context.Context, key objectKey) error {
+	if key.deletedUID != "" {
+		return w.forget(ctx, key.deletedUID)
+	}
 	obj, ok, err := w.informers[key.kind].GetIndexer().GetByKey(cacheKey(key))
 	if err != nil || !ok {
 		return err // deleted: nothing to emit
@@ -276,6 +323,16 @@ func (w *Watcher) sync(ctx context.Context, key objectKey) error {
 	rec, _ := json.Marshal(seen{Generation: m.GetGeneration(), Spec: spec})
 	if _, err := w.kv.Update(ctx, uid, rec, entry.Revision()); err != nil {
 		return fmt.Errorf("watcher: record %s generation %d: %w", uid, m.GetGeneration(), err)
+	}
+	return nil
+}
+
+// forget removes a deleted object's record: the generations bucket holds
+// only objects that exist. A re-created object has a new UID, so a record
+// of it is never removed here.
+func (w *Watcher) forget(ctx context.Context, uid string) error {
+	if err := w.kv.Purge(ctx, uid); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("watcher: forget deleted %s: %w", uid, err)
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,13 +21,23 @@ import (
 )
 
 // startWatcher runs a watcher until the returned stop is called.
-func startWatcher(t *testing.T, clients kube.Clients, js jetstream.JetStream) (stop func()) {
+func startWatcher(t *testing.T, clients kube.Clients, js jetstream.JetStream, configure ...func(*watcher.Config)) (stop func()) {
+	stop, _ = startWatcherOf(t, clients, js, configure...)
+	return stop
+}
+
+// startWatcherOf is startWatcher that also returns the watcher.
+func startWatcherOf(t *testing.T, clients kube.Clients, js jetstream.JetStream, configure ...func(*watcher.Config)) (stop func(), w *watcher.Watcher) {
 	t.Helper()
 	fleet, err := kube.NewCache(clients, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := watcher.New(watcher.Config{Informers: fleet.ObjectInformers(), JetStream: js, Tracer: sdktrace.NewTracerProvider()})
+	cfg := watcher.Config{Informers: fleet.ObjectInformers(), JetStream: js, Tracer: sdktrace.NewTracerProvider()}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	w, err = watcher.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +57,7 @@ func startWatcher(t *testing.T, clients kube.Clients, js jetstream.JetStream) (s
 		}
 	}
 	t.Cleanup(stop)
-	return stop
+	return stop, w
 }
 
 // waitRecorded waits until the watcher has recorded n objects.
@@ -161,5 +173,63 @@ func TestWatcherCatchesUpAfterRestart(t *testing.T) {
 	_ = json.Unmarshal(got[1].OldSpec, &oldSpec)
 	if oldSpec.CPU.Guest != 3 {
 		t.Errorf("old spec vCPUs = %d, want 3", oldSpec.CPU.Guest)
+	}
+}
+
+// TestWatcherNeverGivesUpOnAChange: with the events stream gone, publishing
+// fails again and again (far more often than the 15 attempts after which
+// the watcher used to give up until restart); once the stream is back, the
+// edit is published, and /readyz's view of the backlog clears.
+func TestWatcherNeverGivesUpOnAChange(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx := context.Background()
+	clients := testenv.FakeClients(nil, testenv.ClusterInstancetype("u1", 2, "2Gi"))
+	var log testenv.LogBuffer
+	_, w := startWatcherOf(t, clients, js, func(c *watcher.Config) {
+		c.RetryMin, c.RetryMax = time.Millisecond, 5*time.Millisecond
+		c.Log = slog.New(slog.NewTextHandler(&log, nil))
+	})
+	waitRecorded(t, js, 1)
+	if err := js.DeleteStream(ctx, events.StreamEvents); err != nil {
+		t.Fatal(err)
+	}
+	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
+	u1, _ := its.Get(ctx, "u1", metav1.GetOptions{})
+	u1.Spec.CPU.Guest, u1.Generation = 3, 2
+	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the failed publish to show in the backlog", func() bool {
+		n, err := w.Unpublished()
+		return n == 1 && err != nil
+	})
+	testenv.Eventually(t, 2*time.Minute, "more failed attempts than the watcher used to make before giving up", func() bool {
+		return strings.Count(log.String(), "sync failed") > 20
+	})
+	if err := events.Setup(ctx, js, events.DefaultStreamOptions()); err != nil {
+		t.Fatal(err)
+	}
+	got := changes(t, js, 1)
+	if len(got) != 1 || got[0].Generation != 2 {
+		t.Fatalf("events after the stream came back = %+v", got)
+	}
+	testenv.Eventually(t, 30*time.Second, "the backlog to clear", func() bool { n, _ := w.Unpublished(); return n == 0 })
+}
+
+// TestWatcherForgetsDeletedObjects: the generations bucket holds records of
+// objects that exist, not of every object ever seen.
+func TestWatcherForgetsDeletedObjects(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx := context.Background()
+	clients := testenv.FakeClients(nil, testenv.ClusterInstancetype("u1", 2, "2Gi"), testenv.ClusterInstancetype("u2", 4, "2Gi"))
+	startWatcher(t, clients, js)
+	waitRecorded(t, js, 2)
+	if err := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes().Delete(ctx, "u2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRecorded(t, js, 1)
+	kv, _ := js.KeyValue(ctx, events.BucketGenerations)
+	if _, err := kv.Get(ctx, "uid-u2"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("record of deleted u2: %v, want gone", err)
 	}
 }

@@ -150,7 +150,7 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 
 	m := telemetry.New()
 	m.ConsumerLag(js)
-	var ready atomic.Bool
+	var ready atomic.Pointer[pipeline.Running]
 	serveErr := make(chan error, 1)
 	if o.metricsAddr != "" {
 		ln, err := net.Listen("tcp", o.metricsAddr)
@@ -160,10 +160,11 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 		log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
 		go func() {
 			serveErr <- m.Serve(ctx, ln, func() error {
-				if !ready.Load() {
+				r := ready.Load()
+				if r == nil {
 					return errors.New("caches not synced yet")
 				}
-				return natsReady()
+				return errors.Join(natsReady(), r.Ready())
 			})
 		}()
 	}
@@ -175,7 +176,7 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 	if err != nil {
 		return err
 	}
-	ready.Store(true)
+	ready.Store(running)
 	log.Info("kvlive running", "stages", o.stages, "namespace", o.kube.ExplicitNamespace())
 	err = running.Wait()
 	if o.metricsAddr != "" {

@@ -129,6 +129,17 @@ func (m *Metrics) QueueDepth(name string, depth func() int) {
 	}, func() float64 { return float64(depth()) }))
 }
 
+// WatcherBacklog exports how many objects have a change the watcher could
+// not publish yet (it retries them until they go), read at scrape time.
+func (m *Metrics) WatcherBacklog(n func() int) {
+	if m == nil {
+		return
+	}
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kvlive_watcher_unpublished_changes", Help: "Objects whose change the watcher could not publish yet; it retries until it can.",
+	}, func() float64 { return float64(n()) }))
+}
+
 // ConsumerLag exports, per durable consumer, the messages not yet
 // delivered and those delivered but not acked, asked of JetStream at scrape time.
 func (m *Metrics) ConsumerLag(js jetstream.JetStream) {

@@ -64,8 +64,20 @@ type Config struct {
 
 // Running is a started pipeline.
 type Running struct {
-	group  *errgroup.Group
-	cancel context.CancelFunc
+	group   *errgroup.Group
+	cancel  context.CancelFunc
+	watcher atomic.Pointer[watcher.Watcher]
+}
+
+// Ready reports what keeps this process from doing its job, for /readyz:
+// changes the watcher has not managed to publish yet.
+func (r *Running) Ready() error {
+	if w := r.watcher.Load(); w != nil {
+		if n, err := w.Unpublished(); n > 0 {
+			return fmt.Errorf("watcher: %d changes not published yet, retrying: %w", n, err)
+		}
+	}
+	return nil
 }
 
 // Wait blocks until every stage has stopped (the context given to Start
@@ -98,7 +110,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	group, ctx := errgroup.WithContext(ctx)
 	r := &Running{group: group, cancel: cancel}
-	if err := addStages(ctx, group, cfg, fleet); err != nil {
+	if err := addStages(ctx, group, cfg, fleet, &r.watcher); err != nil {
 		return nil, errors.Join(err, r.stop())
 	}
 	fleet.Start(ctx)
@@ -124,21 +136,27 @@ func (r *Running) stop() error {
 
 // addStages builds each configured stage over fleet, before the informers
 // start, so every handler sees every object from the first list.
-func addStages(ctx context.Context, group *errgroup.Group, cfg Config, fleet *kube.Cache) error {
+func addStages(ctx context.Context, group *errgroup.Group, cfg Config, fleet *kube.Cache, current *atomic.Pointer[watcher.Watcher]) error {
 	if cfg.StandIn {
 		s := standin.New(standin.Config{Cache: fleet, Log: cfg.Log, Workers: 4})
 		group.Go(func() error { return s.Run(ctx) })
 	}
 	if slices.Contains(cfg.Stages, StageWatcher) {
-		var current atomic.Pointer[watcher.Watcher]
 		cfg.Metrics.QueueDepth(StageWatcher, func() int {
 			if w := current.Load(); w != nil {
 				return w.QueueDepth()
 			}
 			return 0
 		})
+		cfg.Metrics.WatcherBacklog(func() int {
+			if w := current.Load(); w != nil {
+				n, _ := w.Unpublished()
+				return n
+			}
+			return 0
+		})
 		if cfg.LeaderElection != nil {
-			group.Go(func() error { return runLeading(ctx, cfg, fleet, &current) })
+			group.Go(func() error { return runLeading(ctx, cfg, fleet, current) })
 		} else {
 			w, err := newWatcher(cfg, fleet)
 			if err != nil {
