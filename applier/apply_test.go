@@ -136,7 +136,7 @@ func TestApplyStopsWhenTheRolloutIsPausedBeforeItsTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := store.Apply(ctx, plan.EventID, events.ActionPause, "", "test", time.Now()); err != nil {
+	if _, _, err := store.Apply(ctx, plan.EventID, events.ActionPause, "", "test", time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
 	if a.watch, err = store.StartWatch(ctx, nil); err != nil {

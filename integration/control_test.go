@@ -11,14 +11,13 @@ import (
 	"time"
 
 	"kvlive/events"
-	"kvlive/internal/inspect"
 	"kvlive/internal/rollout"
 )
 
 // status runs `kvlive rollout status -o json`.
-func (e *env) status(eventID string) inspect.RolloutStatus {
+func (e *env) status(eventID string) rollout.Account {
 	e.t.Helper()
-	var st inspect.RolloutStatus
+	var st rollout.Account
 	out := e.kvliveCommand(time.Minute, "rollout", "status", eventID, "--nats-url", e.nats.URL, "-o", "json")
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		e.t.Fatalf("kvlive rollout status: %v\n%s", err, out)
@@ -50,7 +49,7 @@ func TestPauseResumeAndAbort(t *testing.T) {
 	if out := e.rolloutCommand("pause", eventID, "--reason", "checking the first VMs"); !strings.Contains(out, "paused") {
 		t.Fatalf("kvlive rollout pause printed %q", out)
 	}
-	var st inspect.RolloutStatus
+	var st rollout.Account
 	e.waitFor("every plan carried out or held", time.Minute, func() (bool, string) {
 		st = e.status(eventID)
 		done := 0
@@ -97,7 +96,7 @@ func TestPauseResumeAndAbort(t *testing.T) {
 	// Abort, ahead of time: the next edit of u1.small is generation+1.
 	small := e.instancetype(itSmall)
 	next := events.EventID(events.KindClusterInstancetype, string(small.UID), small.Generation+1)
-	e.rolloutCommand("pause", next)
+	e.rolloutCommand("pause", next, "--ahead")
 	_, smallEvent := e.editInstancetype(itSmall, 2, "3Gi")
 	if smallEvent != next {
 		t.Fatalf("edit made event %s, paused %s", smallEvent, next)

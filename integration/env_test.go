@@ -40,6 +40,7 @@ type env struct {
 	ctx        context.Context
 	kubeconfig string
 	auditLog   string
+	plansTap   *planTap
 	clients    kube.Clients
 	nats       *testenv.NATSServer
 	js         jetstream.JetStream
@@ -70,6 +71,7 @@ func newEnv(t *testing.T, o fleetOptions) *env {
 	e := &env{t: t, ctx: t.Context(), kubeconfig: kubeconfig, auditLog: auditLog, clients: clients, shapes: o.shapes()}
 	e.nats = testenv.StartNATS(t)
 	e.js = connect(t, e.nats.URL)
+	e.plansTap = tapPlans(t, e.js)
 	e.startStandin()
 	seed(e.ctx, t, clients, o, e.shapes)
 	e.waitPinned()
@@ -78,6 +80,48 @@ func newEnv(t *testing.T, o fleetOptions) *env {
 		e.uids[key] = string(vm.UID)
 	}
 	return e
+}
+
+// planTap records every plan published, keeping the first body per
+// Nats-Msg-Id as JetStream does: the plans stream is a work queue, so a
+// plan is gone from it once applied, and the checks still need it.
+type planTap struct {
+	mu     sync.Mutex
+	order  []string
+	bodies map[string][]byte
+}
+
+func tapPlans(t *testing.T, js jetstream.JetStream) *planTap {
+	t.Helper()
+	tp := &planTap{bodies: map[string][]byte{}}
+	sub, err := js.Conn().Subscribe("kvlive.plans.>", func(m *nats.Msg) {
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		tp.mu.Lock()
+		defer tp.mu.Unlock()
+		if _, seen := tp.bodies[id]; !seen || id == "" {
+			tp.order = append(tp.order, id)
+			tp.bodies[id] = m.Data
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return tp
+}
+
+// all returns the recorded plan bodies, oldest first.
+func (tp *planTap) all() [][]byte {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	out := make([][]byte, 0, len(tp.order))
+	for _, id := range tp.order {
+		out = append(out, tp.bodies[id])
+	}
+	return out
 }
 
 // connect opens the test's own JetStream connection, which reconnects for

@@ -78,14 +78,14 @@ func (e *env) waitPlanned(eventID string) events.Rollout {
 	return r
 }
 
-// plans returns eventID's plans from KVLIVE_PLANS by VM UID, failing on a
+// plans returns eventID's plans, as published to KVLIVE_PLANS, by VM UID, failing on a
 // VM planned twice. A plan held by a pause and released is the very same
 // message again, byte for byte, which is no second plan.
 func (e *env) plans(eventID string) map[string]events.Plan {
 	e.t.Helper()
 	out := map[string]events.Plan{}
 	bodies := map[string][]byte{}
-	for _, body := range e.streamBodies(events.StreamPlans) {
+	for _, body := range e.plansTap.all() {
 		var p events.Plan
 		if _, err := events.Decode(body, events.TypePlan, &p); err != nil {
 			e.t.Fatalf("plans stream: %v", err)

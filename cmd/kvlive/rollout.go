@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/user"
@@ -24,9 +25,16 @@ func newRolloutCmd(g *globals) *cobra.Command {
 pause holds the event's plans: VMs already being moved finish, every other
 plan is parked untouched until resume sends it back. abort is final: VMs not
 yet moved get a skip outcome saying the rollout was aborted (replay the event
-to run it again). An event can be paused or aborted before it happens: its
-id is <kind>/<uid>/<generation>. Each change is a compare-and-set on the
-event's record, so two operators never overwrite each other unseen.`,
+to run it again). An event can be paused or aborted before it happens, with
+--ahead: its id is <kind>/<uid>/<generation>. An id kvlive has no rollout of
+is otherwise an error, so a typo never answers "paused". Each change is a
+compare-and-set on the event's record, so two operators never overwrite each
+other unseen; --force overwrites a record that no longer decodes.
+
+status derives the rollout's phase from its accounting (every planned VM
+has an outcome, a dead letter, a held plan or a plan in flight): pending,
+running, paused, aborted, complete, or incomplete with how many VMs are
+unaccounted for and since when.`,
 		Example: `  kvlive rollout pause VirtualMachineClusterInstancetype/2f6c…/5 --reason "checking the first VMs"
   kvlive rollout status VirtualMachineClusterInstancetype/2f6c…/5
   kvlive rollout resume VirtualMachineClusterInstancetype/2f6c…/5
@@ -42,6 +50,7 @@ event's record, so two operators never overwrite each other unseen.`,
 func rolloutActionCmd(g *globals, action events.ControlAction) *cobra.Command {
 	var store storeFlags
 	var reason string
+	var ahead, force bool
 	cmd := &cobra.Command{
 		Use: string(action) + " EVENT-ID",
 		Short: map[events.ControlAction]string{
@@ -56,7 +65,10 @@ func rolloutActionCmd(g *globals, action events.ControlAction) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				c, changed, err := s.Apply(ctx, args[0], action, reason, whoAmI(), time.Now())
+				if err := checkKnown(ctx, js, args[0], action, ahead); err != nil {
+					return err
+				}
+				c, changed, err := s.Apply(ctx, args[0], action, reason, whoAmI(), time.Now(), force)
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", action, args[0], err)
 				}
@@ -70,8 +82,25 @@ func rolloutActionCmd(g *globals, action events.ControlAction) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded with the change and in skipped VMs' outcomes")
+	cmd.Flags().BoolVar(&force, "force", false, "overwrite the event's control record even when it no longer decodes")
+	if action != events.ActionResume {
+		cmd.Flags().BoolVar(&ahead, "ahead", false, "the event has not been planned yet: "+string(action)+" it ahead, as soon as it arrives")
+	}
 	store.bind(cmd)
 	return cmd
+}
+
+// checkKnown refuses to steer an event kvlive has no rollout of, unless
+// asked to act ahead of it.
+func checkKnown(ctx context.Context, js jetstream.JetStream, eventID string, action events.ControlAction, ahead bool) error {
+	_, err := rollout.AccountOf(ctx, js, eventID)
+	switch {
+	case errors.Is(err, rollout.ErrNoRollout) && ahead:
+		return nil
+	case errors.Is(err, rollout.ErrNoRollout) && action != events.ActionResume:
+		return fmt.Errorf("%w; to %s an event before it is planned, say --ahead", err, action)
+	}
+	return err
 }
 
 func rolloutStatusCmd(g *globals) *cobra.Command {
@@ -85,12 +114,12 @@ func rolloutStatusCmd(g *globals) *cobra.Command {
 			if err := checkOutput(output, "table", "json"); err != nil {
 				return err
 			}
-			return store.withReader(cmd, g, func(ctx context.Context, r *inspect.Reader) error {
-				st, err := r.Status(ctx, args[0])
+			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
+				a, err := rollout.AccountOf(ctx, js, args[0])
 				if err != nil {
 					return err
 				}
-				return inspect.WriteStatus(cmd.OutOrStdout(), st, output)
+				return inspect.WriteStatus(cmd.OutOrStdout(), a, output)
 			})
 		},
 	}

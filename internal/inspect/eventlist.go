@@ -41,8 +41,15 @@ type EventSummary struct {
 	Outcomes map[events.Result]int `json:"outcomes"`
 	// TraceID is the trace `kvlive trace` shows for the event.
 	TraceID string `json:"traceId,omitempty"`
-	// State is set when an operator paused or aborted the rollout.
-	State events.RolloutState `json:"state,omitempty"`
+	// State is the rollout's phase from its accounting (running, paused,
+	// aborted, complete, incomplete…); empty until it was planned.
+	State rollout.Phase `json:"state,omitempty"`
+	// Unaccounted is, for an incomplete rollout, how many planned VMs have
+	// neither an outcome nor a dead letter.
+	Unaccounted int `json:"unaccounted,omitempty"`
+	// ControlError says why the event's control record could not be read;
+	// it concerns this event alone.
+	ControlError string `json:"controlError,omitempty"`
 }
 
 // Events returns the newest limit events (every event when limit <= 0),
@@ -62,24 +69,22 @@ func (r *Reader) Events(ctx context.Context, limit int) ([]EventSummary, error) 
 	return list, r.addOutcomes(ctx, list)
 }
 
-// addState marks paused and aborted rollouts (a store older than rollout
-// control has none).
+// addState gives each event the phase its accounting says; an event not
+// planned yet has none, and an unreadable control record is noted on its
+// own event only.
 func (r *Reader) addState(ctx context.Context, list []EventSummary) error {
-	store, err := rollout.Open(ctx, r.js)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
 	for i := range list {
-		c, _, err := store.Get(ctx, list[i].ID)
-		if err != nil {
+		if list[i].ID == "" {
+			continue
+		}
+		a, err := rollout.AccountOf(ctx, r.js, list[i].ID)
+		switch {
+		case errors.Is(err, rollout.ErrNoRollout):
+			continue
+		case err != nil:
 			return err
 		}
-		if c.State != events.StateRunning {
-			list[i].State = c.State
-		}
+		list[i].State, list[i].Unaccounted, list[i].ControlError = a.Phase, a.Unaccounted, a.ControlError
 	}
 	return nil
 }
@@ -213,12 +218,20 @@ func writeEventTable(w io.Writer, list []EventSummary) error {
 	return tw.Flush()
 }
 
-// stateNote tells a paused or aborted rollout in the outcomes column.
+// stateNote tells the rollout's phase in the outcomes column.
 func stateNote(e EventSummary) string {
-	if e.State == "" {
-		return ""
+	note := ""
+	switch e.State {
+	case "", rollout.PhaseComplete, rollout.PhaseRunning:
+	case rollout.PhaseIncomplete:
+		note = fmt.Sprintf(", incomplete: %d unaccounted", e.Unaccounted)
+	default:
+		note = ", " + string(e.State)
 	}
-	return ", " + string(e.State)
+	if e.ControlError != "" {
+		note += ", control record unreadable"
+	}
+	return note
 }
 
 // generation renders "4 → 5", or "5" when the previous one is unknown.

@@ -41,18 +41,31 @@ func (s *Store) Get(ctx context.Context, eventID string) (events.Control, uint64
 		return events.Control{}, 0, fmt.Errorf("control: read %s: %w", eventID, err)
 	}
 	c, err := events.UnmarshalControl(entry.Value())
-	return c, entry.Revision(), err
+	if err != nil {
+		return events.Control{State: events.StateRunning}, entry.Revision(), fmt.Errorf("%w: %s: %w", ErrUnreadable, eventID, err)
+	}
+	return c, entry.Revision(), nil
 }
+
+// ErrUnreadable marks a control record that does not decode. It affects
+// its own event alone; Apply with force overwrites it.
+var ErrUnreadable = errors.New("control record unreadable")
 
 // Apply moves the event's rollout by action, with compare-and-set against
 // the revision it read, retrying when another writer got in between. It
 // returns the resulting record and whether this call changed it. An event
 // that does not exist yet can be paused or aborted ahead of time: its
 // plans are held (or skipped) as soon as they arrive.
-func (s *Store) Apply(ctx context.Context, eventID string, action events.ControlAction, reason, by string, now time.Time) (events.Control, bool, error) {
+//
+// An unreadable record is an error, unless force is set: then it is
+// overwritten as if the rollout were running.
+func (s *Store) Apply(ctx context.Context, eventID string, action events.ControlAction, reason, by string, now time.Time, force bool) (events.Control, bool, error) {
 	for range maxCASAttempts {
 		current, rev, err := s.Get(ctx, eventID)
-		if err != nil {
+		if errors.Is(err, ErrUnreadable) && !force {
+			return current, false, fmt.Errorf("%w; --force overwrites it", err)
+		}
+		if err != nil && !errors.Is(err, ErrUnreadable) {
 			return current, false, err
 		}
 		next, changed, err := current.Next(action)
@@ -118,7 +131,13 @@ func (s *Store) StartWatch(ctx context.Context, changed func(eventID string, st 
 		}
 		st := State{Control: c, Revision: entry.Revision()}
 		w.mu.Lock()
-		w.states[id] = st
+		// Running is what an event without a record is: keep only the
+		// others, so the map grows with pauses and aborts, not events.
+		if c.State == events.StateRunning {
+			delete(w.states, id)
+		} else {
+			w.states[id] = st
+		}
 		w.mu.Unlock()
 		return id, st, true
 	}

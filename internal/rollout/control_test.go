@@ -25,7 +25,7 @@ func TestApplyIsCompareAndSet(t *testing.T) {
 		var changes atomic.Int32
 		for range 8 {
 			wg.Go(func() {
-				_, changed, err := s.Apply(ctx, "E/uid/2", action, "", "test", time.Now())
+				_, changed, err := s.Apply(ctx, "E/uid/2", action, "", "test", time.Now(), false)
 				if err != nil {
 					t.Error(err)
 				}
@@ -50,7 +50,7 @@ func TestApplyIsCompareAndSet(t *testing.T) {
 	if err != nil || c.State != events.StateAborted || rev == 0 {
 		t.Fatalf("got %+v at %d, %v; want aborted", c, rev, err)
 	}
-	if _, _, err := s.Apply(ctx, "E/uid/2", events.ActionResume, "", "test", time.Now()); err == nil {
+	if _, _, err := s.Apply(ctx, "E/uid/2", events.ActionResume, "", "test", time.Now(), false); err == nil {
 		t.Error("resumed an aborted rollout")
 	}
 }
@@ -63,7 +63,7 @@ func TestWatchFollowsChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.Apply(ctx, "before", events.ActionPause, "r", "test", time.Now()); err != nil {
+	if _, _, err := s.Apply(ctx, "before", events.ActionPause, "r", "test", time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
 	seen := make(chan State, 4)
@@ -87,7 +87,7 @@ func TestWatchFollowsChanges(t *testing.T) {
 		action events.ControlAction
 		want   events.RolloutState
 	}{{events.ActionPause, events.StatePaused}, {events.ActionResume, events.StateRunning}} {
-		if _, _, err := s.Apply(ctx, "after", step.action, "", "test", time.Now()); err != nil {
+		if _, _, err := s.Apply(ctx, "after", step.action, "", "test", time.Now(), false); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.After(30 * time.Second)

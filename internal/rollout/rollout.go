@@ -43,10 +43,16 @@ type Progress struct {
 	Planned int
 	// Outcomes holds the latest outcome per VM UID.
 	Outcomes map[string]events.Outcome
+	// Account is the latest accounting read, once the rollout was planned.
+	Account *Account
 }
 
-// Done reports whether every planned VM has an outcome.
-func (p Progress) Done() bool { return p.Planned > 0 && len(p.Outcomes) >= p.Planned }
+// Done reports whether every planned VM has an outcome, or the accounting
+// says the rollout will change no further (dead letters, an abort, VMs
+// unaccounted for).
+func (p Progress) Done() bool {
+	return (p.Planned > 0 && len(p.Outcomes) >= p.Planned) || (p.Account != nil && p.Account.Done())
+}
 
 // Counts tallies outcomes by result.
 func (p Progress) Counts() map[events.Result]int {
@@ -94,6 +100,13 @@ func Follow(ctx context.Context, js jetstream.JetStream, eventID string, update 
 		msg, err := it.Next(jetstream.NextMaxWait(pollInterval))
 		switch {
 		case errors.Is(err, nats.ErrTimeout):
+			// Quiet: see whether the rollout ended without an outcome
+			// for every VM (dead letters, an abort).
+			if p.Planned > 0 {
+				if a, err := AccountOf(ctx, js, eventID); err == nil {
+					p.Account = &a
+				}
+			}
 			continue
 		case err != nil:
 			return p, fmt.Errorf("rollout: read outcomes: %w", err)

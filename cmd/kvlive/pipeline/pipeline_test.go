@@ -248,7 +248,7 @@ func steer(t *testing.T, js jetstream.JetStream, eventID string, action events.C
 	ctx := context.Background()
 	store, err := rollout.Open(ctx, js)
 	if err == nil {
-		_, _, err = store.Apply(ctx, eventID, action, reason, "ops", time.Now())
+		_, _, err = store.Apply(ctx, eventID, action, reason, "ops", time.Now(), false)
 	}
 	if err != nil {
 		t.Fatalf("%s %s: %v", action, eventID, err)
@@ -268,9 +268,8 @@ func pauseAhead(t *testing.T, clients kube.Clients, js jetstream.JetStream) stri
 	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	r := inspect.NewReader(js)
 	testenv.Eventually(t, time.Minute, "every plan held", func() bool {
-		st, err := r.Status(ctx, eventID)
+		st, err := rollout.AccountOf(ctx, js, eventID)
 		return err == nil && st.Held == fleetSize
 	})
 	return eventID
@@ -280,7 +279,7 @@ func TestPausedRolloutHoldsEveryPlanUntilResumed(t *testing.T) {
 	clients, js, w := start(t)
 	ctx := context.Background()
 	eventID := pauseAhead(t, clients, js)
-	st, err := inspect.NewReader(js).Status(ctx, eventID)
+	st, err := rollout.AccountOf(ctx, js, eventID)
 	if err != nil || len(st.Outcomes) != 0 {
 		t.Fatalf("paused rollout has outcomes %v (%v)", st.Outcomes, err)
 	}
@@ -300,7 +299,7 @@ func TestPausedRolloutHoldsEveryPlanUntilResumed(t *testing.T) {
 			t.Errorf("%s patched %d times, want once", name, n)
 		}
 	}
-	if st, err := inspect.NewReader(js).Status(ctx, eventID); err != nil || st.Held != 0 {
+	if st, err := rollout.AccountOf(ctx, js, eventID); err != nil || st.Held != 0 {
 		t.Errorf("%d plans still held after resume (%v)", st.Held, err)
 	}
 }
@@ -321,7 +320,7 @@ func TestAbortedRolloutSkipsEveryHeldVM(t *testing.T) {
 		}
 	}
 	list, err := inspect.NewReader(js).Events(ctx, 0)
-	if err != nil || len(list) != 1 || list[0].ID != eventID || list[0].State != events.StateAborted {
+	if err != nil || len(list) != 1 || list[0].ID != eventID || list[0].State != rollout.PhaseAborted {
 		t.Errorf("kvlive events: %+v (%v), want the event marked aborted", list, err)
 	}
 }

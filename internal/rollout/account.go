@@ -1,0 +1,241 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"kvlive/events"
+)
+
+// Phase is where a rollout stands, derived from its accounting.
+type Phase string
+
+// Phases.
+const (
+	// PhasePending: the event is known (paused or aborted ahead of time)
+	// but the planner has not planned it yet.
+	PhasePending Phase = "pending"
+	// PhaseRunning: plans are in flight.
+	PhaseRunning Phase = "running"
+	// PhasePaused: an operator paused it; its plans wait in the held stream.
+	PhasePaused Phase = "paused"
+	// PhaseAborted: an operator aborted it.
+	PhaseAborted Phase = "aborted"
+	// PhaseComplete: every planned VM has an outcome or a dead letter.
+	PhaseComplete Phase = "complete"
+	// PhaseIncomplete: nothing is in flight or held, yet some planned VMs
+	// have neither an outcome nor a dead letter.
+	PhaseIncomplete Phase = "incomplete"
+)
+
+// ErrNoRollout is returned for an event id kvlive has no rollout of.
+var ErrNoRollout = errors.New("no rollout")
+
+// Account is one event's rollout accounting: every planned VM has an
+// outcome, a dead letter, a held plan or a plan in flight.
+type Account struct {
+	EventID string `json:"eventId"`
+	Phase   Phase  `json:"phase"`
+	// Control is what an operator last asked of the rollout; ControlError
+	// says why it could not be read (the rest of the account still holds).
+	Control      events.Control `json:"control"`
+	ControlError string         `json:"controlError,omitempty"`
+	// Recorded is false while the planner has not recorded the rollout.
+	Recorded bool `json:"recorded"`
+	Planned  int  `json:"planned"`
+	// Outcomes counts the latest outcome per VM by result.
+	Outcomes map[events.Result]int `json:"outcomes"`
+	// DeadLetters are VMs whose plan was dead-lettered and that have no outcome.
+	DeadLetters int `json:"deadLetters"`
+	Held        int `json:"held"`
+	InFlight    int `json:"inFlight"`
+	// Unaccounted is how many planned VMs are in none of the above;
+	// Since is the last thing that happened to the rollout.
+	Unaccounted int       `json:"unaccounted,omitempty"`
+	Since       time.Time `json:"since,omitzero"`
+	// Latest is the latest outcome per VM UID.
+	Latest map[string]events.Outcome `json:"-"`
+}
+
+// Settled is how many planned VMs have an outcome or a dead letter.
+func (a Account) Settled() int { return len(a.Latest) + a.DeadLetters }
+
+// Done reports whether the rollout will change no further by itself.
+func (a Account) Done() bool {
+	return a.Phase == PhaseComplete || a.Phase == PhaseIncomplete || (a.Phase == PhaseAborted && a.Held == 0 && a.InFlight == 0)
+}
+
+// AccountOf reads eventID's accounting: its rollout record and control
+// record, and, by subject filter (never scanning other events), its
+// outcomes, dead letters, held plans and plans in flight. An event with
+// neither a rollout record nor a control record is ErrNoRollout.
+func AccountOf(ctx context.Context, js jetstream.JetStream, eventID string) (Account, error) {
+	a := Account{EventID: eventID, Outcomes: map[events.Result]int{}, Latest: map[string]events.Outcome{}}
+	rec, recorded, err := record(ctx, js, eventID)
+	if err != nil {
+		return a, err
+	}
+	a.Recorded, a.Planned, a.Since = recorded, rec.Planned, rec.PlannedAt
+	controlled := false
+	if store, err := Open(ctx, js); err == nil {
+		var rev uint64
+		a.Control, rev, err = store.Get(ctx, eventID)
+		controlled = rev > 0
+		if err != nil {
+			a.ControlError = err.Error()
+		}
+	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return a, err
+	}
+	if !recorded && !controlled {
+		return a, fmt.Errorf("%w %q: no event with that id was planned (kvlive events lists them)", ErrNoRollout, eventID)
+	}
+	if err := a.readOutcomes(ctx, js); err != nil {
+		return a, err
+	}
+	if err := a.readDeadLetters(ctx, js); err != nil {
+		return a, err
+	}
+	if a.Held, err = CountSubjects(ctx, js, events.StreamHeld, events.HeldOf(eventID)); err != nil {
+		return a, err
+	}
+	if a.InFlight, err = CountSubjects(ctx, js, events.StreamPlans, events.PlansOf(eventID)); err != nil {
+		return a, err
+	}
+	a.Phase = a.phase()
+	return a, nil
+}
+
+func (a *Account) phase() Phase {
+	switch {
+	case a.Control.State == events.StateAborted:
+		return PhaseAborted
+	case !a.Recorded:
+		return PhasePending
+	case a.Control.State == events.StatePaused:
+		return PhasePaused
+	case a.InFlight > 0 || a.Held > 0:
+		return PhaseRunning
+	case a.Settled() >= a.Planned:
+		return PhaseComplete
+	}
+	a.Unaccounted = a.Planned - a.Settled()
+	return PhaseIncomplete
+}
+
+// readOutcomes keeps the latest outcome per VM of the event.
+func (a *Account) readOutcomes(ctx context.Context, js jetstream.JetStream) error {
+	return scanSubject(ctx, js, events.StreamOutcomes, events.OutcomesOf(a.EventID, ""), func(m jetstream.Msg) {
+		var o events.Outcome
+		if _, err := events.Decode(m.Data(), events.TypeOutcome, &o); err != nil || o.EventID != a.EventID {
+			return
+		}
+		if prev, ok := a.Latest[o.VM.UID]; ok {
+			a.Outcomes[prev.Result]--
+		}
+		a.Latest[o.VM.UID] = o
+		a.Outcomes[o.Result]++
+		if o.FinishedAt.After(a.Since) {
+			a.Since = o.FinishedAt
+		}
+	})
+}
+
+// readDeadLetters counts the event's dead plans of VMs without an outcome
+// (a plan given up on after its last delivery has both).
+func (a *Account) readDeadLetters(ctx context.Context, js jetstream.JetStream) error {
+	dead := map[string]bool{}
+	err := scanSubject(ctx, js, events.StreamDLQ, events.DeadLettersOf(a.EventID), func(m jetstream.Msg) {
+		var plan events.Plan
+		uid := fmt.Sprint("seq-", m.Headers().Get(events.HeaderDeadSequence)) // undecodable: one VM each
+		if _, err := events.Decode(m.Data(), events.TypePlan, &plan); err == nil {
+			uid = plan.VM.UID
+		}
+		if _, ok := a.Latest[uid]; !ok {
+			dead[uid] = true
+		}
+	})
+	a.DeadLetters = len(dead)
+	return err
+}
+
+// record reads the planner's rollout record of eventID.
+func record(ctx context.Context, js jetstream.JetStream, eventID string) (events.Rollout, bool, error) {
+	kv, err := js.KeyValue(ctx, events.BucketRollouts)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return events.Rollout{}, false, nil
+	}
+	if err != nil {
+		return events.Rollout{}, false, fmt.Errorf("rollout: kv %s: %w", events.BucketRollouts, err)
+	}
+	entry, err := kv.Get(ctx, events.RolloutKey(eventID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+		return events.Rollout{}, false, nil
+	}
+	if err != nil {
+		return events.Rollout{}, false, fmt.Errorf("rollout: record of %s: %w", eventID, err)
+	}
+	r, err := events.UnmarshalRollout(entry.Value())
+	if err != nil {
+		return r, false, fmt.Errorf("rollout: record of %s: %w", eventID, err)
+	}
+	return r, true, nil
+}
+
+// CountSubjects counts the messages of stream under filter, from the
+// stream's per-subject state: no message is read.
+func CountSubjects(ctx context.Context, js jetstream.JetStream, stream, filter string) (int, error) {
+	s, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("rollout: stream %s: %w", stream, err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return 0, fmt.Errorf("rollout: stream %s: %w", stream, err)
+	}
+	n := 0
+	for _, c := range info.State.Subjects {
+		n += int(c)
+	}
+	return n, nil
+}
+
+// scanSubject reads every message of stream under filter that was stored
+// when it began.
+func scanSubject(ctx context.Context, js jetstream.JetStream, stream, filter string, each func(jetstream.Msg)) error {
+	pending, err := CountSubjects(ctx, js, stream, filter)
+	if err != nil || pending == 0 {
+		return err
+	}
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		return fmt.Errorf("rollout: read %s: %w", stream, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("rollout: read %s: %w", stream, err)
+	}
+	defer it.Stop()
+	for range pending {
+		m, err := it.Next(jetstream.NextMaxWait(5 * time.Second))
+		if errors.Is(err, nats.ErrTimeout) {
+			return nil // aged out while we read
+		}
+		if err != nil {
+			return fmt.Errorf("rollout: read %s: %w", stream, err)
+		}
+		each(m)
+		if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
+			return nil
+		}
+	}
+	return nil
+}

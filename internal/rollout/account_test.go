@@ -1,0 +1,187 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"kvlive/events"
+	"kvlive/internal/testenv"
+)
+
+const acctEvent = "VirtualMachineClusterInstancetype/uid-u1/2"
+
+func vmRef(uid string) events.VMRef {
+	return events.VMRef{Namespace: "ns", Name: "vm-" + uid, UID: uid}
+}
+
+func recordRollout(t *testing.T, js jetstream.JetStream, planned int) {
+	t.Helper()
+	kv, err := js.KeyValue(context.Background(), events.BucketRollouts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := events.MarshalRollout(events.Rollout{EventID: acctEvent, Planned: planned, PlannedAt: time.Now()})
+	if _, err := kv.Put(context.Background(), events.RolloutKey(acctEvent), rec); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func publishOutcome(t *testing.T, js jetstream.JetStream, uid string, attempt int, result events.Result) {
+	t.Helper()
+	o := events.Outcome{EventID: acctEvent, VM: vmRef(uid), Attempt: attempt, Result: result, FinishedAt: time.Now()}
+	id := events.OutcomeID(acctEvent, uid, attempt)
+	body, err := events.Encode(events.TypeOutcome, id, "test", "", time.Now(), &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(context.Background(), events.NewMsg(events.OutcomeSubject("ns", acctEvent), id, events.TypeOutcome, body)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func planMsg(t *testing.T, subject, uid string) *nats.Msg {
+	t.Helper()
+	p := events.Plan{EventID: acctEvent, VM: vmRef(uid), Action: events.ResultLive,
+		Target: events.Target{Move: events.MoveRepin, Object: events.Ref{Kind: events.KindClusterInstancetype, Name: "u1"}, UID: "uid-u1", Generation: 2}}
+	id := events.PlanID(acctEvent, uid)
+	body, err := events.Encode(events.TypePlan, id, "test", "", time.Now(), &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events.NewMsg(subject, id, events.TypePlan, body)
+}
+
+func publish(t *testing.T, js jetstream.JetStream, m *nats.Msg) uint64 {
+	t.Helper()
+	ack, err := js.PublishMsg(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+func account(t *testing.T, js jetstream.JetStream) Account {
+	t.Helper()
+	a, err := AccountOf(context.Background(), js, acctEvent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestAccountingArithmetic: planned = outcomes + dead letters + held + in
+// flight, and the phase follows from it.
+func TestAccountingArithmetic(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx := context.Background()
+	recordRollout(t, js, 5)
+	publishOutcome(t, js, "a", 1, events.ResultLive)
+	publishOutcome(t, js, "b", 1, events.ResultFailed) // retried, then live: counted once, as live
+	publishOutcome(t, js, "b", 2, events.ResultLive)
+	// c failed on its last delivery: an outcome and a dead letter, one VM.
+	publishOutcome(t, js, "c", 8, events.ResultFailed)
+	dead := planMsg(t, events.DeadLetterSubject(events.ConsumerApplier, events.PlanSubject("ns", acctEvent)), "c")
+	dead.Header.Del(jetstream.MsgIDHeader)
+	publish(t, js, dead)
+	// d is held by a pause, e still in flight.
+	publish(t, js, planMsg(t, events.HeldSubject("ns", acctEvent), "d"))
+	inFlight := publish(t, js, planMsg(t, events.PlanSubject("ns", acctEvent), "e"))
+
+	a := account(t, js)
+	if a.Phase != PhaseRunning || a.Outcomes[events.ResultLive] != 2 || a.Outcomes[events.ResultFailed] != 1 ||
+		a.DeadLetters != 0 || a.Held != 1 || a.InFlight != 1 || a.Settled() != 3 {
+		t.Fatalf("running account = %+v", a)
+	}
+
+	// The in-flight plan is gone without an outcome (say, lost), and the
+	// held plan is dead-lettered: nothing moves any more, one VM is missing.
+	plans, _ := js.Stream(ctx, events.StreamPlans)
+	if err := plans.DeleteMsg(ctx, inFlight); err != nil {
+		t.Fatal(err)
+	}
+	held, _ := js.Stream(ctx, events.StreamHeld)
+	if err := held.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dd := planMsg(t, events.DeadLetterSubject("releaser", events.PlanSubject("ns", acctEvent)), "d")
+	dd.Header.Del(jetstream.MsgIDHeader)
+	publish(t, js, dd)
+	a = account(t, js)
+	if a.Phase != PhaseIncomplete || a.Unaccounted != 1 || a.DeadLetters != 1 || a.Since.IsZero() {
+		t.Fatalf("incomplete account = %+v", a)
+	}
+
+	publishOutcome(t, js, "e", 1, events.ResultNextBoot)
+	if a = account(t, js); a.Phase != PhaseComplete || a.Unaccounted != 0 || !a.Done() {
+		t.Fatalf("complete account = %+v", a)
+	}
+}
+
+func TestAccountOfUnknownEventIsAnError(t *testing.T) {
+	js := testenv.JetStream(t)
+	if _, err := AccountOf(context.Background(), js, "typo-id"); !errors.Is(err, ErrNoRollout) {
+		t.Fatalf("account of an unknown id: %v, want ErrNoRollout", err)
+	}
+}
+
+func TestAccountFollowsTheControlRecord(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx := context.Background()
+	s, err := Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Paused ahead of the event: known, not planned yet.
+	if _, _, err := s.Apply(ctx, acctEvent, events.ActionPause, "", "test", time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	if a := account(t, js); a.Phase != PhasePending {
+		t.Fatalf("paused ahead: %+v", a)
+	}
+	recordRollout(t, js, 1)
+	if a := account(t, js); a.Phase != PhasePaused {
+		t.Fatalf("paused: %+v", a)
+	}
+	if _, _, err := s.Apply(ctx, acctEvent, events.ActionAbort, "", "test", time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	if a := account(t, js); a.Phase != PhaseAborted || !a.Done() {
+		t.Fatalf("aborted: %+v", a)
+	}
+}
+
+// TestCorruptControlRecordConcernsItsEventAlone: an unreadable record is
+// reported on its event, leaves other events alone, and --force replaces it.
+func TestCorruptControlRecordConcernsItsEventAlone(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx := context.Background()
+	recordRollout(t, js, 1)
+	kv, _ := js.KeyValue(ctx, events.BucketControl)
+	if _, err := kv.Put(ctx, events.ControlKey(acctEvent), []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	a := account(t, js)
+	if a.ControlError == "" || a.Phase != PhaseIncomplete {
+		t.Fatalf("account with a corrupt control record = %+v", a)
+	}
+	s, _ := Open(ctx, js)
+	if _, _, err := s.Apply(ctx, "other/event/1", events.ActionPause, "", "test", time.Now(), false); err != nil {
+		t.Fatalf("another event is affected: %v", err)
+	}
+	_, _, err := s.Apply(ctx, acctEvent, events.ActionPause, "", "test", time.Now(), false)
+	if !errors.Is(err, ErrUnreadable) || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("pause over a corrupt record: %v, want a refusal naming --force", err)
+	}
+	if c, changed, err := s.Apply(ctx, acctEvent, events.ActionPause, "", "test", time.Now(), true); err != nil || !changed || c.State != events.StatePaused {
+		t.Fatalf("forced pause: %+v %v %v", c, changed, err)
+	}
+	if a := account(t, js); a.ControlError != "" || a.Phase != PhasePaused {
+		t.Fatalf("after --force: %+v", a)
+	}
+}
