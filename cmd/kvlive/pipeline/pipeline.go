@@ -5,6 +5,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -60,7 +61,14 @@ type Config struct {
 	// SyncTimeout bounds the wait for the informer caches' first list; zero
 	// waits until the context ends.
 	SyncTimeout time.Duration
+	// ShutdownGrace is how long events being planned and VMs being moved
+	// may finish once the context ends; zero means DefaultShutdownGrace.
+	ShutdownGrace time.Duration
 }
+
+// DefaultShutdownGrace lets in-flight writes finish on SIGTERM well within
+// Kubernetes' default 30s termination grace period.
+const DefaultShutdownGrace = 10 * time.Second
 
 // Running is a started pipeline.
 type Running struct {
@@ -110,8 +118,9 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	group, ctx := errgroup.WithContext(ctx)
 	r := &Running{group: group, cancel: cancel}
-	if err := addStages(ctx, group, cfg, fleet, &r.watcher); err != nil {
-		return nil, errors.Join(err, r.stop())
+	runs, err := addStages(ctx, cfg, fleet, &r.watcher)
+	if err != nil {
+		return nil, errors.Join(err, r.abandon(runs))
 	}
 	fleet.Start(ctx)
 	group.Go(func() error {
@@ -120,14 +129,24 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		return nil
 	})
 	if err := fleet.WaitForSync(ctx, cfg.SyncTimeout); err != nil {
-		return nil, errors.Join(err, r.stop())
+		return nil, errors.Join(err, r.abandon(runs))
+	}
+	// Only now: a planner that consumed an event before the VM cache was
+	// filled would plan it for no VM at all.
+	for _, run := range runs {
+		group.Go(run)
 	}
 	return r, nil
 }
 
-// stop ends a pipeline that could not start and waits for what it started.
-func (r *Running) stop() error {
+// abandon ends a pipeline that could not start: the stages it built run
+// on the ended context, so each releases what it holds, and it waits for
+// them and the informers.
+func (r *Running) abandon(runs []func() error) error {
 	r.cancel()
+	for _, run := range runs {
+		r.group.Go(run)
+	}
 	if err := r.group.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
@@ -135,11 +154,12 @@ func (r *Running) stop() error {
 }
 
 // addStages builds each configured stage over fleet, before the informers
-// start, so every handler sees every object from the first list.
-func addStages(ctx context.Context, group *errgroup.Group, cfg Config, fleet *kube.Cache, current *atomic.Pointer[watcher.Watcher]) error {
+// start, so every handler sees every object from the first list, and
+// returns their Run functions, which Start calls once the cache has synced.
+func addStages(ctx context.Context, cfg Config, fleet *kube.Cache, current *atomic.Pointer[watcher.Watcher]) (runs []func() error, _ error) {
 	if cfg.StandIn {
 		s := standin.New(standin.Config{Cache: fleet, Log: cfg.Log, Workers: 4})
-		group.Go(func() error { return s.Run(ctx) })
+		runs = append(runs, func() error { return s.Run(ctx) })
 	}
 	if slices.Contains(cfg.Stages, StageWatcher) {
 		cfg.Metrics.QueueDepth(StageWatcher, func() int {
@@ -156,31 +176,32 @@ func addStages(ctx context.Context, group *errgroup.Group, cfg Config, fleet *ku
 			return 0
 		})
 		if cfg.LeaderElection != nil {
-			group.Go(func() error { return runLeading(ctx, cfg, fleet, current) })
+			runs = append(runs, func() error { return runLeading(ctx, cfg, fleet, current) })
 		} else {
 			w, err := newWatcher(cfg, fleet)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			current.Store(w)
-			group.Go(func() error { return w.Run(ctx) })
+			runs = append(runs, func() error { return w.Run(ctx) })
 		}
 	}
 	if slices.Contains(cfg.Stages, StagePlanner) {
 		p, err := planner.New(planner.Config{Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer, Workers: cfg.PlannerWorkers,
-			TraceFanout: cfg.TraceFanout, Metrics: cfg.Metrics})
+			TraceFanout: cfg.TraceFanout, Metrics: cfg.Metrics, Grace: cmp.Or(cfg.ShutdownGrace, DefaultShutdownGrace)})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		group.Go(func() error { return p.Run(ctx) })
+		runs = append(runs, func() error { return p.Run(ctx) })
 	}
 	if slices.Contains(cfg.Stages, StageApplier) {
 		a, err := applier.New(applier.Config{Clients: cfg.Clients, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer,
-			Workers: cfg.ApplierWorkers, Rate: cfg.Rate, ObserveTimeout: cfg.ObserveTimeout, Metrics: cfg.Metrics})
+			Workers: cfg.ApplierWorkers, Rate: cfg.Rate, ObserveTimeout: cfg.ObserveTimeout, Metrics: cfg.Metrics,
+			Grace: cmp.Or(cfg.ShutdownGrace, DefaultShutdownGrace)})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		group.Go(func() error { return a.Run(ctx) })
+		runs = append(runs, func() error { return a.Run(ctx) })
 	}
-	return nil
+	return runs, nil
 }
