@@ -180,7 +180,7 @@ func (r *Reader) addOutcomes(ctx context.Context, list []EventSummary) error {
 	for _, e := range list {
 		want[e.ID] = true
 	}
-	latest, err := r.latestOutcomes(ctx, "", func(o *events.Outcome) bool { return want[o.EventID] })
+	latest, err := r.latestOutcomes(ctx, events.OutcomesIn(""), func(o *events.Outcome) bool { return want[o.EventID] })
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,13 @@ func (f OutcomeFilter) matches(o *events.Outcome) bool {
 // that f selects, ordered by event (the first to record an outcome first),
 // then namespace and name.
 func (r *Reader) Outcomes(ctx context.Context, f OutcomeFilter) ([]events.Outcome, error) {
-	latest, err := r.latestOutcomes(ctx, f.Namespace, f.matches)
+	filter := events.OutcomesIn(f.Namespace)
+	if f.EventID != "" {
+		// The event is in the subject: read its outcomes only, however
+		// many other rollouts the stream holds.
+		filter = events.OutcomesOf(f.EventID, f.Namespace)
+	}
+	latest, err := r.latestOutcomes(ctx, filter, f.matches)
 	if err != nil {
 		return nil, err
 	}
@@ -48,11 +54,10 @@ func (r *Reader) Outcomes(ctx context.Context, f OutcomeFilter) ([]events.Outcom
 	return outs, nil
 }
 
-// latestOutcomes scans the outcomes stream (one namespace's subject when
-// namespace is set) and keeps the latest attempt per event and VM of the
-// outcomes keep accepts.
-func (r *Reader) latestOutcomes(ctx context.Context, namespace string, keep func(*events.Outcome) bool) (*latestSet, error) {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OutcomesIn(namespace)}}
+// latestOutcomes scans the outcomes stream under filter and keeps the
+// latest attempt per event and VM of the outcomes keep accepts.
+func (r *Reader) latestOutcomes(ctx context.Context, filter string, keep func(*events.Outcome) bool) (*latestSet, error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
 	latest := &latestSet{byKey: map[outcomeKey]int{}, eventOrder: map[string]int{}}
 	err := r.scan(ctx, events.StreamOutcomes, cfg, func(m jetstream.Msg) {
 		var o events.Outcome
