@@ -147,8 +147,12 @@ func KVConfigs(o StreamOptions) []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
 		{Bucket: BucketGenerations, Description: "kvlive watcher: last generation per object UID", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1)},
 		{Bucket: BucketRollouts, Description: "kvlive planner: rollout record per event", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1), TTL: o.MaxAge},
-		// No TTL: a paused rollout stays paused until someone resumes it.
-		{Bucket: BucketControl, Description: "kvlive: pause, resume and abort per event", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1)},
+		// No bucket TTL: a paused rollout stays paused until someone resumes
+		// it. Records of resumed and aborted rollouts carry a per-message TTL
+		// of the replay horizon instead (LimitMarkerTTL enables those), so the
+		// bucket does not grow with every rollout ever steered.
+		{Bucket: BucketControl, Description: "kvlive: pause, resume and abort per event", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1),
+			LimitMarkerTTL: time.Minute},
 	}
 }
 

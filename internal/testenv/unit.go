@@ -22,7 +22,7 @@ import (
 
 // JetStream starts an embedded, in-process NATS server with kvlive's
 // streams, consumers and buckets, stopped when the test ends.
-func JetStream(t testing.TB) jetstream.JetStream {
+func JetStream(t testing.TB, configure ...func(*events.StreamOptions)) jetstream.JetStream {
 	t.Helper()
 	ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), DontListen: true})
 	if err != nil {
@@ -37,7 +37,11 @@ func JetStream(t testing.TB) jetstream.JetStream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := events.Setup(context.Background(), js, events.DefaultStreamOptions()); err != nil {
+	o := events.DefaultStreamOptions()
+	for _, c := range configure {
+		c(&o)
+	}
+	if err := events.Setup(context.Background(), js, o); err != nil {
 		t.Fatal(err)
 	}
 	return js
