@@ -113,3 +113,13 @@ func kvliveEnv() []string {
 	}
 	return env
 }
+
+// terminate ends the process with SIGTERM, as a rolling update would, and
+// waits until it is gone.
+func (p *kvliveProc) terminate() {
+	p.stopped.Store(true)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return
+	}
+	<-p.exited
+}
