@@ -106,9 +106,6 @@ func StreamConfigs(o StreamOptions) []jetstream.StreamConfig {
 	}
 }
 
-// WorkStreams are the streams whose messages are pending work.
-var WorkStreams = []string{StreamEvents, StreamPlans, StreamHeld}
-
 func orUnlimited(n int64) int64 {
 	if n <= 0 {
 		return -1

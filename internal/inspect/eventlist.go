@@ -53,38 +53,39 @@ type EventSummary struct {
 }
 
 // Events returns the newest limit events (every event when limit <= 0),
-// newest last, each with its rollout record's counts and the counts of its
-// VMs' latest outcomes.
+// newest last, each with its rollout record's counts, the counts of its
+// VMs' latest outcomes and the phase its accounting gives.
 func (r *Reader) Events(ctx context.Context, limit int) ([]EventSummary, error) {
 	list, err := r.readEvents(ctx, limit)
 	if err != nil || len(list) == 0 {
 		return list, err
 	}
-	if err := r.addPlanned(ctx, list); err != nil {
-		return nil, err
-	}
-	if err := r.addState(ctx, list); err != nil {
-		return nil, err
-	}
-	return list, r.addOutcomes(ctx, list)
+	return list, r.addAccounts(ctx, list)
 }
 
-// addState gives each event the phase its accounting says; an event not
-// planned yet has none, and an unreadable control record is noted on its
-// own event only.
-func (r *Reader) addState(ctx context.Context, list []EventSummary) error {
+// addAccounts fills each event in from its accounting, read by subject
+// filter: an event not planned yet has none, and an unreadable control
+// record is noted on its own event only.
+func (r *Reader) addAccounts(ctx context.Context, list []EventSummary) error {
 	for i := range list {
-		if list[i].ID == "" {
+		e := &list[i]
+		if e.ID == "" {
 			continue
 		}
-		a, err := rollout.AccountOf(ctx, r.js, list[i].ID)
+		a, err := rollout.AccountOf(ctx, r.js, e.ID)
 		switch {
 		case errors.Is(err, rollout.ErrNoRollout):
 			continue
 		case err != nil:
 			return err
 		}
-		list[i].State, list[i].Unaccounted, list[i].ControlError = a.Phase, a.Unaccounted, a.ControlError
+		if a.Recorded {
+			e.Planned, e.PlannedCounts, e.TraceID = &a.Planned, a.Record.Counts, a.Record.TraceID
+		}
+		if len(a.Latest) > 0 {
+			e.Outcomes = a.Outcomes
+		}
+		e.State, e.Unaccounted, e.ControlError = a.Phase, a.Unaccounted, a.ControlError
 	}
 	return nil
 }
@@ -155,42 +156,6 @@ func summarize(body []byte) (EventSummary, bool) {
 		return e, false
 	}
 	return e, true
-}
-
-func (r *Reader) addPlanned(ctx context.Context, list []EventSummary) error {
-	kv, err := r.rollouts(ctx)
-	if err != nil {
-		return err
-	}
-	for i := range list {
-		rec, ok, err := rolloutRecord(ctx, kv, list[i].ID)
-		if err != nil {
-			return err
-		}
-		if ok {
-			list[i].Planned, list[i].PlannedCounts, list[i].TraceID = &rec.Planned, rec.Counts, rec.TraceID
-		}
-	}
-	return nil
-}
-
-// addOutcomes scans the outcomes stream once for every listed event.
-func (r *Reader) addOutcomes(ctx context.Context, list []EventSummary) error {
-	want := make(map[string]bool, len(list))
-	for _, e := range list {
-		want[e.ID] = true
-	}
-	latest, err := r.latestOutcomes(ctx, events.OutcomesIn(""), func(o *events.Outcome) bool { return want[o.EventID] })
-	if err != nil {
-		return err
-	}
-	counts := latest.counts()
-	for i := range list {
-		if c := counts[list[i].ID]; c != nil {
-			list[i].Outcomes = c
-		}
-	}
-	return nil
 }
 
 // WriteEvents writes list as a table ("table" or "") or as JSON ("json").

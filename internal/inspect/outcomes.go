@@ -115,18 +115,6 @@ func (l *latestSet) sorted() []events.Outcome {
 	return outs
 }
 
-// counts tallies the latest outcomes per event and result.
-func (l *latestSet) counts() map[string]map[events.Result]int {
-	c := map[string]map[events.Result]int{}
-	for _, o := range l.outs {
-		if c[o.EventID] == nil {
-			c[o.EventID] = map[events.Result]int{}
-		}
-		c[o.EventID][o.Result]++
-	}
-	return c
-}
-
 // WriteOutcomes writes outs as a table with a count per result ("table" or
 // "") or as a JSON array of events.Outcome ("json").
 func WriteOutcomes(w io.Writer, outs []events.Outcome, format string) error {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"kvlive/events"
 )
 
 // Reader reads kvlive's streams and buckets. It creates no stream, bucket or
@@ -77,38 +76,4 @@ func (r *Reader) stream(ctx context.Context, name string) (jetstream.Stream, err
 		return nil, fmt.Errorf("inspect: stream %s: %w", name, err)
 	}
 	return s, nil
-}
-
-// rollouts opens the rollout records' bucket; nil, without error, when no
-// planner ever created it.
-func (r *Reader) rollouts(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := r.js.KeyValue(ctx, events.BucketRollouts)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("inspect: bucket %s: %w", events.BucketRollouts, err)
-	}
-	return kv, nil
-}
-
-// rolloutRecord reads eventID's rollout record from kv; ok is false when the
-// planner has recorded none (yet).
-func rolloutRecord(ctx context.Context, kv jetstream.KeyValue, eventID string) (r events.Rollout, ok bool, err error) {
-	if kv == nil {
-		return r, false, nil
-	}
-	entry, err := kv.Get(ctx, events.RolloutKey(eventID))
-	// An id no event can have is not a key kvlive ever wrote.
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
-		return r, false, nil
-	}
-	if err != nil {
-		return r, false, fmt.Errorf("inspect: rollout of %s: %w", eventID, err)
-	}
-	r, err = events.UnmarshalRollout(entry.Value())
-	if err != nil {
-		return r, false, fmt.Errorf("inspect: rollout of %s: %w", eventID, err)
-	}
-	return r, true, nil
 }

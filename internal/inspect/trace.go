@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"kvlive/events"
+	"kvlive/internal/rollout"
 )
 
 // ResolveTrace returns the trace id arg names: arg itself when it is a
@@ -21,11 +22,7 @@ func (r *Reader) ResolveTrace(ctx context.Context, arg string) (string, error) {
 	if IsTraceID(arg) {
 		return strings.ToLower(arg), nil
 	}
-	kv, err := r.rollouts(ctx)
-	if err != nil {
-		return "", err
-	}
-	rec, ok, err := rolloutRecord(ctx, kv, arg)
+	rec, ok, err := rollout.Record(ctx, r.js, arg)
 	switch {
 	case err != nil:
 		return "", err

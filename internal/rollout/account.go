@@ -45,9 +45,11 @@ type Account struct {
 	// says why it could not be read (the rest of the account still holds).
 	Control      events.Control `json:"control"`
 	ControlError string         `json:"controlError,omitempty"`
-	// Recorded is false while the planner has not recorded the rollout.
-	Recorded bool `json:"recorded"`
-	Planned  int  `json:"planned"`
+	// Recorded is false while the planner has not recorded the rollout;
+	// Record is what it recorded.
+	Recorded bool           `json:"recorded"`
+	Record   events.Rollout `json:"-"`
+	Planned  int            `json:"planned"`
 	// Outcomes counts the latest outcome per VM by result.
 	Outcomes map[events.Result]int `json:"outcomes"`
 	// DeadLetters are VMs whose plan was dead-lettered and that have no outcome.
@@ -76,11 +78,11 @@ func (a Account) Done() bool {
 // neither a rollout record nor a control record is ErrNoRollout.
 func AccountOf(ctx context.Context, js jetstream.JetStream, eventID string) (Account, error) {
 	a := Account{EventID: eventID, Outcomes: map[events.Result]int{}, Latest: map[string]events.Outcome{}}
-	rec, recorded, err := record(ctx, js, eventID)
+	rec, recorded, err := Record(ctx, js, eventID)
 	if err != nil {
 		return a, err
 	}
-	a.Recorded, a.Planned, a.Since = recorded, rec.Planned, rec.PlannedAt
+	a.Recorded, a.Record, a.Planned, a.Since = recorded, rec, rec.Planned, rec.PlannedAt
 	controlled := false
 	if store, err := Open(ctx, js); err == nil {
 		var rev uint64
@@ -136,7 +138,9 @@ func (a *Account) readOutcomes(ctx context.Context, js jetstream.JetStream) erro
 			return
 		}
 		if prev, ok := a.Latest[o.VM.UID]; ok {
-			a.Outcomes[prev.Result]--
+			if a.Outcomes[prev.Result]--; a.Outcomes[prev.Result] == 0 {
+				delete(a.Outcomes, prev.Result)
+			}
 		}
 		a.Latest[o.VM.UID] = o
 		a.Outcomes[o.Result]++
@@ -164,8 +168,9 @@ func (a *Account) readDeadLetters(ctx context.Context, js jetstream.JetStream) e
 	return err
 }
 
-// record reads the planner's rollout record of eventID.
-func record(ctx context.Context, js jetstream.JetStream, eventID string) (events.Rollout, bool, error) {
+// Record reads the planner's rollout record of eventID; false when it has
+// recorded none (yet), or the id is no key kvlive ever wrote.
+func Record(ctx context.Context, js jetstream.JetStream, eventID string) (events.Rollout, bool, error) {
 	kv, err := js.KeyValue(ctx, events.BucketRollouts)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return events.Rollout{}, false, nil
