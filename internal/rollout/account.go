@@ -229,10 +229,12 @@ func scanSubject(ctx context.Context, js jetstream.JetStream, stream, filter str
 		return fmt.Errorf("rollout: read %s: %w", stream, err)
 	}
 	defer it.Stop()
-	for range pending {
+	for read := range pending {
 		m, err := it.Next(jetstream.NextMaxWait(5 * time.Second))
 		if errors.Is(err, nats.ErrTimeout) {
-			return nil // aged out while we read
+			// An account short of messages would claim less than is
+			// there: say so instead.
+			return fmt.Errorf("rollout: read %s: %d of %d messages under %s within 5s", stream, read, pending, filter)
 		}
 		if err != nil {
 			return fmt.Errorf("rollout: read %s: %w", stream, err)

@@ -70,10 +70,9 @@ func campaign(ctx context.Context, cfg Config, fleet *kube.Cache, lock resourcel
 	// from then on the elector has started (or will start) a term, which
 	// campaign must wait for even if the elector returns first.
 	tracked := &acquiredLock{Interface: lock, identity: le.Identity}
-	var led atomic.Bool
 	term := make(chan error, 1)
 	unhook := context.AfterFunc(ctx, func() {
-		if !led.Load() {
+		if !tracked.acquired.Load() {
 			stopElecting() // still campaigning: nothing to wait for
 		}
 	})
@@ -87,7 +86,6 @@ func campaign(ctx context.Context, cfg Config, fleet *kube.Cache, lock resourcel
 		ReleaseOnCancel: true,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(leading context.Context) {
-				led.Store(true)
 				log.Info("leading: the watcher starts")
 				run, stop := context.WithCancel(leading)
 				stopWithCtx := context.AfterFunc(ctx, stop)
@@ -101,7 +99,7 @@ func campaign(ctx context.Context, cfg Config, fleet *kube.Cache, lock resourcel
 				stopElecting()
 			},
 			OnStoppedLeading: func() {
-				if led.Load() {
+				if tracked.acquired.Load() {
 					log.Info("not leading: the watcher stopped")
 				}
 			},
@@ -116,7 +114,7 @@ func campaign(ctx context.Context, cfg Config, fleet *kube.Cache, lock resourcel
 		return fmt.Errorf("pipeline: leader election: %w", err)
 	}
 	elector.Run(elect) // returns when leadership is lost or elect ends
-	if !tracked.acquired.Load() && !led.Load() {
+	if !tracked.acquired.Load() {
 		return nil
 	}
 	return <-term
