@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/user"
@@ -65,7 +64,7 @@ func rolloutActionCmd(g *globals, action events.ControlAction) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if err := checkKnown(ctx, js, args[0], action, ahead); err != nil {
+				if err := checkKnown(ctx, js, s, args[0], action, ahead); err != nil {
 					return err
 				}
 				c, changed, err := s.Apply(ctx, args[0], action, reason, whoAmI(), time.Now(), force)
@@ -90,15 +89,19 @@ func rolloutActionCmd(g *globals, action events.ControlAction) *cobra.Command {
 	return cmd
 }
 
-// checkKnown refuses to steer an event kvlive has no rollout of, unless
-// asked to act ahead of it.
-func checkKnown(ctx context.Context, js jetstream.JetStream, eventID string, action events.ControlAction, ahead bool) error {
-	_, err := rollout.AccountOf(ctx, js, eventID)
-	switch {
-	case errors.Is(err, rollout.ErrNoRollout) && ahead:
+// checkKnown refuses to steer an event kvlive has no rollout of (neither
+// planned nor steered before), unless asked to act ahead of it.
+func checkKnown(ctx context.Context, js jetstream.JetStream, s *rollout.Store, eventID string, action events.ControlAction, ahead bool) error {
+	_, recorded, err := rollout.Record(ctx, js, eventID)
+	if err != nil || recorded || ahead {
+		return err
+	}
+	if _, rev, _ := s.Get(ctx, eventID); rev > 0 {
 		return nil
-	case errors.Is(err, rollout.ErrNoRollout) && action != events.ActionResume:
-		return fmt.Errorf("%w; to %s an event before it is planned, say --ahead", err, action)
+	}
+	err = fmt.Errorf("%w %q: no event with that id was planned (kvlive events lists them)", rollout.ErrNoRollout, eventID)
+	if action != events.ActionResume {
+		err = fmt.Errorf("%w; to %s an event before it is planned, say --ahead", err, action)
 	}
 	return err
 }
