@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
-
 )
 
 // Reader reads kvlive's streams and buckets. It creates no stream, bucket or
