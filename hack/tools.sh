@@ -3,17 +3,30 @@
 # .bin/ at the repository root, from the versions pinned in tools/go.mod and
 # tools/lint/go.mod. Needs only Go; modules come through the Go module proxy.
 #
-#   hack/tools.sh                 build whatever is missing or outdated
-#   hack/tools.sh nats-server     build only the named tools
+#   hack/tools.sh                   build whatever is missing or outdated
+#   hack/tools.sh nats-server       build only the named tools
+#   hack/tools.sh virt-controller   KubeVirt's virt-controller and its CRDs
 #
 # A tool is rebuilt only when its stamp (.bin/.stamp-<name>) no longer matches
 # the pinned module version, the tools module's go.mod and the Go version, so
-# a rerun is instant. Cold on 2 cores kube-apiserver takes about 8 minutes,
-# golangci-lint about 3, jaeger about 8, etcd and nats-server about a minute each.
+# a rerun is instant. Built binaries are also kept in a cache outside the
+# clone, keyed by that stamp ($KVLIVE_TOOLS_CACHE, default
+# ~/.cache/kvlive/tools), so a later clean clone on the same machine copies
+# them instead of building. Cold on 2 cores kube-apiserver takes about 8
+# minutes, golangci-lint about 3, jaeger about 8, etcd and nats-server about a
+# minute each, virt-controller 12 to 18.
+#
+# virt-controller (KubeVirt v1.9.0) is optional: the tests that need it skip
+# when it is absent. It builds through tools/kubevirt's module where the module
+# proxy serves all of KubeVirt's dependencies, or from a KubeVirt v1.9.0 source
+# tree (which vendors them) named by KUBEVIRT_SOURCE. When neither works,
+# tools.sh says why, writes the reason to .bin/virt-controller.skipped for the
+# tests to print, and carries on.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${root}/.bin"
+cache="${KVLIVE_TOOLS_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/kvlive/tools}"
 
 # name | tools module dir | module that pins the version | package | extra ldflags
 tools=(
@@ -22,7 +35,12 @@ tools=(
   "nats-server|tools|github.com/nats-io/nats-server/v2|github.com/nats-io/nats-server/v2|"
   "golangci-lint|tools/lint|github.com/golangci/golangci-lint/v2|github.com/golangci/golangci-lint/v2/cmd/golangci-lint|"
   "jaeger|tools/jaeger|github.com/jaegertracing/jaeger|github.com/jaegertracing/jaeger/cmd/jaeger|"
+  "virt-controller|tools/kubevirt|kubevirt.io/kubevirt||kubevirt"
 )
+
+# kubevirt_modules_sum is the sha256 of vendor/modules.txt in KubeVirt v1.9.0:
+# a KUBEVIRT_SOURCE whose vendored modules differ is not that release.
+kubevirt_modules_sum="d5d514dab76ca020fe6db114fb639b9e93802f4111fa981579edefbe756ad05a"
 
 # k8s_ldflags stamps the Kubernetes version into kube-apiserver, which
 # otherwise reports v0.0.0-master to clients.
@@ -30,6 +48,10 @@ k8s_ldflags() {
   local v="$1" minor
   minor="$(echo "${v#v}" | cut -d. -f2)"
   echo "-X k8s.io/component-base/version.gitVersion=${v} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor}"
+}
+
+kubevirt_ldflags() {
+  echo "-X kubevirt.io/client-go/version.gitVersion=$1 -X kubevirt.io/client-go/version.gitTreeState=clean"
 }
 
 wanted() {
@@ -41,10 +63,76 @@ wanted() {
   return 1
 }
 
+# install copies a cached build into .bin/ and records its stamp.
+install() {
+  local name="$1" from="$2" stamp="$3"
+  cp -f "$from" "${bin}/.${name}.tmp"
+  mv -f "${bin}/.${name}.tmp" "${bin}/${name}"
+  echo "$stamp" >"${bin}/.stamp-${name}"
+}
+
+# build_virt_controller builds virt-controller and the KubeVirt CRDs into the
+# cache as $1 and $2, from KUBEVIRT_SOURCE or else from tools/kubevirt's
+# module. On failure it prints the reason and returns 1.
+build_virt_controller() {
+  local out="$1" crds="$2" version="$3" log
+  log="$(mktemp)"
+  if [[ -n "${KUBEVIRT_SOURCE:-}" ]]; then
+    local src="${KUBEVIRT_SOURCE%/}"
+    if [[ ! -f "${src}/go.mod" ]] || ! head -1 "${src}/go.mod" | grep -q '^module kubevirt.io/kubevirt$'; then
+      echo "KUBEVIRT_SOURCE=${src} is not a KubeVirt source tree (no go.mod for kubevirt.io/kubevirt)"
+      return 1
+    fi
+    if [[ ! -f "${src}/vendor/modules.txt" ]] || [[ "$(sha256sum "${src}/vendor/modules.txt" | cut -d' ' -f1)" != "$kubevirt_modules_sum" ]]; then
+      echo "KUBEVIRT_SOURCE=${src} is not KubeVirt ${version}: its vendor/modules.txt differs from that release's"
+      return 1
+    fi
+    # The CRD generator is kvlive's, laid into the tree through an overlay so
+    # the tree is never written to; it builds against the tree's vendor/.
+    local overlay
+    overlay="$(mktemp)"
+    printf '{"Replace":{"%s":"%s"}}\n' "${src}/kvlive-kubevirt-crds/main.go" "${root}/tools/kubevirt/kubevirt-crds/main.go" >"$overlay"
+    echo "virt-controller: building from KUBEVIRT_SOURCE=${src} (vendor/) ..." >&2
+    if ! (cd "$src" && GOTOOLCHAIN=local GOFLAGS=-mod=vendor CGO_ENABLED=0 \
+      go build -ldflags "$(kubevirt_ldflags "$version")" -o "${out}.tmp" ./cmd/virt-controller &&
+      GOTOOLCHAIN=local GOFLAGS=-mod=vendor CGO_ENABLED=0 \
+        go build -overlay "$overlay" -o "${crds}.gen" ./kvlive-kubevirt-crds) >"$log" 2>&1; then
+      echo "building from KUBEVIRT_SOURCE=${src} failed: $(tail -5 "$log")"
+      return 1
+    fi
+  else
+    echo "virt-controller: building kubevirt.io/kubevirt@${version} through the module proxy (set KUBEVIRT_SOURCE to build from a source tree) ..." >&2
+    # go.sum cannot be tidied where the proxy lacks KubeVirt's modules, so
+    # the build may add checksums (verified against the checksum database):
+    # it runs on a copy of the module, never writing to the clone.
+    local mod
+    mod="$(mktemp -d)"
+    cp -r "${root}/tools/kubevirt/." "$mod"
+    if ! (cd "$mod" && CGO_ENABLED=0 GOFLAGS=-mod=mod \
+      go build -ldflags "$(kubevirt_ldflags "$version")" -o "${out}.tmp" kubevirt.io/kubevirt/cmd/virt-controller &&
+      CGO_ENABLED=0 GOFLAGS=-mod=mod go build -o "${crds}.gen" ./kubevirt-crds) >"$log" 2>&1; then
+      rm -rf "$mod"
+      local refused
+      refused="$(grep -o 'kubevirt.io/virt-template-[a-z-]*@[^:]*' "$log" | sort -u | head -3 | tr '\n' ' ')"
+      if [[ -n "$refused" ]]; then
+        echo "the module proxy ($(go env GOPROXY)) does not serve ${refused}which KubeVirt ${version} requires; set KUBEVIRT_SOURCE to a KubeVirt ${version} source tree (e.g. an export of github.com/kubevirt/kubevirt at tag ${version}) to build from its vendor/"
+      else
+        echo "building kubevirt.io/kubevirt@${version} through the module proxy failed: $(tail -5 "$log")"
+      fi
+      return 1
+    fi
+    rm -rf "$mod"
+  fi
+  "${crds}.gen" >"${crds}.tmp"
+  rm -f "${crds}.gen" "$log"
+  mv -f "${out}.tmp" "$out"
+  mv -f "${crds}.tmp" "$crds"
+}
+
 main() {
   command -v go >/dev/null || { echo "tools.sh: go is not on PATH" >&2; exit 1; }
-  mkdir -p "$bin"
-  local goversion entry name dir mod pkg flavour version stamp ldflags start
+  mkdir -p "$bin" "$cache"
+  local goversion entry name dir mod pkg flavour version stamp key ldflags start
   goversion="$(go env GOVERSION)"
 
   for w in "$@"; do
@@ -57,22 +145,55 @@ main() {
     IFS='|' read -r name dir mod pkg flavour <<<"$entry"
     wanted "$name" "$@" || continue
 
-    version="$(cd "${root}/${dir}" && go list -m -f '{{.Version}}' "$mod")"
+    if [[ "$flavour" == "kubevirt" ]]; then
+      # go list -m would load KubeVirt's whole module graph, which the proxy
+      # here cannot serve; the pin is read from go.mod instead.
+      version="$(awk -v m="$mod" '$1 == m { print $2; exit }' "${root}/${dir}/go.mod")"
+    else
+      version="$(cd "${root}/${dir}" && go list -m -f '{{.Version}}' "$mod")"
+    fi
     stamp="${mod}@${version} ${goversion} go.mod:$(sha256sum "${root}/${dir}/go.mod" | cut -c1-16)"
+    [[ "$flavour" == "kubevirt" ]] && stamp+=" crds:$(sha256sum "${root}/tools/kubevirt/kubevirt-crds/main.go" | cut -c1-16)"
     if [[ -x "${bin}/${name}" && -f "${bin}/.stamp-${name}" && "$(cat "${bin}/.stamp-${name}")" == "$stamp" ]]; then
       echo "${name}: up to date (${mod}@${version})"
       continue
     fi
+    key="$(echo "$stamp" | sha256sum | cut -c1-16)"
 
+    if [[ "$flavour" == "kubevirt" ]]; then
+      rm -f "${bin}/virt-controller.skipped"
+      if [[ ! -x "${cache}/${name}-${key}" || ! -s "${cache}/kubevirt-crds-${key}.yaml" ]]; then
+        start=$SECONDS
+        local why
+        if ! why="$(build_virt_controller "${cache}/${name}-${key}" "${cache}/kubevirt-crds-${key}.yaml" "$version")"; then
+          echo "virt-controller: NOT BUILT: ${why##*$'\n'}" >&2
+          echo "virt-controller: the tests that run KubeVirt's real virt-controller will be skipped" >&2
+          echo "${why##*$'\n'}" >"${bin}/virt-controller.skipped"
+          rm -f "${bin}/${name}" "${bin}/.stamp-${name}"
+          continue
+        fi
+        echo "virt-controller: built in $((SECONDS - start))s"
+      fi
+      cp -f "${cache}/kubevirt-crds-${key}.yaml" "${bin}/kubevirt-crds.yaml"
+      install "$name" "${cache}/${name}-${key}" "$stamp"
+      echo "${name}: installed ${mod}@${version} and .bin/kubevirt-crds.yaml"
+      continue
+    fi
+
+    if [[ -x "${cache}/${name}-${key}" ]]; then
+      install "$name" "${cache}/${name}-${key}" "$stamp"
+      echo "${name}: from the cache (${mod}@${version})"
+      continue
+    fi
     ldflags=""
     [[ "$flavour" == "k8s" ]] && ldflags="$(k8s_ldflags "$version")"
-    echo "${name}: building ${pkg}@${version} into .bin/${name} ..."
+    echo "${name}: building ${pkg}@${version} ..."
     start=$SECONDS
     # Build next to the target and rename, so an interrupted build never
     # leaves a binary that looks current.
-    (cd "${root}/${dir}" && go build -ldflags "$ldflags" -o "${bin}/.${name}.tmp" "$pkg")
-    mv -f "${bin}/.${name}.tmp" "${bin}/${name}"
-    echo "$stamp" >"${bin}/.stamp-${name}"
+    (cd "${root}/${dir}" && go build -ldflags "$ldflags" -o "${cache}/.${name}-${key}.tmp" "$pkg")
+    mv -f "${cache}/.${name}-${key}.tmp" "${cache}/${name}-${key}"
+    install "$name" "${cache}/${name}-${key}" "$stamp"
     echo "${name}: built in $((SECONDS - start))s"
   done
 }
