@@ -45,7 +45,7 @@ rules:
 // stop when the test ends.
 func StartAPIServer(t testing.TB) (*rest.Config, string) {
 	t.Helper()
-	return startAPIServer(t, nil)
+	return startAPIServer(t, filepath.Join(RepoRoot(t), crdDir), nil)
 }
 
 // StartAPIServerWithAudit is StartAPIServer with the API server's audit log
@@ -55,13 +55,18 @@ func StartAPIServer(t testing.TB) (*rest.Config, string) {
 // VM from it.
 func StartAPIServerWithAudit(t testing.TB) (cfg *rest.Config, kubeconfig, auditLog string) {
 	t.Helper()
+	return startAPIServerWithAudit(t, filepath.Join(RepoRoot(t), crdDir))
+}
+
+func startAPIServerWithAudit(t testing.TB, crds string) (cfg *rest.Config, kubeconfig, auditLog string) {
+	t.Helper()
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "audit-policy.yaml")
 	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
 		t.Fatalf("testenv: write audit policy: %v", err)
 	}
 	auditLog = filepath.Join(dir, "audit.log")
-	cfg, kubeconfig = startAPIServer(t, func(api *envtest.APIServer) {
+	cfg, kubeconfig = startAPIServer(t, crds, func(api *envtest.APIServer) {
 		api.Configure().
 			Set("audit-policy-file", policy).
 			Set("audit-log-path", auditLog).
@@ -72,9 +77,10 @@ func StartAPIServerWithAudit(t testing.TB) (cfg *rest.Config, kubeconfig, auditL
 	return cfg, kubeconfig, auditLog
 }
 
-// startAPIServer starts the servers; configure, when set, adjusts the API
-// server's flags before it starts.
-func startAPIServer(t testing.TB, configure func(*envtest.APIServer)) (*rest.Config, string) {
+// startAPIServer starts the servers and installs the CRDs at crds (a
+// directory or a YAML stream); configure, when set, adjusts the API server's
+// flags before it starts.
+func startAPIServer(t testing.TB, crds string, configure func(*envtest.APIServer)) (*rest.Config, string) {
 	t.Helper()
 	silenceOnce.Do(func() { ctrllog.SetLogger(logr.Discard()) })
 	root := RepoRoot(t)
@@ -82,7 +88,7 @@ func startAPIServer(t testing.TB, configure func(*envtest.APIServer)) (*rest.Con
 	var apiLog, etcdLog LogBuffer
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: filepath.Join(root, binDir),
-		CRDDirectoryPaths:     []string{filepath.Join(root, crdDir)},
+		CRDDirectoryPaths:     []string{crds},
 		ErrorIfCRDPathMissing: true,
 		// The first start on a cold machine (page cache empty, 2 cores)
 		// takes well over envtest's default 20 seconds.

@@ -1,0 +1,357 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/internal/kube"
+)
+
+// The players stand in for what runs on nodes and in the control plane
+// beside KubeVirt, none of which a bare API server has: the scheduler and the
+// kubelet (for virt-launcher pods) and virt-handler (for VMI status). Each
+// does the least its original does that virt-controller waits for, and
+// nothing kvlive reads directly.
+
+// LabelNotMigratable, set to "true" on a VM template, makes the virt-handler
+// player report the VMI as not live-migratable (LiveMigratable=False), as a
+// VMI on node-local storage would be.
+const LabelNotMigratable = "kvlive.test/not-migratable"
+
+// playerResync is how often the players look at every pod and VMI again,
+// beside reacting to their watches.
+const playerResync = 5 * time.Second
+
+// startPlayers runs the scheduler + kubelet player and the virt-handler
+// player until the test ends.
+func startPlayers(t *testing.T, c kube.Clients) *VirtHandler {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	launcher := newPlayer("scheduler+kubelet", cache.NewListWatchFromClient(c.Kube.CoreV1().RESTClient(), "pods", "",
+		fields.Everything()), &corev1.Pod{}, func(ctx context.Context, obj any) error {
+		return runLauncherPod(ctx, c, obj.(*corev1.Pod))
+	})
+	h := &VirtHandler{clients: c}
+	handler := newPlayer("virt-handler", cache.NewListWatchFromClient(c.Virt.KubevirtV1().RESTClient(), "virtualmachineinstances", "",
+		fields.Everything()), &virtv1.VirtualMachineInstance{}, func(ctx context.Context, obj any) error {
+		return h.sync(ctx, obj.(*virtv1.VirtualMachineInstance))
+	})
+	h.requeueAll = handler.requeueAll
+	for _, p := range []*player{launcher, handler} {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.run(ctx) }()
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return h
+}
+
+// player is one informer and a rate-limited work queue calling sync for
+// each object that changed, retrying on error (conflicts included).
+type player struct {
+	name     string
+	informer cache.SharedIndexInformer
+	queue    workqueue.TypedRateLimitingInterface[string]
+	sync     func(context.Context, any) error
+}
+
+func newPlayer(name string, lw cache.ListerWatcher, obj runtime.Object, sync func(context.Context, any) error) *player {
+	p := &player{
+		name:     name,
+		informer: cache.NewSharedIndexInformer(lw, obj, playerResync, cache.Indexers{}),
+		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: name}),
+		sync:     sync,
+	}
+	enqueue := func(o any) {
+		if key, err := cache.MetaNamespaceKeyFunc(o); err == nil {
+			p.queue.Add(key)
+		}
+	}
+	_, _ = p.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, o any) { enqueue(o) },
+	})
+	return p
+}
+
+func (p *player) requeueAll() {
+	for _, key := range p.informer.GetStore().ListKeys() {
+		p.queue.Add(key)
+	}
+}
+
+func (p *player) run(ctx context.Context) {
+	defer p.queue.ShutDown()
+	go p.informer.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), p.informer.HasSynced) {
+		return
+	}
+	go func() { <-ctx.Done(); p.queue.ShutDown() }()
+	for {
+		key, quit := p.queue.Get()
+		if quit {
+			return
+		}
+		obj, exists, err := p.informer.GetStore().GetByKey(key)
+		if err == nil && exists {
+			err = p.sync(ctx, obj)
+		}
+		if err != nil && ctx.Err() == nil {
+			p.queue.AddRateLimited(key)
+		} else {
+			p.queue.Forget(key)
+		}
+		p.queue.Done(key)
+	}
+}
+
+// runLauncherPod plays the scheduler (bind a virt-launcher pod to the node)
+// and the kubelet (report it running with its containers started), which is
+// what virt-controller waits for before it hands the VMI to virt-handler.
+func runLauncherPod(ctx context.Context, c kube.Clients, pod *corev1.Pod) error {
+	if pod.Labels[virtv1.AppLabel] != "virt-launcher" || pod.DeletionTimestamp != nil {
+		return nil
+	}
+	if _, target := pod.Labels[virtv1.MigrationJobLabel]; target {
+		// A migration target: left pending, so no migration starts that no
+		// virt-handler could finish.
+		return nil
+	}
+	if pod.Spec.NodeName == "" {
+		binding := &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+			Target:     corev1.ObjectReference{Kind: "Node", Name: NodeName},
+		}
+		return ignoreGone(c.Kube.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}))
+	}
+	if pod.Status.Phase == corev1.PodRunning {
+		return nil
+	}
+	pod = pod.DeepCopy()
+	now := metav1.Now()
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.Conditions = []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+	}
+	pod.Status.ContainerStatuses = nil
+	for _, ctr := range pod.Spec.Containers {
+		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: ctr.Name, Image: ctr.Image, Ready: true, Started: ptr(true),
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+		})
+	}
+	_, err := c.Kube.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	return ignoreGone(err)
+}
+
+// VirtHandler plays virt-api's VMI defaulting (the hotplug limits its
+// mutating webhook sets on a new VMI) and virt-handler for VMI status: once virt-controller
+// schedules a VMI it reports it running (phase, Ready and LiveMigratable
+// conditions, the CPU topology and memory it booted with), and when
+// virt-controller hot-plugs CPU or memory into a running VMI it reports the
+// hotplug done (current topology and memory := spec, the HotVCPUChange and
+// HotMemoryChange conditions dropped), unless held.
+type VirtHandler struct {
+	clients    kube.Clients
+	held       atomic.Bool
+	requeueAll func()
+	mu         sync.Mutex
+	finished   map[string][]string
+}
+
+// Hold stops the player from finishing hotplugs: they stay pending, as on a
+// slow node, until Release.
+func (h *VirtHandler) Hold() { h.held.Store(true) }
+
+// Release lets pending hotplugs finish.
+func (h *VirtHandler) Release() {
+	h.held.Store(false)
+	h.requeueAll()
+}
+
+// Finished returns the hotplug conditions the player has seen and finished
+// on the VMI namespace/name, oldest first: the proof that virt-controller
+// asked for a hotplug.
+func (h *VirtHandler) Finished(namespace, name string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.finished[namespace+"/"+name]...)
+}
+
+func (h *VirtHandler) sync(ctx context.Context, vmi *virtv1.VirtualMachineInstance) error {
+	if vmi.DeletionTimestamp != nil {
+		return nil
+	}
+	if vmi = vmi.DeepCopy(); defaultHotplugLimits(vmi) {
+		return h.update(ctx, vmi)
+	}
+	switch vmi.Status.Phase {
+	case virtv1.Scheduled:
+		return h.update(ctx, reportRunning(vmi))
+	case virtv1.Running:
+		if h.held.Load() {
+			return nil
+		}
+		done := finishHotplug(vmi)
+		if len(done) == 0 {
+			return nil
+		}
+		if err := h.update(ctx, vmi); err != nil {
+			return err
+		}
+		h.mu.Lock()
+		if h.finished == nil {
+			h.finished = map[string][]string{}
+		}
+		key := vmi.Namespace + "/" + vmi.Name
+		h.finished[key] = append(h.finished[key], done...)
+		h.mu.Unlock()
+	}
+	return nil
+}
+
+// update writes the VMI whole: KubeVirt's VMI CRD has no status subresource.
+func (h *VirtHandler) update(ctx context.Context, vmi *virtv1.VirtualMachineInstance) error {
+	_, err := h.clients.Virt.KubevirtV1().VirtualMachineInstances(vmi.Namespace).Update(ctx, vmi, metav1.UpdateOptions{})
+	return ignoreGone(err)
+}
+
+// reportRunning is virt-handler's first report of a started VMI. Conditions
+// carry an explicit lastProbeTime (null): virt-controller's condition patches
+// test the whole list.
+func reportRunning(vmi *virtv1.VirtualMachineInstance) *virtv1.VirtualMachineInstance {
+	now := metav1.Now()
+	migratable := virtv1.VirtualMachineInstanceCondition{
+		Type: virtv1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionTrue, LastTransitionTime: now,
+	}
+	if vmi.Labels[LabelNotMigratable] == "true" {
+		migratable.Status, migratable.Reason = corev1.ConditionFalse, virtv1.VirtualMachineInstanceReasonDisksNotMigratable
+		migratable.Message = "cannot migrate VMI: PVC is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)"
+	}
+	vmi.Status.Phase = virtv1.Running
+	vmi.Status.Conditions = append(withoutConditions(vmi.Status.Conditions, virtv1.VirtualMachineInstanceReady, virtv1.VirtualMachineInstanceIsMigratable),
+		virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		migratable)
+	if cpu := vmi.Spec.Domain.CPU; cpu != nil {
+		vmi.Status.CurrentCPUTopology = &virtv1.CPUTopology{Sockets: cpu.Sockets, Cores: cpu.Cores, Threads: cpu.Threads}
+	}
+	if guest := guestMemory(vmi); guest != nil {
+		vmi.Status.Memory = &virtv1.MemoryStatus{GuestAtBoot: guest, GuestCurrent: copyQuantity(guest), GuestRequested: copyQuantity(guest)}
+	}
+	vmi.Status.SelinuxContext = "none"
+	if vmi.Status.NodeName == "" {
+		vmi.Status.NodeName = NodeName
+	}
+	return vmi
+}
+
+// maxHotplugRatio is KubeVirt's default ratio of maxSockets to sockets and
+// of maxGuest to guest memory (spec.configuration.liveUpdateConfiguration).
+const maxHotplugRatio = 4
+
+// defaultHotplugLimits sets the maxSockets and maxGuest virt-api's mutating
+// webhook gives a new VMI under LiveUpdate (pkg/defaults setupHotplug): the
+// ratio times what it boots with, at most 512 vCPUs; no maxGuest where memory
+// hotplug cannot work (under 1Gi, or not 2Mi aligned). It reports whether it
+// changed the VMI.
+func defaultHotplugLimits(vmi *virtv1.VirtualMachineInstance) bool {
+	changed := false
+	if cpu := vmi.Spec.Domain.CPU; cpu != nil && cpu.MaxSockets == 0 && cpu.Sockets > 0 {
+		const maxVCPUs = 512
+		cpu.MaxSockets = cpu.Sockets * maxHotplugRatio
+		if perSocket := max(cpu.Cores, 1) * max(cpu.Threads, 1); cpu.MaxSockets*perSocket > maxVCPUs {
+			cpu.MaxSockets = max(maxVCPUs/perSocket, cpu.Sockets)
+		}
+		changed = true
+	}
+	if m := vmi.Spec.Domain.Memory; m != nil && m.Guest != nil && m.MaxGuest == nil && !vmi.IsFinal() && vmi.Status.Phase != virtv1.Running {
+		const align, minGuest = 2 << 20, 1 << 30
+		if g := m.Guest.Value(); g >= minGuest && g%align == 0 {
+			m.MaxGuest = resource.NewQuantity(g*maxHotplugRatio, resource.BinarySI)
+			changed = true
+		}
+	}
+	return changed
+}
+
+// finishHotplug reports the hotplugs virt-controller asked for as done and
+// returns the conditions it dropped.
+func finishHotplug(vmi *virtv1.VirtualMachineInstance) []string {
+	var done []string
+	has := func(t virtv1.VirtualMachineInstanceConditionType) bool {
+		for _, c := range vmi.Status.Conditions {
+			if c.Type == t {
+				return true
+			}
+		}
+		return false
+	}
+	if cpu := vmi.Spec.Domain.CPU; cpu != nil && has(virtv1.VirtualMachineInstanceVCPUChange) {
+		vmi.Status.CurrentCPUTopology = &virtv1.CPUTopology{Sockets: cpu.Sockets, Cores: cpu.Cores, Threads: cpu.Threads}
+		done = append(done, string(virtv1.VirtualMachineInstanceVCPUChange))
+	}
+	if guest := guestMemory(vmi); guest != nil && has(virtv1.VirtualMachineInstanceMemoryChange) {
+		if vmi.Status.Memory == nil {
+			vmi.Status.Memory = &virtv1.MemoryStatus{}
+		}
+		vmi.Status.Memory.GuestCurrent, vmi.Status.Memory.GuestRequested = guest, copyQuantity(guest)
+		done = append(done, string(virtv1.VirtualMachineInstanceMemoryChange))
+	}
+	vmi.Status.Conditions = withoutConditions(vmi.Status.Conditions, virtv1.VirtualMachineInstanceVCPUChange, virtv1.VirtualMachineInstanceMemoryChange)
+	return done
+}
+
+func guestMemory(vmi *virtv1.VirtualMachineInstance) *resource.Quantity {
+	if m := vmi.Spec.Domain.Memory; m != nil && m.Guest != nil {
+		q := m.Guest.DeepCopy()
+		return &q
+	}
+	if q, ok := vmi.Spec.Domain.Resources.Requests[corev1.ResourceMemory]; ok {
+		return &q
+	}
+	return nil
+}
+
+func copyQuantity(q *resource.Quantity) *resource.Quantity {
+	c := q.DeepCopy()
+	return &c
+}
+
+func withoutConditions(cs []virtv1.VirtualMachineInstanceCondition, drop ...virtv1.VirtualMachineInstanceConditionType) []virtv1.VirtualMachineInstanceCondition {
+	var out []virtv1.VirtualMachineInstanceCondition
+	for _, c := range cs {
+		keep := true
+		for _, d := range drop {
+			keep = keep && c.Type != d
+		}
+		if keep {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func ignoreGone(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("player: %w", err)
+	}
+	return nil
+}
