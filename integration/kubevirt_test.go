@@ -1,0 +1,348 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	virtv1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/api/instancetype/v1beta1"
+
+	"kvlive/events"
+	"kvlive/instancetype"
+	"kvlive/internal/rollout"
+	"kvlive/internal/testenv"
+)
+
+// The tests in this file run KubeVirt v1.9.0's own virt-controller (see
+// internal/testenv.StartKubeVirt) and judge every outcome kvlive records by
+// what the controller then did to the VM and its VMI. They skip, saying why,
+// where hack/tools.sh could not build the controller.
+
+// kvNamespace holds the real-KubeVirt tests' VMs.
+const kvNamespace = "fleet"
+
+// kvTimeout bounds waiting for virt-controller (and the players) to act.
+const kvTimeout = 3 * time.Minute
+
+// kvVM is one VM of a real-KubeVirt fleet.
+type kvVM struct {
+	name    string
+	running bool
+	// notMigratable makes the virt-handler player report LiveMigratable=False.
+	notMigratable bool
+}
+
+// kvEnv is env on a real virt-controller instead of the stand-in.
+type kvEnv struct {
+	*env
+	kv *testenv.KubeVirt
+}
+
+func newKubeVirtEnv(t *testing.T) *kvEnv {
+	t.Helper()
+	kv := testenv.StartKubeVirt(t)
+	e := &env{t: t, ctx: t.Context(), kubeconfig: kv.Kubeconfig, auditLog: kv.AuditLog, clients: kv.Clients, uids: map[string]string{}}
+	e.nats = testenv.StartNATS(t)
+	e.js = connect(t, e.nats.URL)
+	e.plansTap = tapPlans(t, e.js)
+	if _, err := e.clients.Kube.CoreV1().Namespaces().Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kvNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return &kvEnv{env: e, kv: kv}
+}
+
+// createInstancetype creates a cluster instance type of vcpus and mem.
+func (e *kvEnv) createInstancetype(name string, vcpus uint32, mem string) {
+	e.t.Helper()
+	it := &v1beta1.VirtualMachineClusterInstancetype{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: itSpec(vcpus, mem)}
+	if _, err := e.clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes().Create(e.ctx, it, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// createVMs creates VMs on the cluster instance type it, carrying what
+// virt-api's defaulting would have set (amd64, machine type q35), and waits
+// until virt-controller pinned each and every running one's VMI runs.
+func (e *kvEnv) createVMs(it string, vms ...kvVM) {
+	e.t.Helper()
+	for _, v := range vms {
+		strategy := virtv1.RunStrategyHalted
+		if v.running {
+			strategy = virtv1.RunStrategyAlways
+		}
+		vm := &virtv1.VirtualMachine{
+			ObjectMeta: metav1.ObjectMeta{Namespace: kvNamespace, Name: v.name},
+			Spec: virtv1.VirtualMachineSpec{
+				RunStrategy:  &strategy,
+				Instancetype: &virtv1.InstancetypeMatcher{Name: it},
+				Template: &virtv1.VirtualMachineInstanceTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}},
+					Spec: virtv1.VirtualMachineInstanceSpec{
+						Architecture: "amd64",
+						Domain:       virtv1.DomainSpec{Machine: &virtv1.Machine{Type: "q35"}},
+					},
+				},
+			},
+		}
+		if v.notMigratable {
+			vm.Spec.Template.ObjectMeta.Labels[testenv.LabelNotMigratable] = "true"
+		}
+		created, err := e.clients.Virt.KubevirtV1().VirtualMachines(kvNamespace).Create(e.ctx, vm, metav1.CreateOptions{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.uids[kvNamespace+"/"+v.name] = string(created.UID)
+	}
+	e.waitFor("virt-controller to pin every VM and start every running one", kvTimeout, func() (bool, string) {
+		v := e.view()
+		var waiting []string
+		for _, want := range vms {
+			key := kvNamespace + "/" + want.name
+			vm := v.vms[key]
+			if vm == nil || vm.Status.InstancetypeRef == nil || vm.Status.InstancetypeRef.ControllerRevisionRef == nil {
+				waiting = append(waiting, want.name+" unpinned")
+				continue
+			}
+			if vmi := v.vmis[key]; want.running && (vmi == nil || vmi.Status.Phase != virtv1.Running || vmi.Status.Memory == nil) {
+				waiting = append(waiting, want.name+" not running")
+			}
+		}
+		return len(waiting) == 0, strings.Join(waiting, ", ")
+	})
+}
+
+// editInstancetypeTo changes a cluster instance type to vcpus and mem and
+// returns the event id the edit must cause.
+func (e *kvEnv) editInstancetypeTo(name string, vcpus uint32, mem string) string {
+	e.t.Helper()
+	its := e.clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
+	it, err := its.Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	it.Spec = itSpec(vcpus, mem)
+	if it, err = its.Update(e.ctx, it, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	return events.EventID(events.KindClusterInstancetype, string(it.UID), it.Generation)
+}
+
+// waitWatched waits until the watcher recorded n instance types' generations.
+func (e *kvEnv) waitWatched(n int) {
+	e.t.Helper()
+	e.waitFor("the watcher to record every instance type", time.Minute, func() (bool, string) {
+		kv, err := e.js.KeyValue(e.ctx, events.BucketGenerations)
+		if err != nil {
+			return false, err.Error()
+		}
+		keys, _ := kv.Keys(e.ctx)
+		return len(keys) == n, plural(len(keys), "key")
+	})
+}
+
+// realProblem compares, field by field, what kvlive recorded for a VM with
+// what virt-controller did: every live change is on the VMI's spec, every
+// restart change is not, RestartRequired is on the VM exactly when kvlive
+// said restart, and a stopped VM has no VMI. It returns "" when they agree.
+func realProblem(v clusterView, key string, out events.Outcome) string {
+	vm, vmi := v.vms[key], v.vmis[key]
+	if vm == nil {
+		return "VM gone"
+	}
+	if restartRequired(vm) != (out.Result == events.ResultRestart) {
+		return fmt.Sprintf("kvlive said %s, RestartRequired on the VM is %v (%s)", out.Result, restartRequired(vm), restartMessage(vm))
+	}
+	if out.Result == events.ResultNextBoot {
+		if vmi != nil {
+			return "kvlive said next-boot but a VMI runs"
+		}
+		return ""
+	}
+	if vmi == nil {
+		return "no VMI"
+	}
+	for _, c := range out.Changes {
+		onVMI, known := vmiValue(vmi, c.Field)
+		if !known {
+			continue
+		}
+		switch c.Class {
+		case instancetype.ClassLive:
+			if onVMI != c.To {
+				return fmt.Sprintf("%s is live per kvlive (%s → %s), the VMI has %s", c.Field, c.From, c.To, onVMI)
+			}
+		case instancetype.ClassRestart:
+			// Not c.From: a VM already waiting for a restart runs with less
+			// than its pinned generation says.
+			if onVMI == c.To {
+				return fmt.Sprintf("%s waits for a restart per kvlive (%s → %s), the VMI has it", c.Field, c.From, c.To)
+			}
+		}
+	}
+	for _, t := range []virtv1.VirtualMachineInstanceConditionType{virtv1.VirtualMachineInstanceVCPUChange, virtv1.VirtualMachineInstanceMemoryChange} {
+		if slices.ContainsFunc(vmi.Status.Conditions, func(c virtv1.VirtualMachineInstanceCondition) bool { return c.Type == t }) {
+			return string(t) + " still pending"
+		}
+	}
+	return ""
+}
+
+// vmiValue renders the VMI's value of a plan field as plans render it.
+func vmiValue(vmi *virtv1.VirtualMachineInstance, field string) (string, bool) {
+	switch field {
+	case "cpu.sockets":
+		if vmi.Spec.Domain.CPU == nil {
+			return "(unset)", true
+		}
+		return strconv.FormatUint(uint64(vmi.Spec.Domain.CPU.Sockets), 10), true
+	case "memory.guest":
+		if vmi.Spec.Domain.Memory == nil || vmi.Spec.Domain.Memory.Guest == nil {
+			return "(unset)", true
+		}
+		return vmi.Spec.Domain.Memory.Guest.String(), true
+	}
+	return "", false
+}
+
+func restartMessage(vm *virtv1.VirtualMachine) string {
+	for _, c := range vm.Status.Conditions {
+		if c.Type == virtv1.VirtualMachineRestartRequired {
+			return c.Message
+		}
+	}
+	return "no condition"
+}
+
+// checkAgainstKubeVirt waits until every VM of the rollout agrees with
+// what virt-controller did, and fails with the disagreements.
+func (e *kvEnv) checkAgainstKubeVirt(p rollout.Progress, names []string) {
+	e.t.Helper()
+	var last []string
+	deadline := time.Now().Add(kvTimeout)
+	for {
+		v := e.view()
+		last = last[:0]
+		for _, n := range names {
+			key := kvNamespace + "/" + n
+			out, ok := p.Outcomes[e.uids[key]]
+			if !ok {
+				last = append(last, n+": no outcome")
+				continue
+			}
+			if problem := realProblem(v, key, out); problem != "" {
+				last = append(last, n+": "+problem)
+			}
+		}
+		if len(last) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for key, out := range p.Outcomes {
+				e.t.Logf("outcome %s: %s %s %+v", key, out.Result, out.Reason, out.Changes)
+			}
+			report(e.t, "kvlive's outcomes against virt-controller", last)
+			return
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// TestRealKubeVirtEditAndSwitch edits an instance type under a fleet of
+// running migratable, running non-migratable and stopped VMs (one created
+// after kvlive started, so virt-controller pinned it under kvlive's eyes),
+// then switches the fleet to another instance type, and holds every outcome
+// against what KubeVirt's own virt-controller did.
+func TestRealKubeVirtEditAndSwitch(t *testing.T) {
+	e := newKubeVirtEnv(t)
+	e.createInstancetype("u1.medium", 2, "2Gi")
+	e.createInstancetype("u1.large", 4, "8Gi")
+	fleet := []kvVM{
+		{name: "live-0", running: true}, {name: "live-1", running: true},
+		{name: "local-0", running: true, notMigratable: true},
+		{name: "stopped-0"}, {name: "stopped-1"},
+	}
+	e.createVMs("u1.medium", fleet...)
+	e.runKvlive("all stages")
+	e.waitWatched(2)
+	late := kvVM{name: "late-0", running: true}
+	e.createVMs("u1.medium", late)
+	fleet = append(fleet, late)
+	names := make([]string, len(fleet))
+	for i, v := range fleet {
+		names[i] = v.name
+	}
+
+	eventID := e.editInstancetypeTo("u1.medium", 4, "4Gi")
+	progress := e.follow(eventID)
+	want := map[string]events.Result{"live-0": events.ResultLive, "live-1": events.ResultLive, "late-0": events.ResultLive,
+		"local-0": events.ResultRestart, "stopped-0": events.ResultNextBoot, "stopped-1": events.ResultNextBoot}
+	e.checkResults(progress, want)
+	e.checkAgainstKubeVirt(progress, names)
+	for _, n := range []string{"live-0", "live-1", "late-0"} {
+		if got := e.kv.Handler.Finished(kvNamespace, n); !slices.Contains(got, "HotVCPUChange") || !slices.Contains(got, "HotMemoryChange") {
+			t.Errorf("%s: virt-controller asked for hotplugs %v, want HotVCPUChange and HotMemoryChange", n, got)
+		}
+	}
+
+	out := e.kvliveCommand(rolloutTimeout, "switch", "--nats-url", e.nats.URL, "-n", kvNamespace,
+		"--from", "clusterinstancetype/u1.medium", "--to", "clusterinstancetype/u1.large", "--wait")
+	m := switchOutput.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("kvlive switch printed %q", out)
+	}
+	progress = e.follow(m[1])
+	// local-0 already waits for a restart (its memory); the switch adds more.
+	e.checkResults(progress, want)
+	e.checkAgainstKubeVirt(progress, names)
+}
+
+// checkResults fails when a VM's result is not the one wanted.
+func (e *kvEnv) checkResults(p rollout.Progress, want map[string]events.Result) {
+	e.t.Helper()
+	var problems []string
+	for name, result := range want {
+		out, ok := p.Outcomes[e.uids[kvNamespace+"/"+name]]
+		if !ok || out.Result != result {
+			problems = append(problems, fmt.Sprintf("%s: %s (%s), want %s", name, out.Result, out.Reason, result))
+		}
+	}
+	report(e.t, "results", problems)
+}
+
+// TestRealKubeVirtEditWhileAHotplugIsPending edits an instance type twice
+// while the first hotplug has not finished (virt-handler held): KubeVirt
+// refuses the second CPU hotplug while one is in progress and applies it once
+// the first is reported done. kvlive's outcome for the second edit must hold
+// once the held hotplug finishes.
+func TestRealKubeVirtEditWhileAHotplugIsPending(t *testing.T) {
+	e := newKubeVirtEnv(t)
+	e.createInstancetype("u1.medium", 2, "2Gi")
+	e.createVMs("u1.medium", kvVM{name: "live-0", running: true})
+	e.runKvlive("all stages")
+	e.waitWatched(1)
+
+	e.kv.Handler.Hold()
+	first := e.follow(e.editInstancetypeTo("u1.medium", 4, "4Gi"))
+	e.waitFor("virt-controller to hot-plug the first edit into the VMI", kvTimeout, func() (bool, string) {
+		vmi := e.view().vmis[kvNamespace+"/live-0"]
+		got, _ := vmiValue(vmi, "cpu.sockets")
+		return got == "4", "sockets " + got
+	})
+	second := e.follow(e.editInstancetypeTo("u1.medium", 6, "6Gi"))
+	e.checkResults(first, map[string]events.Result{"live-0": events.ResultLive})
+	e.checkResults(second, map[string]events.Result{"live-0": events.ResultLive})
+	e.kv.Handler.Release()
+	e.checkAgainstKubeVirt(second, []string{"live-0"})
+	if q := e.view().vmis[kvNamespace+"/live-0"].Spec.Domain.Memory.Guest; q == nil || !q.Equal(resource.MustParse("6Gi")) {
+		t.Errorf("VMI memory %v, want 6Gi", q)
+	}
+}
