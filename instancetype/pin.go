@@ -65,6 +65,60 @@ type Lookup interface {
 	VMI(namespace, name string) *virtv1.VirtualMachineInstance
 }
 
+// StartLookup is a Lookup that can also read the VM spec a VMI started
+// from: the ControllerRevision KubeVirt names in
+// vmi.status.virtualMachineRevisionName. Lookups without it plan a VM that
+// already has RestartRequired conservatively.
+type StartLookup interface {
+	Lookup
+	// StartedSpec returns the VM spec vmi started from.
+	StartedSpec(vmi *virtv1.VirtualMachineInstance) (*virtv1.VirtualMachineSpec, error)
+}
+
+// StartedFrom reads what vmi started from: the VM template and the
+// generation its pins held then (the revisions KubeVirt wrote into the
+// recorded spec's revisionName fields).
+func StartedFrom(l Lookup, vmi *virtv1.VirtualMachineInstance, memo *Memo) (*Started, error) {
+	sl, ok := l.(StartLookup)
+	if !ok {
+		return nil, errors.New("this lookup cannot read VM start revisions")
+	}
+	spec, err := sl.StartedSpec(vmi)
+	if err != nil {
+		return nil, err
+	}
+	started := &Started{Template: spec.Template}
+	for _, preference := range []bool{false, true} {
+		name := ""
+		if m := spec.Instancetype; !preference && m != nil {
+			name = m.RevisionName
+		}
+		if m := spec.Preference; preference && m != nil {
+			name = m.RevisionName
+		}
+		if name == "" {
+			if (preference && spec.Preference != nil) || (!preference && spec.Instancetype != nil) {
+				return nil, fmt.Errorf("the start revision %s names no pinned revision", vmi.Status.VirtualMachineRevisionName)
+			}
+			continue
+		}
+		cr, ok := l.Revision(vmi.Namespace, name)
+		if !ok {
+			return nil, fmt.Errorf("ControllerRevision %s/%s, pinned when the VMI started, not found", vmi.Namespace, name)
+		}
+		decoded, err := DecodeRevision(cr, preference)
+		if err != nil {
+			return nil, err
+		}
+		if preference {
+			started.Generation.Preference = decoded.(*v1beta1.VirtualMachinePreferenceSpec)
+		} else {
+			started.Generation.Instancetype = decoded.(*v1beta1.VirtualMachineInstancetypeSpec)
+		}
+	}
+	return started, nil
+}
+
 // ResolvePin fills in the pinned object's UID and generation from the
 // revision's labels.
 func ResolvePin(l Lookup, namespace string, p Pin) (Pin, *appsv1.ControllerRevision, error) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	k8scorev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	virtv1 "kubevirt.io/api/core/v1"
 
@@ -30,6 +31,20 @@ type Input struct {
 	Cluster        Cluster
 	// Memo, when set, shares expansion work between the VMs of one event.
 	Memo *Memo
+	// Started is what the running VMI started from, when known: KubeVirt
+	// decides RestartRequired against it on every sync, not against the pin
+	// the VM has now.
+	Started *Started
+	// StartedErr is why Started could not be read, when it could not.
+	StartedErr error
+}
+
+// Started is the VM spec KubeVirt recorded when the VMI started (the
+// ControllerRevision vmi.status.virtualMachineRevisionName names), with the
+// generation its pins held then.
+type Started struct {
+	Template   *virtv1.VirtualMachineInstanceTemplateSpec
+	Generation Generation
 }
 
 // Decision is a VM's plan: its result, why, and every changed field.
@@ -46,6 +61,12 @@ func Decide(in Input) Decision {
 			"KubeVirt referencePolicy %q expands instance types into VM specs: there is no reference to move", in.Cluster.ReferencePolicy)}
 	}
 	from, to := expand(in.VM, in.Pinned, in.Memo), expand(in.VM, in.Target, in.Memo)
+	if running(in.VMI) {
+		// KubeVirt's hotplug handlers compare the target with the VMI, not
+		// with the pin: a hotplug refused earlier (memory on a VMI that
+		// cannot migrate) is still wanted, and decided again, after the move.
+		fromVMI(&from, in.VMI)
+	}
 	changes := diff(from, to)
 	if !running(in.VMI) {
 		for i := range changes {
@@ -54,15 +75,21 @@ func Decide(in Input) Decision {
 		return Decision{Action: events.ResultNextBoot, Reason: "VM is not running: the new generation applies at its next start", Changes: changes}
 	}
 	d := decideRunning(in, to, changes)
+	if len(changes) == 0 && d.Action == events.ResultRestart {
+		d.Reason = "the expanded VM spec does not change, but " + d.Reason
+	}
 	d.Changes = append(d.Changes, nextBootLimits(in, from, to)...)
 	return d
 }
 
 func decideRunning(in Input, to view, changes []events.Change) Decision {
+	blocker := restartBlocker(in, to, changes)
 	if len(changes) == 0 {
+		if blocker != "" && hasRestartRequired(in.VM) {
+			return Decision{Action: events.ResultRestart, Reason: "RestartRequired stays: " + blocker}
+		}
 		return Decision{Action: events.ResultLive, Reason: "the expanded VM spec does not change: only the pin moves"}
 	}
-	blocker := restartBlocker(in, changes)
 	var restartWhy []string
 	for i := range changes {
 		c := &changes[i]
@@ -93,25 +120,95 @@ func decideRunning(in Input, to view, changes []events.Change) Decision {
 	return Decision{Action: events.ResultLive, Reason: reason, Changes: changes}
 }
 
+// fromVMI takes the live-updatable values a running VMI has now.
+func fromVMI(v *view, vmi *virtv1.VirtualMachineInstance) {
+	if c := vmi.Spec.Domain.CPU; c != nil && c.Sockets != 0 {
+		v.sockets = c.Sockets
+	}
+	if m := vmi.Spec.Domain.Memory; m != nil && m.Guest != nil {
+		v.guest = m.Guest
+	}
+}
+
 // restartBlocker says why nothing can go live on this VM at all, or "".
 // pkg/virt-controller/watch/vm/vm.go sync: the hotplug handlers run only
-// under LiveUpdate, when syncRestartRequired found no restart-class change
-// and the VM carries no RestartRequired condition.
-func restartBlocker(in Input, changes []events.Change) string {
+// under LiveUpdate, when syncRestartRequired found no non-live-updatable
+// difference between the expanded spec the VMI started from and the one the
+// VM asks for now. That check runs on every sync: a RestartRequired set
+// earlier is cleared when only live-updatable fields differ (the hotplug
+// handlers set it again while their cause holds), so an existing condition
+// holds a new change only where the VMI's start differs for good.
+func restartBlocker(in Input, to view, changes []events.Change) string {
 	if !in.Cluster.LiveUpdate {
 		return "the KubeVirt vmRolloutStrategy is Stage: every change waits for a restart"
 	}
-	for _, c := range in.VM.Status.Conditions {
-		if c.Type == virtv1.VirtualMachineRestartRequired && c.Status == k8scorev1.ConditionTrue {
-			return "the VM already has RestartRequired, which holds every live change until it restarts"
-		}
-	}
 	for _, c := range changes {
-		if !liveUpdatable(c.Field) && c.Field != "annotations" && c.Field != "preference.annotations" {
+		if !liveUpdatable(c.Field) && !nextBootOnly(c.Field) {
 			return "a non-live-updatable field changes too (" + c.Field + "), so KubeVirt hot-plugs nothing"
 		}
 	}
+	if !hasRestartRequired(in.VM) {
+		return ""
+	}
+	if in.Started == nil {
+		why := ""
+		if in.StartedErr != nil {
+			why = " (" + in.StartedErr.Error() + ")"
+		}
+		return "the VM already has RestartRequired and kvlive could not read what its VMI started from" + why +
+			", so it cannot tell whether KubeVirt clears it: every live change is taken as held until a restart"
+	}
+	started := in.VM.DeepCopy()
+	started.Spec.Template = in.Started.Template
+	for _, c := range diff(expand(started, in.Started.Generation, in.Memo), to) {
+		if !liveUpdatable(c.Field) && !nextBootOnly(c.Field) {
+			return fmt.Sprintf("%s differs from what the VMI started with (%s → %s)", c.Field, c.From, c.To)
+		}
+	}
+	if !sameTemplateButLive(in.Started.Template, in.VM.Spec.Template) {
+		return "the VM template changed since the VMI started"
+	}
 	return ""
+}
+
+// nextBootOnly lists the fields that reach the VMI's metadata, which
+// syncRestartRequired does not compare.
+func nextBootOnly(field string) bool {
+	return field == "annotations" || field == "preference.annotations"
+}
+
+// sameTemplateButLive compares two VM templates' specs the way
+// syncRestartRequired does once the live-updatable fields and the firmware
+// UUID (which virt-controller persists into the VM after start) are set
+// aside.
+func sameTemplateButLive(a, b *virtv1.VirtualMachineInstanceTemplateSpec) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	strip := func(t *virtv1.VirtualMachineInstanceTemplateSpec) virtv1.VirtualMachineInstanceSpec {
+		s := *t.Spec.DeepCopy()
+		s.NodeSelector, s.Affinity, s.Tolerations = nil, nil, nil
+		if s.Domain.CPU != nil {
+			s.Domain.CPU.Sockets = 0
+		}
+		if s.Domain.Memory != nil {
+			s.Domain.Memory.Guest = nil
+		}
+		if s.Domain.Firmware != nil {
+			s.Domain.Firmware.UUID = ""
+		}
+		return s
+	}
+	return equality.Semantic.DeepEqual(strip(a), strip(b))
+}
+
+func hasRestartRequired(vm *virtv1.VirtualMachine) bool {
+	for _, c := range vm.Status.Conditions {
+		if c.Type == virtv1.VirtualMachineRestartRequired && c.Status == k8scorev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
 
 // liveUpdatable lists the fields syncRestartRequired copies over before

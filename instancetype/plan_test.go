@@ -186,11 +186,26 @@ func TestDecide(t *testing.T) {
 			in: Input{VM: vm(), VMI: vmi(2, "4Gi"),
 				Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(2, "4Gi", func(s *v1beta1.VirtualMachineInstancetypeSpec) { s.Annotations = map[string]string{"a": "b"} }), nil), Cluster: defaults},
 			want: events.ResultLive, classes: map[string]string{"annotations": "next-boot"}},
-		{name: "an existing RestartRequired holds every live change", rule: "vm.go sync: hotplug only without RestartRequired",
-			in: Input{VM: vm(func(v *virtv1.VirtualMachine) {
-				v.Status.Conditions = []virtv1.VirtualMachineCondition{{Type: virtv1.VirtualMachineRestartRequired, Status: k8scorev1.ConditionTrue}}
-			}), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(3, "6Gi"), nil), Cluster: defaults},
-			want: events.ResultRestart, classes: map[string]string{"cpu.sockets": "restart", "memory.guest": "restart"}, reason: "already has RestartRequired"},
+		{name: "an existing RestartRequired from a hotplug handler does not hold a later change", rule: "vm.go syncRestartRequired: recomputed against the start spec each sync, cleared when only live fields differ",
+			in: Input{VM: vm(withRestartRequired), VMI: vmi(2, "4Gi", notMigratable), Pinned: gen(it(2, "6Gi"), nil), Target: gen(it(3, "6Gi"), nil),
+				Started: &Started{Template: vm().Spec.Template, Generation: gen(it(2, "4Gi"), nil)}, Cluster: defaults},
+			want: events.ResultRestart, classes: map[string]string{"cpu.sockets": "live"}, reason: "memory"},
+		{name: "an existing RestartRequired clears when the change brings the VM back to what it started with", rule: "vm.go syncRestartRequired: removes the condition when nothing non-live differs",
+			in: Input{VM: vm(withRestartRequired), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi", model("host-passthrough")), nil), Target: gen(it(3, "4Gi"), nil),
+				Started: &Started{Template: vm().Spec.Template, Generation: gen(it(2, "4Gi"), nil)}, Cluster: defaults},
+			want: events.ResultRestart, classes: map[string]string{"cpu.model": "restart"}},
+		{name: "an existing RestartRequired holds while the VMI's start differs for good", rule: "vm.go syncRestartRequired: a non-live field still differs from the start spec",
+			in: Input{VM: vm(withRestartRequired), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi", model("host-passthrough")), nil), Target: gen(it(3, "4Gi", model("host-passthrough")), nil),
+				Started: &Started{Template: vm().Spec.Template, Generation: gen(it(2, "4Gi"), nil)}, Cluster: defaults},
+			want: events.ResultRestart, classes: map[string]string{"cpu.sockets": "restart"}, reason: "cpu.model differs from what the VMI started with"},
+		{name: "an existing RestartRequired holds while the VM template changed since start", rule: "vm.go syncRestartRequired: compares the whole template spec",
+			in: Input{VM: vm(withRestartRequired, func(v *virtv1.VirtualMachine) { v.Spec.Template.Spec.Hostname = "renamed" }), VMI: vmi(2, "4Gi"),
+				Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(3, "4Gi"), nil),
+				Started: &Started{Template: vm().Spec.Template, Generation: gen(it(2, "4Gi"), nil)}, Cluster: defaults},
+			want: events.ResultRestart, classes: map[string]string{"cpu.sockets": "restart"}, reason: "template changed"},
+		{name: "an existing RestartRequired with an unreadable start holds every live change", rule: "kvlive: no claim beyond what was checked",
+			in: Input{VM: vm(withRestartRequired), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(3, "6Gi"), nil), Cluster: defaults},
+			want: events.ResultRestart, classes: map[string]string{"cpu.sockets": "restart", "memory.guest": "restart"}, reason: "could not read what its VMI started from"},
 		{name: "Stage rollout restarts everything", rule: "virt-config IsVMRolloutStrategyLiveUpdate",
 			in: Input{VM: vm(), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(3, "4Gi"), nil),
 				Cluster: ClusterFromKubeVirt(&virtv1.KubeVirt{Spec: virtv1.KubeVirtSpec{Configuration: virtv1.KubeVirtConfiguration{VMRolloutStrategy: &stage}}})},
@@ -284,3 +299,11 @@ func hugepages(size string) func(*v1beta1.VirtualMachineInstancetypeSpec) {
 }
 
 func realtime(s *v1beta1.VirtualMachineInstancetypeSpec) { s.CPU.Realtime = &virtv1.Realtime{} }
+
+func model(m string) func(*v1beta1.VirtualMachineInstancetypeSpec) {
+	return func(s *v1beta1.VirtualMachineInstancetypeSpec) { s.CPU.Model = &m }
+}
+
+func withRestartRequired(v *virtv1.VirtualMachine) {
+	v.Status.Conditions = []virtv1.VirtualMachineCondition{{Type: virtv1.VirtualMachineRestartRequired, Status: k8scorev1.ConditionTrue}}
+}

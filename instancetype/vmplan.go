@@ -74,14 +74,20 @@ func PlanVM(l Lookup, eventID string, t Target, vm *virtv1.VirtualMachine) event
 	if err != nil {
 		return skip(events.ResultSkip, "cannot read the pinned snapshot: %v", err)
 	}
-	d := Decide(Input{
+	in := Input{
 		VM:      vm,
 		VMI:     l.VMI(vm.Namespace, vm.Name),
 		Pinned:  pinned,
 		Target:  withSpec(pinned, t.Spec, preference),
 		Cluster: t.Cluster,
 		Memo:    t.Memo,
-	})
+	}
+	if hasRestartRequired(vm) && running(in.VMI) {
+		// Only then does what the VMI started from decide anything the
+		// current pin does not: whether KubeVirt clears the condition.
+		in.Started, in.StartedErr = StartedFrom(l, in.VMI, t.Memo)
+	}
+	d := Decide(in)
 	p.Action, p.Reason, p.Changes = d.Action, d.Reason, d.Changes
 	return p
 }

@@ -35,6 +35,7 @@ type Cache struct {
 	kubevirts cache.SharedIndexInformer
 	revisions cache.SharedIndexInformer
 	objects   ObjectInformers
+	started   startedSpecs
 }
 
 // NewCache registers the informers over namespace ("" for all); nothing
