@@ -204,7 +204,7 @@ func TestDecide(t *testing.T) {
 				Started: &Started{Template: vm().Spec.Template, Generation: gen(it(2, "4Gi"), nil)}, Cluster: defaults},
 			want: events.ResultRestart, classes: map[string]string{"cpu.sockets": "restart"}, reason: "template changed"},
 		{name: "an existing RestartRequired with an unreadable start holds every live change", rule: "kvlive: no claim beyond what was checked",
-			in: Input{VM: vm(withRestartRequired), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(3, "6Gi"), nil), Cluster: defaults},
+			in:   Input{VM: vm(withRestartRequired), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(3, "6Gi"), nil), Cluster: defaults},
 			want: events.ResultRestart, classes: map[string]string{"cpu.sockets": "restart", "memory.guest": "restart"}, reason: "could not read what its VMI started from"},
 		{name: "Stage rollout restarts everything", rule: "virt-config IsVMRolloutStrategyLiveUpdate",
 			in: Input{VM: vm(), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(3, "4Gi"), nil),
