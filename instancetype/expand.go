@@ -120,8 +120,13 @@ func expand(vm *virtv1.VirtualMachine, gen Generation, memo *Memo) view {
 		}
 	}
 	if p := gen.Preference; p != nil {
-		// The preferred topology is already folded into sockets/cores/threads.
-		maps.Copy(v.other, memo.flatten("preference.", p, []string{"cpu.preferredCPUTopology", "cpu.spreadOptions", "preferSpreadSocketToCoreRatio", "annotations"}))
+		// The preferred topology is already folded into sockets/cores/threads;
+		// every other preferred value counts only where it reaches the VM.
+		spec := virtv1.VirtualMachineInstanceSpec{}
+		if vm.Spec.Template != nil {
+			spec = vm.Spec.Template.Spec
+		}
+		maps.Copy(v.other, preferenceEffect(&spec, p))
 		if len(p.Annotations) > 0 {
 			v.nextBoot["preference.annotations"] = canonical(p.Annotations)
 		}

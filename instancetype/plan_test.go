@@ -32,6 +32,13 @@ func pref(topology v1beta1.PreferredCPUTopology, mutate ...func(*v1beta1.Virtual
 	return p
 }
 
+// prefWith is a preference with only what mutate sets.
+func prefWith(mutate func(*v1beta1.VirtualMachinePreferenceSpec)) *v1beta1.VirtualMachinePreferenceSpec {
+	p := &v1beta1.VirtualMachinePreferenceSpec{}
+	mutate(p)
+	return p
+}
+
 func vm(mutate ...func(*virtv1.VirtualMachine)) *virtv1.VirtualMachine {
 	v := &virtv1.VirtualMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: "ns"},
@@ -236,7 +243,51 @@ func TestDecide(t *testing.T) {
 				Target: gen(it(2, "4Gi"), pref(v1beta1.Sockets, func(p *v1beta1.VirtualMachinePreferenceSpec) {
 					p.Machine = &v1beta1.MachinePreferences{PreferredMachineType: "q35"}
 				})), Cluster: defaults},
-			want: events.ResultRestart, classes: map[string]string{"preference.machine.preferredMachineType": "restart"}},
+			want: events.ResultRestart, classes: map[string]string{"domain.machine.type": "restart"}},
+		{name: "a preferred machine type does nothing where the VM sets its own", rule: "preference/apply/machine.go: only where Machine.Type is empty; virt-api sets it on every VM",
+			in: Input{VM: vm(func(v *virtv1.VirtualMachine) { v.Spec.Template.Spec.Domain.Machine = &virtv1.Machine{Type: "q35"} }), VMI: vmi(2, "4Gi"),
+				Pinned: gen(it(2, "4Gi"), prefWith(func(p *v1beta1.VirtualMachinePreferenceSpec) { p.Machine = &v1beta1.MachinePreferences{PreferredMachineType: "pc-q35-rhel9.6.0"} })),
+				Target: gen(it(2, "4Gi"), prefWith(func(p *v1beta1.VirtualMachinePreferenceSpec) { p.Machine = &v1beta1.MachinePreferences{PreferredMachineType: "q35"} })), Cluster: defaults},
+			want: events.ResultLive, reason: "only the pin moves"},
+		{name: "a preferred architecture does nothing where the VM sets its own", rule: "preference/apply/architecture.go: only where Architecture is empty",
+			in: Input{VM: vm(), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), prefWith(func(p *v1beta1.VirtualMachinePreferenceSpec) { p.PreferredArchitecture = ptr("arm64") })),
+				Target: gen(it(2, "4Gi"), prefWith(func(p *v1beta1.VirtualMachinePreferenceSpec) { p.PreferredArchitecture = ptr("s390x") })), Cluster: defaults},
+			want: events.ResultLive, reason: "only the pin moves"},
+		{name: "a preferred grace period reaches a VM that sets none", rule: "preference/apply/termination.go",
+			in: Input{VM: vm(), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil),
+				Target: gen(it(2, "4Gi"), prefWith(func(p *v1beta1.VirtualMachinePreferenceSpec) { p.PreferredTerminationGracePeriodSeconds = ptr(int64(30)) })), Cluster: defaults},
+			want: events.ResultRestart, classes: map[string]string{"terminationGracePeriodSeconds": "restart"}},
+		{name: "a preferred disk bus reaches only the disks without one", rule: "preference/apply/disk.go: per disk, only where Bus is empty",
+			in: Input{VM: vm(func(v *virtv1.VirtualMachine) {
+				v.Spec.Template.Spec.Domain.Devices.Disks = []virtv1.Disk{
+					{Name: "root", DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{Bus: virtv1.DiskBusSATA}}}, {Name: "data"}}
+			}), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), prefWith(func(p *v1beta1.VirtualMachinePreferenceSpec) {
+				p.Devices = &v1beta1.DevicePreferences{PreferredDiskBus: virtv1.DiskBusSATA}
+			})), Target: gen(it(2, "4Gi"), prefWith(func(p *v1beta1.VirtualMachinePreferenceSpec) {
+				p.Devices = &v1beta1.DevicePreferences{PreferredDiskBus: virtv1.DiskBusVirtio}
+			})), Cluster: defaults},
+			want: events.ResultRestart, classes: map[string]string{"domain.devices.disks[1].disk.bus": "restart", "domain.devices.disks[0].disk.bus": ""}},
+		{name: "preferred ACPI overrides the VM's", rule: "preference/apply/features.go: PreferredAcpi is applied unconditionally",
+			in: Input{VM: vm(func(v *virtv1.VirtualMachine) {
+				v.Spec.Template.Spec.Domain.Features = &virtv1.Features{ACPI: virtv1.FeatureState{Enabled: ptr(true)}}
+			}), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(2, "4Gi"), prefWith(func(p *v1beta1.VirtualMachinePreferenceSpec) {
+				p.Features = &v1beta1.FeaturePreferences{PreferredAcpi: &virtv1.FeatureState{Enabled: ptr(false)}}
+			})), Cluster: defaults},
+			want: events.ResultRestart, classes: map[string]string{"domain.features.acpi.enabled": "restart"}},
+		{name: "a preferred Hyper-V enlightenment does nothing where the VM sets it", rule: "preference/apply/features.go: per enlightenment, only where nil",
+			in: Input{VM: vm(func(v *virtv1.VirtualMachine) {
+				v.Spec.Template.Spec.Domain.Features = &virtv1.Features{Hyperv: &virtv1.FeatureHyperv{Relaxed: &virtv1.FeatureState{Enabled: ptr(true)}}}
+			}), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), prefWith(func(p *v1beta1.VirtualMachinePreferenceSpec) {
+				p.Features = &v1beta1.FeaturePreferences{PreferredHyperv: &virtv1.FeatureHyperv{Relaxed: &virtv1.FeatureState{Enabled: ptr(true)}}}
+			})), Target: gen(it(2, "4Gi"), prefWith(func(p *v1beta1.VirtualMachinePreferenceSpec) {
+				p.Features = &v1beta1.FeaturePreferences{PreferredHyperv: &virtv1.FeatureHyperv{Relaxed: &virtv1.FeatureState{Enabled: ptr(false)}}}
+			})), Cluster: defaults},
+			want: events.ResultLive, reason: "only the pin moves"},
+		{name: "preference requirements never reach the VM", rule: "preference requirements are checked by virt-api, not applied (preference/apply/vmi.go)",
+			in: Input{VM: vm(), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(2, "4Gi"), prefWith(func(p *v1beta1.VirtualMachinePreferenceSpec) {
+				p.Requirements = &v1beta1.PreferenceRequirements{CPU: &v1beta1.CPUPreferenceRequirement{Guest: 2}}
+			})), Cluster: defaults},
+			want: events.ResultLive, reason: "only the pin moves"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
