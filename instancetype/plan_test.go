@@ -246,8 +246,12 @@ func TestDecide(t *testing.T) {
 			want: events.ResultRestart, classes: map[string]string{"domain.machine.type": "restart"}},
 		{name: "a preferred machine type does nothing where the VM sets its own", rule: "preference/apply/machine.go: only where Machine.Type is empty; virt-api sets it on every VM",
 			in: Input{VM: vm(func(v *virtv1.VirtualMachine) { v.Spec.Template.Spec.Domain.Machine = &virtv1.Machine{Type: "q35"} }), VMI: vmi(2, "4Gi"),
-				Pinned: gen(it(2, "4Gi"), prefWith(func(p *v1beta1.VirtualMachinePreferenceSpec) { p.Machine = &v1beta1.MachinePreferences{PreferredMachineType: "pc-q35-rhel9.6.0"} })),
-				Target: gen(it(2, "4Gi"), prefWith(func(p *v1beta1.VirtualMachinePreferenceSpec) { p.Machine = &v1beta1.MachinePreferences{PreferredMachineType: "q35"} })), Cluster: defaults},
+				Pinned: gen(it(2, "4Gi"), prefWith(func(p *v1beta1.VirtualMachinePreferenceSpec) {
+					p.Machine = &v1beta1.MachinePreferences{PreferredMachineType: "pc-q35-rhel9.6.0"}
+				})),
+				Target: gen(it(2, "4Gi"), prefWith(func(p *v1beta1.VirtualMachinePreferenceSpec) {
+					p.Machine = &v1beta1.MachinePreferences{PreferredMachineType: "q35"}
+				})), Cluster: defaults},
 			want: events.ResultLive, reason: "only the pin moves"},
 		{name: "a preferred architecture does nothing where the VM sets its own", rule: "preference/apply/architecture.go: only where Architecture is empty",
 			in: Input{VM: vm(), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), prefWith(func(p *v1beta1.VirtualMachinePreferenceSpec) { p.PreferredArchitecture = ptr("arm64") })),
@@ -255,7 +259,9 @@ func TestDecide(t *testing.T) {
 			want: events.ResultLive, reason: "only the pin moves"},
 		{name: "a preferred grace period reaches a VM that sets none", rule: "preference/apply/termination.go",
 			in: Input{VM: vm(), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil),
-				Target: gen(it(2, "4Gi"), prefWith(func(p *v1beta1.VirtualMachinePreferenceSpec) { p.PreferredTerminationGracePeriodSeconds = ptr(int64(30)) })), Cluster: defaults},
+				Target: gen(it(2, "4Gi"), prefWith(func(p *v1beta1.VirtualMachinePreferenceSpec) {
+					p.PreferredTerminationGracePeriodSeconds = ptr(int64(30))
+				})), Cluster: defaults},
 			want: events.ResultRestart, classes: map[string]string{"terminationGracePeriodSeconds": "restart"}},
 		{name: "a preferred disk bus reaches only the disks without one", rule: "preference/apply/disk.go: per disk, only where Bus is empty",
 			in: Input{VM: vm(func(v *virtv1.VirtualMachine) {
