@@ -39,6 +39,9 @@ type kvVM struct {
 	running bool
 	// notMigratable makes the virt-handler player report LiveMigratable=False.
 	notMigratable bool
+	// instancetype, when set, is the cluster instance type the VM refers to
+	// instead of the one createVMs is given; preference a cluster preference.
+	instancetype, preference string
 }
 
 // kvEnv is env on a real virt-controller instead of the stand-in.
@@ -75,28 +78,7 @@ func (e *kvEnv) createInstancetype(name string, vcpus uint32, mem string) {
 func (e *kvEnv) createVMs(it string, vms ...kvVM) {
 	e.t.Helper()
 	for _, v := range vms {
-		strategy := virtv1.RunStrategyHalted
-		if v.running {
-			strategy = virtv1.RunStrategyAlways
-		}
-		vm := &virtv1.VirtualMachine{
-			ObjectMeta: metav1.ObjectMeta{Namespace: kvNamespace, Name: v.name},
-			Spec: virtv1.VirtualMachineSpec{
-				RunStrategy:  &strategy,
-				Instancetype: &virtv1.InstancetypeMatcher{Name: it},
-				Template: &virtv1.VirtualMachineInstanceTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}},
-					Spec: virtv1.VirtualMachineInstanceSpec{
-						Architecture: "amd64",
-						Domain:       virtv1.DomainSpec{Machine: &virtv1.Machine{Type: "q35"}},
-					},
-				},
-			},
-		}
-		if v.notMigratable {
-			vm.Spec.Template.ObjectMeta.Labels[testenv.LabelNotMigratable] = "true"
-		}
-		created, err := e.clients.Virt.KubevirtV1().VirtualMachines(kvNamespace).Create(e.ctx, vm, metav1.CreateOptions{})
+		created, err := e.clients.Virt.KubevirtV1().VirtualMachines(kvNamespace).Create(e.ctx, e.newVM(it, v), metav1.CreateOptions{})
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -118,6 +100,39 @@ func (e *kvEnv) createVMs(it string, vms ...kvVM) {
 		}
 		return len(waiting) == 0, strings.Join(waiting, ", ")
 	})
+}
+
+// newVM is a VM on the cluster instance type it (or v's own), carrying
+// what virt-api's defaulting would have set (amd64, machine type q35).
+func (e *kvEnv) newVM(it string, v kvVM) *virtv1.VirtualMachine {
+	strategy := virtv1.RunStrategyHalted
+	if v.running {
+		strategy = virtv1.RunStrategyAlways
+	}
+	if v.instancetype != "" {
+		it = v.instancetype
+	}
+	vm := &virtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: kvNamespace, Name: v.name},
+		Spec: virtv1.VirtualMachineSpec{
+			RunStrategy:  &strategy,
+			Instancetype: &virtv1.InstancetypeMatcher{Name: it},
+			Template: &virtv1.VirtualMachineInstanceTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}},
+				Spec: virtv1.VirtualMachineInstanceSpec{
+					Architecture: "amd64",
+					Domain:       virtv1.DomainSpec{Machine: &virtv1.Machine{Type: "q35"}},
+				},
+			},
+		},
+	}
+	if v.preference != "" {
+		vm.Spec.Preference = &virtv1.PreferenceMatcher{Name: v.preference}
+	}
+	if v.notMigratable {
+		vm.Spec.Template.ObjectMeta.Labels[testenv.LabelNotMigratable] = "true"
+	}
+	return vm
 }
 
 // editInstancetypeTo changes a cluster instance type to vcpus and mem and
