@@ -30,7 +30,10 @@ type shape struct {
 	rest                    string
 }
 
-func shapeOf(it, pref map[string]any) shape {
+// shapeOf reads a generation as it lands on vm: a preferred value the VM's
+// template already sets reaches nothing (virt-api sets the machine type and
+// the architecture on every VM).
+func shapeOf(vm *virtv1.VirtualMachine, it, pref map[string]any) shape {
 	s := shape{sockets: 1, cores: 1, threads: 1}
 	vcpus := num(it, "cpu", "guest")
 	if vcpus > 1 {
@@ -67,8 +70,17 @@ func shapeOf(it, pref map[string]any) shape {
 	}
 	sel, _ := json.Marshal(it["nodeSelector"])
 	s.nodeSelector = string(sel)
+	ignored := []string{"cpu.preferredCPUTopology", "cpu.spreadOptions", "preferSpreadSocketToCoreRatio", "annotations"}
+	if t := vm.Spec.Template; t != nil {
+		if t.Spec.Domain.Machine != nil && t.Spec.Domain.Machine.Type != "" {
+			ignored = append(ignored, "machine.preferredMachineType")
+		}
+		if t.Spec.Architecture != "" {
+			ignored = append(ignored, "preferredArchitecture")
+		}
+	}
 	rest := map[string]any{"it": without(it, "cpu.guest", "memory.guest", "nodeSelector", "annotations"),
-		"pref": without(pref, "cpu.preferredCPUTopology", "cpu.spreadOptions", "preferSpreadSocketToCoreRatio", "annotations")}
+		"pref": without(pref, ignored...)}
 	b, _ := json.Marshal(rest)
 	s.rest = string(b)
 	return s
@@ -93,11 +105,13 @@ func (c *Controller) liveUpdate(ctx context.Context, vm *virtv1.VirtualMachine, 
 	if err != nil {
 		return err
 	}
-	was, now := shapeOf(bootIT, bootPref), shapeOf(curIT, curPref)
+	was, now := shapeOf(vm, bootIT, bootPref), shapeOf(vm, curIT, curPref)
+	// Like syncRestartRequired, decided afresh on every sync against what
+	// the VMI booted with: an earlier RestartRequired holds nothing by
+	// itself; it is cleared here and set again below while a cause remains.
 	var restart []string
-	blocked := hasRestartRequired(vm)
+	blocked := false
 	switch {
-	case blocked:
 	case c.stageRollout() && was != now:
 		restart, blocked = append(restart, "the Stage rollout strategy stages every change"), true
 	case was.rest != now.rest || was.cores != now.cores || was.threads != now.threads:
@@ -111,8 +125,13 @@ func (c *Controller) liveUpdate(ctx context.Context, vm *virtv1.VirtualMachine, 
 			spec["nodeSelector"] = json.RawMessage(now.nodeSelector)
 		}
 	}
-	if len(restart) > 0 {
+	switch {
+	case len(restart) > 0:
 		if err := c.setRestartRequired(ctx, vm, strings.Join(restart, "; ")); err != nil {
+			return err
+		}
+	case hasRestartRequired(vm):
+		if err := c.clearRestartRequired(ctx, vm); err != nil {
 			return err
 		}
 	}
@@ -168,16 +187,28 @@ func (c *Controller) hotplugMemory(vmi *virtv1.VirtualMachineInstance, now shape
 }
 
 func (c *Controller) setRestartRequired(ctx context.Context, vm *virtv1.VirtualMachine, message string) error {
+	return c.writeConditions(ctx, vm, append(otherConditions(vm), virtv1.VirtualMachineCondition{
+		Type: virtv1.VirtualMachineRestartRequired, Status: k8scorev1.ConditionTrue,
+		LastTransitionTime: metav1.Now(), Message: message,
+	}))
+}
+
+func (c *Controller) clearRestartRequired(ctx context.Context, vm *virtv1.VirtualMachine) error {
+	return c.writeConditions(ctx, vm, otherConditions(vm))
+}
+
+// otherConditions are vm's conditions but RestartRequired.
+func otherConditions(vm *virtv1.VirtualMachine) []virtv1.VirtualMachineCondition {
 	conds := []virtv1.VirtualMachineCondition{}
 	for _, cond := range vm.Status.Conditions {
 		if cond.Type != virtv1.VirtualMachineRestartRequired {
 			conds = append(conds, cond)
 		}
 	}
-	conds = append(conds, virtv1.VirtualMachineCondition{
-		Type: virtv1.VirtualMachineRestartRequired, Status: k8scorev1.ConditionTrue,
-		LastTransitionTime: metav1.Now(), Message: message,
-	})
+	return conds
+}
+
+func (c *Controller) writeConditions(ctx context.Context, vm *virtv1.VirtualMachine, conds []virtv1.VirtualMachineCondition) error {
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": conds}})
 	if _, err := c.cfg.Cache.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		return fmt.Errorf("standin: RestartRequired on %s/%s: %w", vm.Namespace, vm.Name, err)
