@@ -115,6 +115,14 @@ func expand(vm *virtv1.VirtualMachine, gen Generation, memo *Memo) view {
 			v.maxGuest = it.Memory.MaxGuest
 		}
 		maps.Copy(v.other, memo.flatten("", it, explicitInstancetypeFields))
+		if pct := it.Memory.OvercommitPercent; pct > 0 {
+			// Derived: the memory request is the guest memory less the
+			// overcommit, computed as pkg/instancetype/apply/memory.go does
+			// (float32), so a guest change under overcommit also changes a
+			// field that is not live-updatable.
+			req := int64(float32(guest.Value()) * (1 - float32(pct)/100))
+			v.other["resources.requests.memory"] = resource.NewQuantity(req, guest.Format).String()
+		}
 		if len(it.Annotations) > 0 {
 			v.nextBoot["annotations"] = canonical(it.Annotations)
 		}

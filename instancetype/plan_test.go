@@ -185,6 +185,47 @@ func TestDecide(t *testing.T) {
 			in: Input{VM: vm(), VMI: vmi(2, "4Gi"),
 				Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(2, "4Gi", func(s *v1beta1.VirtualMachineInstancetypeSpec) { s.CPU.MaxSockets = ptr(uint32(16)) }), nil), Cluster: defaults},
 			want: events.ResultRestart, classes: map[string]string{"cpu.maxSockets": "restart"}},
+		{name: "memory under overcommit also moves the memory request, a restart", rule: "apply/memory.go: requests.memory derived from guest and overcommitPercent; syncRestartRequired compares resources",
+			in: Input{VM: vm(), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi", overcommit(25)), nil), Target: gen(it(2, "6Gi", overcommit(25)), nil), Cluster: defaults},
+			want: events.ResultRestart, classes: map[string]string{"memory.guest": "restart", "resources.requests.memory": "restart"}},
+		{name: "a GPU change needs a restart", rule: "apply/gpu.go; syncRestartRequired: devices.gpus",
+			in: Input{VM: vm(), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(2, "4Gi", func(s *v1beta1.VirtualMachineInstancetypeSpec) {
+				s.GPUs = []virtv1.GPU{{Name: "gpu1", DeviceName: "nvidia.com/A100"}}
+			}), nil), Cluster: defaults},
+			want: events.ResultRestart, classes: map[string]string{"gpus": "restart"}},
+		{name: "a host device change needs a restart", rule: "apply/hostdevices.go; syncRestartRequired: devices.hostDevices",
+			in: Input{VM: vm(), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(2, "4Gi", func(s *v1beta1.VirtualMachineInstancetypeSpec) {
+				s.HostDevices = []virtv1.HostDevice{{Name: "nic", DeviceName: "intel.com/sriov"}}
+			}), nil), Cluster: defaults},
+			want: events.ResultRestart, classes: map[string]string{"hostDevices": "restart"}},
+		{name: "a scheduler name change needs a restart", rule: "apply/scheduler.go; syncRestartRequired: schedulerName",
+			in: Input{VM: vm(), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(2, "4Gi", func(s *v1beta1.VirtualMachineInstancetypeSpec) { s.SchedulerName = "numa-aware" }), nil), Cluster: defaults},
+			want: events.ResultRestart, classes: map[string]string{"schedulerName": "restart"}},
+		{name: "an IO threads policy change needs a restart", rule: "apply/iothreadpolicy.go; syncRestartRequired: domain.ioThreadsPolicy",
+			in: Input{VM: vm(), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(2, "4Gi", func(s *v1beta1.VirtualMachineInstancetypeSpec) {
+				p := virtv1.IOThreadsPolicyShared
+				s.IOThreadsPolicy = &p
+			}), nil), Cluster: defaults},
+			want: events.ResultRestart, classes: map[string]string{"ioThreadsPolicy": "restart"}},
+		{name: "a launch security change needs a restart", rule: "apply/launchsecurity.go; syncRestartRequired: domain.launchSecurity",
+			in: Input{VM: vm(), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(2, "4Gi", func(s *v1beta1.VirtualMachineInstancetypeSpec) {
+				s.LaunchSecurity = &virtv1.LaunchSecurity{SEV: &virtv1.SEV{}}
+			}), nil), Cluster: defaults},
+			want: events.ResultRestart, classes: map[string]string{"launchSecurity.sev": "restart"}},
+		{name: "a NUMA change needs a restart", rule: "apply/cpu.go: cpu.numa; syncRestartRequired",
+			in: Input{VM: vm(), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(2, "4Gi", func(s *v1beta1.VirtualMachineInstancetypeSpec) {
+				s.CPU.NUMA = &virtv1.NUMA{GuestMappingPassthrough: &virtv1.NUMAGuestMappingPassthrough{}}
+			}), nil), Cluster: defaults},
+			want: events.ResultRestart, classes: map[string]string{"cpu.numa": "restart"}},
+		{name: "an isolated emulator thread needs a restart", rule: "apply/cpu.go: cpu.isolateEmulatorThread; syncRestartRequired",
+			in: Input{VM: vm(), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(2, "4Gi", func(s *v1beta1.VirtualMachineInstancetypeSpec) { s.CPU.IsolateEmulatorThread = ptr(true) }), nil), Cluster: defaults},
+			want: events.ResultRestart, classes: map[string]string{"cpu.isolateEmulatorThread": "restart"}},
+		{name: "a realtime change needs a restart", rule: "apply/cpu.go: cpu.realtime; syncRestartRequired",
+			in:   Input{VM: vm(), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(2, "4Gi", realtime), nil), Cluster: defaults},
+			want: events.ResultRestart, classes: map[string]string{"cpu.realtime": "restart"}},
+		{name: "a changed maxGuest needs a restart", rule: "apply/memory.go: memory.maxGuest is set at boot",
+			in: Input{VM: vm(), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(2, "4Gi", func(s *v1beta1.VirtualMachineInstancetypeSpec) { s.Memory.MaxGuest = q("32Gi") }), nil), Cluster: defaults},
+			want: events.ResultRestart, classes: map[string]string{"memory.maxGuest": "restart"}},
 		{name: "a nodeSelector change goes live", rule: "vm.go syncRestartRequired: NodeSelector is live-updatable",
 			in: Input{VM: vm(), VMI: vmi(2, "4Gi"),
 				Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(2, "4Gi", func(s *v1beta1.VirtualMachineInstancetypeSpec) { s.NodeSelector = map[string]string{"zone": "a"} }), nil), Cluster: defaults},
@@ -356,6 +397,10 @@ func hugepages(size string) func(*v1beta1.VirtualMachineInstancetypeSpec) {
 }
 
 func realtime(s *v1beta1.VirtualMachineInstancetypeSpec) { s.CPU.Realtime = &virtv1.Realtime{} }
+
+func overcommit(pct int) func(*v1beta1.VirtualMachineInstancetypeSpec) {
+	return func(s *v1beta1.VirtualMachineInstancetypeSpec) { s.Memory.OvercommitPercent = pct }
+}
 
 func model(m string) func(*v1beta1.VirtualMachineInstancetypeSpec) {
 	return func(s *v1beta1.VirtualMachineInstancetypeSpec) { s.CPU.Model = &m }
