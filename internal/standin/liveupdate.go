@@ -81,6 +81,11 @@ func shapeOf(vm *virtv1.VirtualMachine, it, pref map[string]any) shape {
 	}
 	rest := map[string]any{"it": without(it, "cpu.guest", "memory.guest", "nodeSelector", "annotations"),
 		"pref": without(pref, ignored...)}
+	if pct := num(it, "memory", "overcommitPercent"); pct > 0 && s.guest != nil {
+		// The VMI's memory request follows guest memory under overcommit,
+		// and requests are not live-updatable.
+		rest["memoryRequest"] = float64(s.guest.Value()) * (1 - float64(pct)/100)
+	}
 	b, _ := json.Marshal(rest)
 	s.rest = string(b)
 	return s
