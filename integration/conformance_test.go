@@ -60,6 +60,8 @@ func spec(vcpus uint32, mem string, mutate ...func(*v1beta1.VirtualMachineInstan
 	return &s
 }
 
+func overcommitted(s *v1beta1.VirtualMachineInstancetypeSpec) { s.Memory.OvercommitPercent = 25 }
+
 func machinePref(machine string) *v1beta1.VirtualMachinePreferenceSpec {
 	return &v1beta1.VirtualMachinePreferenceSpec{Machine: &v1beta1.MachinePreferences{PreferredMachineType: machine}}
 }
@@ -83,6 +85,12 @@ var conformanceTable = []conformanceRow{
 			want: reaction{sockets: 2, memory: "2Gi", nodeSelector: `{"zone":"a"}`}}}},
 	{name: "a preferred machine type the VM overrides changes nothing", it: *spec(2, "2Gi"), pref: machinePref("pc-q35-rhel9.4.0"),
 		steps: []step{{pref: machinePref("pc-q35-rhel9.6.0"), want: reaction{sockets: 2, memory: "2Gi"}}}},
+	{name: "memory under overcommit moves the derived memory request", it: *spec(2, "2Gi", overcommitted),
+		steps: []step{{it: spec(2, "4Gi", overcommitted), want: reaction{sockets: 2, memory: "2Gi", restart: true}}}},
+	{name: "a GPU needs a restart", it: *spec(2, "2Gi"),
+		steps: []step{{it: spec(2, "2Gi", func(s *v1beta1.VirtualMachineInstancetypeSpec) {
+			s.GPUs = []virtv1.GPU{{Name: "gpu1", DeviceName: "nvidia.com/A100"}}
+		}), want: reaction{sockets: 2, memory: "2Gi", restart: true}}}},
 	{name: "an earlier RestartRequired does not hold a later hotplug", it: *spec(2, "2Gi"), notMigratable: true,
 		steps: []step{
 			{it: spec(2, "4Gi"), want: reaction{sockets: 2, memory: "2Gi", restart: true}},
