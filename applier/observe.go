@@ -3,6 +3,7 @@ package applier
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	k8scorev1 "k8s.io/api/core/v1"
@@ -48,26 +49,93 @@ func (a *Applier) observe(ctx context.Context, span trace.Span, plan events.Plan
 		defer cancel()
 		ticker := time.NewTicker(observeEvery)
 		defer ticker.Stop()
+		var seen reactionSeen
 		for {
 			vm, vmi := a.cfg.Fleet.VM(plan.VM.Namespace, plan.VM.Name), a.cfg.Fleet.VMI(plan.VM.Namespace, plan.VM.Name)
-			if vm != nil && restartRequired(vm) {
-				span.AddEvent("RestartRequired seen", trace.WithAttributes(attribute.String("kvlive.expected", string(out.Result))))
-				span.SetAttributes(attribute.String("kvlive.observed", string(events.ResultRestart)))
-				return
-			}
-			if out.Result == events.ResultLive && vmi != nil && want.seenOn(vmi) {
-				span.AddEvent("live change seen on the VMI", trace.WithAttributes(want.attributes(vmi)...))
-				span.SetAttributes(attribute.String("kvlive.observed", string(events.ResultLive)))
+			if done := seen.look(span, out.Result, want, vm, vmi); done {
 				return
 			}
 			select {
 			case <-ctx.Done():
-				span.AddEvent("not observed", trace.WithAttributes(attribute.String("kvlive.observe.timeout", a.cfg.ObserveTimeout.String())))
+				attrs := []attribute.KeyValue{attribute.String("kvlive.observe.timeout", a.cfg.ObserveTimeout.String())}
+				if pending := hotplugPending(vmi); len(pending) > 0 {
+					attrs = append(attrs, attribute.StringSlice("kvlive.hotplug.pending", pending))
+				}
+				span.AddEvent("not observed", trace.WithAttributes(attrs...))
 				return
 			case <-ticker.C:
 			}
 		}
 	}()
+}
+
+// reactionSeen is what an observer has recorded so far, so each step of
+// KubeVirt's reaction is one span event.
+type reactionSeen struct {
+	requested, refused bool
+}
+
+// look records what KubeVirt shows now on the VM and its VMI, as its
+// virt-controller reports it: RestartRequired on the VM; a hotplug it asked
+// for (HotVCPUChange/HotMemoryChange on the VMI, the new values in the VMI
+// spec); a hotplug it refused for now (a Failure condition with
+// HotPlugCPUError/HotPlugMemoryError, which it retries); the hotplug done
+// (the conditions gone, the VMI's status at the new values). It reports
+// whether the reaction is complete.
+func (s *reactionSeen) look(span trace.Span, expected events.Result, want liveWant, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) bool {
+	if vm != nil {
+		if c, ok := vmCondition(vm, virtv1.VirtualMachineRestartRequired); ok && c.Status == k8scorev1.ConditionTrue {
+			span.AddEvent("RestartRequired seen", trace.WithAttributes(
+				attribute.String("kvlive.expected", string(expected)), attribute.String("kvlive.kubevirt.message", c.Message)))
+			span.SetAttributes(attribute.String("kvlive.observed", string(events.ResultRestart)))
+			return true
+		}
+		if c, ok := vmCondition(vm, virtv1.VirtualMachineFailure); ok && !s.refused && strings.HasPrefix(c.Reason, "HotPlug") {
+			s.refused = true
+			span.AddEvent("hotplug refused for now (KubeVirt retries)", trace.WithAttributes(
+				attribute.String("kvlive.kubevirt.reason", c.Reason), attribute.String("kvlive.kubevirt.message", c.Message)))
+		}
+	}
+	if expected != events.ResultLive || vmi == nil || !want.seenOn(vmi) {
+		return false
+	}
+	if pending := hotplugPending(vmi); len(pending) > 0 {
+		if !s.requested {
+			s.requested = true
+			span.AddEvent("hotplug requested", trace.WithAttributes(append(want.attributes(vmi), attribute.StringSlice("kvlive.hotplug.conditions", pending))...))
+		}
+		return false
+	}
+	if !want.reached(vmi) {
+		return false
+	}
+	span.AddEvent("live change seen on the VMI", trace.WithAttributes(want.attributes(vmi)...))
+	span.SetAttributes(attribute.String("kvlive.observed", string(events.ResultLive)))
+	return true
+}
+
+// hotplugPending lists the hotplug conditions KubeVirt keeps on a VMI until
+// the change reached the guest.
+func hotplugPending(vmi *virtv1.VirtualMachineInstance) []string {
+	if vmi == nil {
+		return nil
+	}
+	var out []string
+	for _, c := range vmi.Status.Conditions {
+		if (c.Type == virtv1.VirtualMachineInstanceVCPUChange || c.Type == virtv1.VirtualMachineInstanceMemoryChange) && c.Status == k8scorev1.ConditionTrue {
+			out = append(out, string(c.Type))
+		}
+	}
+	return out
+}
+
+func vmCondition(vm *virtv1.VirtualMachine, t virtv1.VirtualMachineConditionType) (virtv1.VirtualMachineCondition, bool) {
+	for _, c := range vm.Status.Conditions {
+		if c.Type == t {
+			return c, true
+		}
+	}
+	return virtv1.VirtualMachineCondition{}, false
 }
 
 // liveWant is what a live plan expects the VMI to show.
@@ -108,6 +176,20 @@ func (w liveWant) seenOn(vmi *virtv1.VirtualMachineInstance) bool {
 	return true
 }
 
+// reached reports whether the VMI's status shows the expected values
+// running: the current CPU topology and guest memory, which KubeVirt moves
+// once the hotplug is done. A VMI whose status does not report them counts
+// by its spec.
+func (w liveWant) reached(vmi *virtv1.VirtualMachineInstance) bool {
+	if t := vmi.Status.CurrentCPUTopology; w.sockets != 0 && t != nil && t.Sockets != w.sockets {
+		return false
+	}
+	if m := vmi.Status.Memory; w.memory != nil && m != nil && m.GuestCurrent != nil && !m.GuestCurrent.Equal(*w.memory) {
+		return false
+	}
+	return true
+}
+
 func (w liveWant) attributes(vmi *virtv1.VirtualMachineInstance) []attribute.KeyValue {
 	var kv []attribute.KeyValue
 	if c := vmi.Spec.Domain.CPU; c != nil {
@@ -117,13 +199,4 @@ func (w liveWant) attributes(vmi *virtv1.VirtualMachineInstance) []attribute.Key
 		kv = append(kv, attribute.String("kvlive.vmi.memory", m.Guest.String()))
 	}
 	return kv
-}
-
-func restartRequired(vm *virtv1.VirtualMachine) bool {
-	for _, c := range vm.Status.Conditions {
-		if c.Type == virtv1.VirtualMachineRestartRequired && c.Status == k8scorev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
 }
