@@ -3,7 +3,10 @@
 package integration
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -303,6 +306,10 @@ func TestRealKubeVirtEditAndSwitch(t *testing.T) {
 	e.checkResults(progress, want)
 	e.checkAgainstKubeVirt(progress, names)
 	for _, n := range []string{"live-0", "live-1", "late-0"} {
+		e.waitSpanEvents(eventID, n, "live change seen on the VMI")
+	}
+	e.waitSpanEvents(eventID, "local-0", "RestartRequired seen")
+	for _, n := range []string{"live-0", "live-1", "late-0"} {
 		if got := e.kv.Handler.Finished(kvNamespace, n); !slices.Contains(got, "HotVCPUChange") || !slices.Contains(got, "HotMemoryChange") {
 			t.Errorf("%s: virt-controller asked for hotplugs %v, want HotVCPUChange and HotMemoryChange", n, got)
 		}
@@ -318,6 +325,50 @@ func TestRealKubeVirtEditAndSwitch(t *testing.T) {
 	// local-0 already waits for a restart (its memory); the switch adds more.
 	e.checkResults(progress, want)
 	e.checkAgainstKubeVirt(progress, names)
+}
+
+// waitSpanEvents waits until the VM's apply span in eventID's trace is
+// stored with the wanted events.
+func (e *kvEnv) waitSpanEvents(eventID, vm string, want ...string) {
+	e.t.Helper()
+	e.waitFor("the trace of "+eventID+" to show KubeVirt's reaction on "+vm, kvTimeout, func() (bool, string) {
+		got, err := e.spanEvents(eventID, "applier.apply "+kvNamespace+"/"+vm)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, w := range want {
+			if !slices.Contains(got, w) {
+				return false, fmt.Sprintf("span events %q lack %q", got, w)
+			}
+		}
+		return true, ""
+	})
+}
+
+// spanEvents returns the events of the named span in eventID's trace, as
+// `kvlive trace -o json` prints them (an error until the spans are stored).
+func (e *kvEnv) spanEvents(eventID, span string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kvliveBin, "trace", eventID, "-o", "json", "--nats-url", e.nats.URL)
+	cmd.Env = kvliveEnv()
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("kvlive trace: %w", err)
+	}
+	var spans []events.Span
+	if err := json.Unmarshal(out, &spans); err != nil {
+		return nil, fmt.Errorf("kvlive trace -o json: %w", err)
+	}
+	var names []string
+	for _, s := range spans {
+		if s.Name == span {
+			for _, ev := range s.Events {
+				names = append(names, ev.Name)
+			}
+		}
+	}
+	return names, nil
 }
 
 // checkResults fails when a VM's result is not the one wanted.
@@ -337,12 +388,13 @@ func (e *kvEnv) checkResults(p rollout.Progress, want map[string]events.Result) 
 // while the first hotplug has not finished (virt-handler held): KubeVirt
 // refuses the second CPU hotplug while one is in progress and applies it once
 // the first is reported done. kvlive's outcome for the second edit must hold
-// once the held hotplug finishes.
+// once the held hotplug finishes, and its traces must say what KubeVirt did
+// (read from the conditions virt-controller sets).
 func TestRealKubeVirtEditWhileAHotplugIsPending(t *testing.T) {
 	e := newKubeVirtEnv(t)
 	e.createInstancetype("u1.medium", 2, "2Gi")
 	e.createVMs("u1.medium", kvVM{name: "live-0", running: true})
-	e.runKvlive("all stages")
+	e.runKvlive("all stages", "--observe-timeout", "20s")
 	e.waitWatched(1)
 
 	e.kv.Handler.Hold()
@@ -355,6 +407,11 @@ func TestRealKubeVirtEditWhileAHotplugIsPending(t *testing.T) {
 	second := e.follow(e.editInstancetypeTo("u1.medium", 6, "6Gi"))
 	e.checkResults(first, map[string]events.Result{"live-0": events.ResultLive})
 	e.checkResults(second, map[string]events.Result{"live-0": events.ResultLive})
+	// While the hotplug stays pending, what kvlive's traces say KubeVirt
+	// did (each span ends when --observe-timeout lapses): it asked for the
+	// first hotplug, and refused the second while the first was pending.
+	e.waitSpanEvents(first.EventID, "live-0", "hotplug requested", "not observed")
+	e.waitSpanEvents(second.EventID, "live-0", "hotplug refused for now (KubeVirt retries)", "not observed")
 	e.kv.Handler.Release()
 	e.checkAgainstKubeVirt(second, []string{"live-0"})
 	if q := e.view().vmis[kvNamespace+"/live-0"].Spec.Domain.Memory.Guest; q == nil || !q.Equal(resource.MustParse("6Gi")) {
