@@ -11,11 +11,14 @@
 //     hot-plugs CPU sockets and memory into the VMI within the VMI's limits,
 //     or sets the VM's RestartRequired condition.
 //
-// It deliberately shares no code with the planner's classification
-// (planner/liveplan): tests cross-check kvlive's predictions against this
-// independent implementation of the same KubeVirt rules, written from
+// It deliberately shares no code with kvlive's predictions (package
+// instancetype): tests cross-check them against this independent
+// implementation of the same KubeVirt rules, written from
 // pkg/virt-controller/watch/vm/vm.go at v1.9.0. It covers the common rules
 // (sockets, cores/threads, memory with maxGuest, guestAtBoot and
-// migratability, nodeSelector, any other field forcing a restart), not every
-// KubeVirt corner.
+// migratability, nodeSelector, memory overcommit, RestartRequired decided
+// afresh on each sync, preferred values the VM overrides, any other field
+// forcing a restart), not every KubeVirt corner. The conformance table in
+// integration/conformance_test.go runs it and KubeVirt's real
+// virt-controller through the same rows, so it cannot drift unnoticed.
 package standin
