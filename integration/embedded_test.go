@@ -44,7 +44,9 @@ var outcomesTotal = regexp.MustCompile(`(?m)^kvlive_outcomes_total\{result="[a-z
 // TestEmbeddedStoreMetricsAndShutdown runs `kvlive run` the way a user
 // first does: its own embedded NATS server with a file store. It checks
 // /healthz, /readyz and /metrics during a rollout, that SIGTERM stops it
-// cleanly, and that afterwards `kvlive trace` and `kvlive outcomes` read
+// cleanly, that while it runs `kvlive outcomes --data-dir` reaches its server
+// and a second `kvlive run` or `kvlive demo` on the same store is refused,
+// naming the holder, and that afterwards `kvlive trace` and `kvlive outcomes` read
 // every VM from the store it left.
 func TestEmbeddedStoreMetricsAndShutdown(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 2, perIT: map[string]int{itMedium: 16}})
@@ -99,6 +101,25 @@ func TestEmbeddedStoreMetricsAndShutdown(t *testing.T) {
 	}
 	if total != len(edited) {
 		t.Errorf("kvlive_outcomes_total sums to %d, want %d", total, len(edited))
+	}
+
+	// The store is the running process's: read commands reach its server,
+	// and a second process that would open the same files is refused.
+	live := e.kvliveCommand(time.Minute, "outcomes", "--event", eventID, "--data-dir", dir)
+	for _, s := range edited {
+		if !strings.Contains(live, " "+s.name+" ") {
+			t.Errorf("%s missing from kvlive outcomes read through the running process", s.key())
+		}
+	}
+	url := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	for _, args := range [][]string{
+		{"run", "--kubeconfig", e.kubeconfig, "--data-dir", dir, "--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--metrics-addr", ""},
+		{"demo", "--data-dir", dir, "--vms", "4"},
+	} {
+		stderr := e.kvliveFails(time.Minute, args...)
+		if !strings.Contains(stderr, "store in use by kvlive run (pid") || !strings.Contains(stderr, url) {
+			t.Errorf("kvlive %s on a held store said %q, want who holds it and where", args[0], stderr)
+		}
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -102,6 +102,22 @@ func (e *env) kvliveCommand(timeout time.Duration, args ...string) string {
 	return string(out)
 }
 
+// kvliveFails runs a kvlive command that must fail, and returns its
+// standard error.
+func (e *env) kvliveFails(timeout time.Duration, args ...string) string {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kvliveBin, args...)
+	cmd.Env = kvliveEnv()
+	var stderr testenv.LogBuffer
+	cmd.Stderr = &stderr
+	if out, err := cmd.Output(); err == nil {
+		e.t.Fatalf("kvlive %s succeeded; want it refused\nstdout:\n%s", strings.Join(args, " "), out)
+	}
+	return stderr.String()
+}
+
 // kvliveEnv is the test's environment without OpenTelemetry settings, so
 // a developer's OTEL_* variables never send the tests' spans anywhere.
 func kvliveEnv() []string {

@@ -35,7 +35,7 @@ then switches part of the fleet to another one, and checks every VM's result.`,
 	f.IntVar(&cfg.Fleet.Namespaces, "namespaces", cfg.Fleet.Namespaces, "number of namespaces the fleet spreads over")
 	f.IntVar(&cfg.Fleet.RunningPercent, "running-percent", cfg.Fleet.RunningPercent, "percentage of VMs that are running")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "applier workers")
-	f.StringVar(&cfg.DataDir, "data-dir", filepath.Join(defaultDataDir(), "demo"), "JetStream store of the demo, kept for kvlive trace/outcomes/events (emptied at each run)")
+	f.StringVar(&cfg.DataDir, "data-dir", filepath.Join(defaultDataDir(), "demo"), "JetStream store of the demo, kept for kvlive trace/outcomes/events (its JetStream data emptied at each run; a non-empty directory kvlive did not make is refused)")
 	f.BoolVar(&cfg.Progress, "progress", cfg.Progress, "draw progress bars (default: when the output is a terminal; otherwise a line per rollout)")
 	return cmd
 }

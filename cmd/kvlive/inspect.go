@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -68,20 +67,43 @@ func (s *storeFlags) connect(log *slog.Logger) (*nats.Conn, func() error, error)
 		}
 		return nc, func() error { nc.Close(); return nil }, nil
 	}
+	// A process serving the store: reach its server rather than open the
+	// files under it.
+	if h, held := bus.StoreHolder(s.dataDir); held {
+		if h.URL == "" {
+			return nil, nil, fmt.Errorf("--data-dir %s: %w by %s (pid %d), which serves it to no other process; "+
+				"read it once that has finished", s.dataDir, bus.ErrStoreInUse, h.Command, h.PID)
+		}
+		nc, err := bus.Connect("kvlive-inspect", log, h.URL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--data-dir %s is served by %s (pid %d) at %s: %w", s.dataDir, h.Command, h.PID, h.URL, err)
+		}
+		return nc, func() error { nc.Close(); return nil }, nil
+	}
 	// The server would make an empty store where none is: say so instead.
-	if _, err := os.Stat(filepath.Join(s.dataDir, "jetstream")); err != nil {
-		return nil, nil, fmt.Errorf("--data-dir %s holds no JetStream store: %w", s.dataDir, err)
+	if !bus.HasJetStream(s.dataDir) {
+		return nil, nil, fmt.Errorf("--data-dir %s holds no JetStream store", s.dataDir)
+	}
+	store, err := bus.OpenStore(s.dataDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := store.Advertise("kvlive (reading)", ""); err != nil {
+		_ = store.Close()
+		return nil, nil, err
 	}
 	ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: s.dataDir, DontListen: true})
 	if err != nil {
+		_ = store.Close()
 		return nil, nil, err
 	}
 	nc, err := bus.ConnectEmbedded(ns, "kvlive-inspect", log)
 	if err != nil {
 		ns.Shutdown()
+		_ = store.Close()
 		return nil, nil, err
 	}
-	return nc, func() error { nc.Close(); ns.Shutdown(); ns.WaitForShutdown(); return nil }, nil
+	return nc, func() error { nc.Close(); ns.Shutdown(); ns.WaitForShutdown(); return store.Close() }, nil
 }
 
 // checkOutput rejects an -o value before anything is read.

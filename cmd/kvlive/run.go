@@ -237,11 +237,19 @@ func (o *runOptions) connect(log *slog.Logger) (js jetstream.JetStream, ready fu
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("%w: --listen port %q", errUsage, portStr)
 		}
-		ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: o.dataDir, Host: host, Port: port})
+		store, err := bus.OpenStore(o.dataDir)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		closers = append(closers, func() error { ns.Shutdown(); ns.WaitForShutdown(); return nil })
+		ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: o.dataDir, Host: host, Port: port})
+		if err != nil {
+			_ = store.Close()
+			return nil, nil, nil, err
+		}
+		closers = append(closers, func() error { ns.Shutdown(); ns.WaitForShutdown(); return store.Close() })
+		if err := store.Advertise("kvlive run", ns.ClientURL()); err != nil {
+			log.Warn("the store does not say where it is served; read commands will need --nats-url", "err", err)
+		}
 		log.Info("embedded NATS server started", "url", ns.ClientURL(), "store", o.dataDir)
 		if nc, err = bus.ConnectEmbedded(ns, "kvlive", log); err != nil {
 			ns.Shutdown()

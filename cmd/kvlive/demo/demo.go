@@ -83,13 +83,7 @@ func start(ctx context.Context, cfg Config) (*env, error) {
 	e := &env{cfg: cfg, shapes: shapes, clients: kube.NewInMemory(nil, objs...)}
 
 	dir := cfg.DataDir
-	if dir != "" {
-		// The demo's deterministic event ids would be deduplicated against
-		// an earlier run's: every run starts from an empty store.
-		if err := os.RemoveAll(dir); err != nil {
-			return nil, fmt.Errorf("demo: data dir: %w", err)
-		}
-	} else {
+	if dir == "" {
 		tmp, err := os.MkdirTemp("", "kvlive-demo-")
 		if err != nil {
 			return nil, fmt.Errorf("demo: data dir: %w", err)
@@ -97,9 +91,24 @@ func start(ctx context.Context, cfg Config) (*env, error) {
 		dir = tmp
 		e.closers = append(e.closers, func() error { return os.RemoveAll(tmp) })
 	}
+	// Only a directory kvlive owns, and no other process holds.
+	store, err := bus.OpenStore(dir)
+	if err != nil {
+		return e, fmt.Errorf("demo: %w", err)
+	}
+	e.closers = append(e.closers, store.Close)
+	// The demo's deterministic event ids would be deduplicated against an
+	// earlier run's: every run starts from an empty store (its JetStream
+	// data only).
+	if err := store.Empty(); err != nil {
+		return e, fmt.Errorf("demo: %w", err)
+	}
+	if err := store.Advertise("kvlive demo", ""); err != nil {
+		return e, fmt.Errorf("demo: %w", err)
+	}
 	ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: dir, DontListen: true})
 	if err != nil {
-		return nil, err
+		return e, err
 	}
 	e.closers = append(e.closers, func() error { ns.Shutdown(); ns.WaitForShutdown(); return nil })
 	nc, err := bus.ConnectEmbedded(ns, "kvlive-demo", cfg.Log)
