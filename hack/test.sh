@@ -47,8 +47,8 @@ echo "all checks passed"
 if [ -s "$real_log" ]; then
   echo "real KubeVirt: $(wc -l <"$real_log") tests ran against KubeVirt v1.9.0's virt-controller: $(tr '\n' ' ' <"$real_log")"
 else
-  why="not built (run hack/tools.sh virt-controller)"
+  why="run hack/tools.sh virt-controller"
   [ -f .bin/virt-controller.skipped ] && why="$(cat .bin/virt-controller.skipped)"
-  echo "real KubeVirt: SKIPPED, the tests ran on the stand-in only: virt-controller ${why}"
+  echo "real KubeVirt: SKIPPED, the tests ran on the stand-in only; virt-controller was not built: ${why}"
 fi
 rm -f "$real_log"

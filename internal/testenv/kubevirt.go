@@ -107,11 +107,11 @@ func RequireKubeVirt(t testing.TB) (controller, crds string) {
 	if errBin == nil && errCRDs == nil {
 		return controller, crds
 	}
-	why := "not built; run hack/tools.sh virt-controller (with KUBEVIRT_SOURCE set to a KubeVirt v1.9.0 source tree where the module proxy lacks its modules)"
+	why := "run hack/tools.sh virt-controller (with KUBEVIRT_SOURCE set to a KubeVirt v1.9.0 source tree where the module proxy lacks its modules)"
 	if b, err := os.ReadFile(filepath.Join(dir, virtControllerWhy)); err == nil {
 		why = strings.TrimSpace(string(b))
 	}
-	t.Skipf("REAL KUBEVIRT NOT RUN: KubeVirt's virt-controller is %s", why)
+	t.Skipf("REAL KUBEVIRT NOT RUN: KubeVirt's virt-controller was not built: %s", why)
 	return "", ""
 }
 
