@@ -193,9 +193,13 @@ func (c *Cache) Object(ref events.Ref) any {
 // caches' first list before it says which kinds did not arrive.
 const DefaultSyncTimeout = time.Minute
 
-// StartCache builds a Cache over namespace, starts it and waits for it to
+// StartCache checks the API server answers and lets kvlive read every kind
+// (Preflight), builds a Cache over namespace, starts it and waits for it to
 // sync within timeout. stop ends the informers and waits for them.
 func StartCache(ctx context.Context, c Clients, namespace string, timeout time.Duration) (_ *Cache, stop func(), _ error) {
+	if err := Preflight(ctx, c, namespace); err != nil {
+		return nil, nil, err
+	}
 	ca, err := NewCache(c, namespace)
 	if err != nil {
 		return nil, nil, err

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -17,6 +18,10 @@ import (
 type Clients struct {
 	Kube kubernetes.Interface
 	Virt kubevirt.Interface
+	// Host is the API server's URL and Timeout the per-request timeout
+	// (--request-timeout), for messages and preflight; empty on fakes.
+	Host    string
+	Timeout time.Duration
 }
 
 // Flags are kubectl's connection flags (cli-runtime's ConfigFlags, as
@@ -84,7 +89,7 @@ func NewClients(cfg *rest.Config) (Clients, error) {
 	if err != nil {
 		return Clients{}, fmt.Errorf("kubevirt client: %w", err)
 	}
-	return Clients{Kube: kc, Virt: vc}, nil
+	return Clients{Kube: kc, Virt: vc, Host: cfg.Host, Timeout: cfg.Timeout}, nil
 }
 
 // ContextNamespace is the namespace of the kubeconfig context (or the
