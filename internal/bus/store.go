@@ -96,10 +96,29 @@ func adoptable(dir string, entries []os.DirEntry) bool {
 		switch {
 		case e.IsDir() && e.Name() == jetStreamDir:
 		case e.IsDir():
-			if _, err := os.Stat(filepath.Join(dir, e.Name(), storeMarker)); err != nil {
+			if !isStore(filepath.Join(dir, e.Name())) {
 				return false
 			}
 		default:
+			return false
+		}
+	}
+	return true
+}
+
+// isStore reports whether dir is a kvlive store: it has the marker, or
+// holds only a jetstream/ store (an earlier kvlive's, such as an old demo
+// store).
+func isStore(dir string) bool {
+	if _, err := os.Stat(filepath.Join(dir, storeMarker)); err == nil {
+		return true
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) == 0 {
+		return false
+	}
+	for _, e := range entries {
+		if !e.IsDir() || e.Name() != jetStreamDir {
 			return false
 		}
 	}

@@ -103,3 +103,15 @@ func TestRunsDirectoryHoldingTheDemosStoreIsAdopted(t *testing.T) {
 	}
 	_ = run.Close()
 }
+
+func TestADirectoryHoldingAnOldDemoStoreIsAdopted(t *testing.T) {
+	parent := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(parent, "demo", jetStreamDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	run, err := OpenStore(parent)
+	if err != nil {
+		t.Fatalf("kvlive run's directory holding an earlier demo's store: %v", err)
+	}
+	_ = run.Close()
+}
