@@ -33,6 +33,15 @@ type globals struct {
 	logLevel string
 }
 
+// validate rejects a --log-level slog does not know.
+func (g *globals) validate() error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, g.logLevel)
+	}
+	return nil
+}
+
 func (g *globals) logger() *slog.Logger {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
@@ -55,9 +64,30 @@ VM's pin, and records a traced outcome per VM, over NATS JetStream.`,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.validate() }
 	root.AddCommand(newRunCmd(g), newSwitchCmd(g), newPlanCmd(), newDemoCmd(g))
 	root.AddCommand(newEventsCmd(g), newOutcomesCmd(g), newTraceCmd(g), newReplayCmd(g), newDLQCmd(g), newRolloutCmd(g))
+	root.AddCommand(newVersionCmd())
+	strictGroups(root)
 	return root
+}
+
+// strictGroups makes every command that only groups subcommands (rollout,
+// dlq) reject an unknown subcommand with an error, where cobra would print
+// the group's help and exit 0; without arguments it still shows the help.
+func strictGroups(cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		strictGroups(c)
+	}
+	if cmd.HasParent() && cmd.HasSubCommands() && !cmd.Runnable() {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("%w: unknown command %q for %q", errUsage, args[0], c.CommandPath())
+			}
+			return nil
+		}
+		cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+	}
 }
 
 // errUsage marks a command-line mistake.
