@@ -114,7 +114,25 @@ func defaultDataDir() string {
 	return "kvlive-data"
 }
 
+// validate rejects flag values that would run a broken pipeline.
+func (o *runOptions) validate() error {
+	switch {
+	case o.workers < 1:
+		return fmt.Errorf("%w: --workers %d: want at least 1", errUsage, o.workers)
+	case o.plannerWorkers < 1:
+		return fmt.Errorf("%w: --planner-workers %d: want at least 1", errUsage, o.plannerWorkers)
+	case o.rate < 0:
+		return fmt.Errorf("%w: --rate %g: want 0 (no cap) or a positive number of moves per second", errUsage, o.rate)
+	case o.observeTimeout < 0:
+		return fmt.Errorf("%w: --observe-timeout %s: want 0 (off) or a positive duration", errUsage, o.observeTimeout)
+	}
+	return nil
+}
+
 func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error) {
+	if err := o.validate(); err != nil {
+		return err
+	}
 	for _, s := range o.stages {
 		if !slices.Contains(pipeline.AllStages, s) {
 			return fmt.Errorf("%w: unknown stage %q (want %s)", errUsage, s, strings.Join(pipeline.AllStages, ", "))

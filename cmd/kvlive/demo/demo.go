@@ -40,8 +40,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Fleet.VMs <= 0 || cfg.Fleet.Namespaces <= 0 {
+	switch {
+	case cfg.Fleet.VMs <= 0 || cfg.Fleet.Namespaces <= 0:
 		return errors.New("demo: --vms and --namespaces must be positive")
+	case cfg.Fleet.RunningPercent < 0 || cfg.Fleet.RunningPercent > 100:
+		return fmt.Errorf("demo: --running-percent %d: want 0 to 100", cfg.Fleet.RunningPercent)
+	case cfg.Workers < 0:
+		return fmt.Errorf("demo: --workers %d: want at least 1", cfg.Workers)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
