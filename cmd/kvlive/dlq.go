@@ -53,6 +53,9 @@ func dlqList(g *globals) *cobra.Command {
 				}
 				out := cmd.OutOrStdout()
 				if output == "json" {
+					if letters == nil {
+						letters = []inspect.Letter{} // an empty list, not null
+					}
 					enc := json.NewEncoder(out)
 					enc.SetIndent("", "  ")
 					return enc.Encode(letters)
@@ -143,10 +146,15 @@ func dlqPurge(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withDLQ(cmd, g, &store, func(ctx context.Context, s inspect.Store) error {
 				if all && len(args) == 0 {
-					if err := s.Purge(ctx, 0); err != nil {
+					n, err := s.PurgeAll(ctx)
+					if err != nil {
 						return err
 					}
-					fmt.Fprintln(cmd.OutOrStdout(), "purged every dead letter")
+					if n == 0 {
+						fmt.Fprintln(cmd.OutOrStdout(), "no dead letters to purge")
+						return nil
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "purged %d dead letters\n", n)
 					return nil
 				}
 				seqs, err := selectSeqs(ctx, s, args, all)

@@ -45,11 +45,18 @@ func TestDLQCommands(t *testing.T) {
 	if _, err = kvlive(t, "dlq", "purge", "--data-dir", dir); err == nil {
 		t.Fatal("purge without sequences or --all succeeded")
 	}
-	if _, err = kvlive(t, "dlq", "purge", "--all", "--data-dir", dir); err != nil {
-		t.Fatal(err)
+	if out, err = kvlive(t, "dlq", "purge", "--all", "--data-dir", dir); err != nil || !strings.Contains(out, "purged 1 dead letters") {
+		t.Fatalf("dlq purge --all: %v\n%s", err, out)
 	}
 	if out, err = kvlive(t, "dlq", "list", "--data-dir", dir); err != nil || !strings.Contains(out, "0 dead letters") {
 		t.Fatalf("after purge: %v\n%s", err, out)
+	}
+	// Empty: JSON is an empty list, and purging claims nothing.
+	if out, err = kvlive(t, "dlq", "list", "-o", "json", "--data-dir", dir); err != nil || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("dlq list -o json on an empty queue: %v\n%q", err, out)
+	}
+	if out, err = kvlive(t, "dlq", "purge", "--all", "--data-dir", dir); err != nil || !strings.Contains(out, "no dead letters to purge") {
+		t.Fatalf("dlq purge --all on an empty queue: %v\n%s", err, out)
 	}
 	if _, err = kvlive(t, "dlq", "show", "x", "--data-dir", dir); err == nil {
 		t.Fatal("dlq show x succeeded")

@@ -113,6 +113,25 @@ func (s Store) Retry(ctx context.Context, seq uint64) error {
 	return s.Purge(ctx, seq)
 }
 
+// PurgeAll removes every dead letter and returns how many there were.
+func (s Store) PurgeAll(ctx context.Context) (uint64, error) {
+	st, err := s.stream(ctx)
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("dlq: purge: %w", err)
+	}
+	if info.State.Msgs == 0 {
+		return 0, nil
+	}
+	if err := st.Purge(ctx); err != nil {
+		return 0, fmt.Errorf("dlq: purge: %w", err)
+	}
+	return info.State.Msgs, nil
+}
+
 // Purge removes one dead letter, or with seq 0 all of them.
 func (s Store) Purge(ctx context.Context, seq uint64) error {
 	st, err := s.stream(ctx)
