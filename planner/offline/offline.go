@@ -46,9 +46,16 @@ func Plan(f Fleet, req Request) ([]events.Plan, error) {
 		}
 		source, target = *req.From, instancetype.SwitchTarget(f, f.Cluster(), *req.From, req.Object)
 	}
+	if _, ok := instancetype.SpecOf(f.Object(req.Object)); !ok {
+		// A preview of a typo must not look like a plan of nothing.
+		return nil, fmt.Errorf("%s does not exist", req.Object)
+	}
 	vms, err := f.Referencing(source, req.Namespace, req.Selector)
 	if err != nil {
 		return nil, err
+	}
+	if _, ok := instancetype.SpecOf(f.Object(source)); !ok && len(vms) == 0 {
+		return nil, fmt.Errorf("%s does not exist and no VM references it", source)
 	}
 	id := "plan/" + target.Object.String()
 	plans := make([]events.Plan, 0, len(vms))

@@ -28,6 +28,15 @@ type expected struct {
 
 func planFile(t *testing.T, file string, req Request) Report {
 	t.Helper()
+	plans, err := tryPlanFile(t, file, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewReport(plans)
+}
+
+func tryPlanFile(t *testing.T, file string, req Request) ([]events.Plan, error) {
+	t.Helper()
 	in, err := os.Open(filepath.Join("testdata", file))
 	if err != nil {
 		t.Fatal(err)
@@ -37,11 +46,7 @@ func planFile(t *testing.T, file string, req Request) Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plans, err := Plan(testenv.StartCache(t, clients), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return NewReport(plans)
+	return Plan(testenv.StartCache(t, clients), req)
 }
 
 // TestWorkedExamples checks the results the design's worked examples
@@ -121,11 +126,19 @@ func TestNamespaceAndSelectorNarrowThePlan(t *testing.T) {
 	}
 }
 
-func TestMissingObjectSkipsWithReason(t *testing.T) {
-	gone := events.Ref{Kind: events.KindClusterInstancetype, Name: "n1.small"}
-	r := planFile(t, "switch.yaml", Request{Object: events.Ref{Kind: events.KindClusterInstancetype, Name: "n1.huge"}, From: &gone, Selector: labels.Everything()})
-	if len(r.VMs) != 1 || r.VMs[0].Action != events.ResultSkip || !strings.Contains(r.VMs[0].Reason, "does not exist") {
-		t.Errorf("switch to a missing instance type: %+v", r)
+// TestPlanningSomethingMissingIsAnError: a preview of a typo must not look
+// like a plan of nothing (an empty table, exit 0).
+func TestPlanningSomethingMissingIsAnError(t *testing.T) {
+	small := events.Ref{Kind: events.KindClusterInstancetype, Name: "n1.small"}
+	nope := events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.nope"}
+	for name, req := range map[string]Request{
+		"switch to a missing instance type": {Object: events.Ref{Kind: events.KindClusterInstancetype, Name: "n1.huge"}, From: &small, Selector: labels.Everything()},
+		"edit of a typo":                    {Object: nope, Selector: labels.Everything()},
+		"switch from a typo":                {Object: events.Ref{Kind: events.KindClusterInstancetype, Name: "n1.medium"}, From: &nope, Selector: labels.Everything()},
+	} {
+		if _, err := tryPlanFile(t, "switch.yaml", req); err == nil || !strings.Contains(err.Error(), "does not exist") {
+			t.Errorf("%s: %v, want an error saying it does not exist", name, err)
+		}
 	}
 }
 

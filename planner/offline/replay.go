@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 
+	"kvlive/instancetype"
 	"kvlive/internal/replay"
 )
 
@@ -23,6 +24,10 @@ func DryRun(f Fleet, stored []replay.Stored) ([]Preview, error) {
 		req, note, err := request(f, s)
 		if err != nil {
 			return nil, err
+		}
+		if _, ok := instancetype.SpecOf(f.Object(req.Object)); !ok {
+			out = append(out, Preview{Event: s, Note: fmt.Sprintf("%s no longer exists: replaying this event moves no VM", req.Object), Report: NewReport(nil)})
+			continue
 		}
 		plans, err := Plan(f, req)
 		if err != nil {
