@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -27,5 +30,22 @@ func TestBadFlagsAndUnknownCommandsAreErrors(t *testing.T) {
 		if !errors.Is(err, errUsage) && !strings.Contains(err.Error(), "want") {
 			t.Errorf("kvlive %s: %v, want a usage error saying what is wanted", strings.Join(args, " "), err)
 		}
+	}
+}
+
+// TestPlanOfflineReadsStandardInput: -f - reads the objects from stdin.
+func TestPlanOfflineReadsStandardInput(t *testing.T) {
+	file, err := os.ReadFile(filepath.Join("..", "..", "planner", "offline", "testdata", "switch.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetIn(bytes.NewReader(file))
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs([]string{"plan", "--offline", "-f", "-", "--switch", "clusterinstancetype/n1.small", "--to", "clusterinstancetype/n1.medium"})
+	if err := root.ExecuteContext(t.Context()); err != nil || !strings.Contains(out.String(), "api-3") {
+		t.Fatalf("plan --offline -f -: %v\n%s", err, out.String())
 	}
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -14,6 +16,7 @@ import (
 
 type planOptions struct {
 	kube          *kube.Flags
+	stdin         io.Reader
 	object        string
 	from, to      string
 	allNamespaces bool
@@ -40,6 +43,7 @@ generation. Nothing is written.`,
   kvlive plan --offline -f fleet.yaml --instancetype clusterinstancetype/u1.large -o json`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			o.stdin = cmd.InOrStdin()
 			if len(args) == 1 {
 				if o.object != "" {
 					return fmt.Errorf("%w: give the object as an argument or --instancetype, not both", errUsage)
@@ -58,7 +62,7 @@ generation. Nothing is written.`,
 	f.StringVarP(&o.selector, "selector", "l", "", "only VMs matching this label selector")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
 	f.BoolVar(&o.offline, "offline", false, "read the cluster from -f instead of the kubeconfig")
-	f.StringVarP(&o.file, "filename", "f", "", "multi-document YAML file for --offline")
+	f.StringVarP(&o.file, "filename", "f", "", "multi-document YAML file for --offline; - reads standard input")
 	return cmd
 }
 
@@ -74,7 +78,7 @@ func (o *planOptions) run(cmd *cobra.Command) error {
 		return fmt.Errorf("%w: -l %q: %w", errUsage, o.selector, err)
 	}
 	ctx := cmd.Context()
-	clients, namespace, err := o.clients()
+	clients, namespace, err := o.clients(ctx)
 	if err != nil {
 		return err
 	}
@@ -96,14 +100,18 @@ func (o *planOptions) run(cmd *cobra.Command) error {
 
 // clients reads the cluster (or the offline file) and resolves the
 // namespace the user means: kubectl's rules online, all of the file offline.
-func (o *planOptions) clients() (kube.Clients, string, error) {
+func (o *planOptions) clients(ctx context.Context) (kube.Clients, string, error) {
 	if o.offline {
-		file, err := os.Open(o.file)
-		if err != nil {
-			return kube.Clients{}, "", err
+		in := o.stdin
+		if o.file != "-" {
+			file, err := os.Open(o.file)
+			if err != nil {
+				return kube.Clients{}, "", err
+			}
+			defer func() { _ = file.Close() }()
+			in = file
 		}
-		defer func() { _ = file.Close() }()
-		clients, err := offline.Load(file)
+		clients, err := offline.Load(ctx, in)
 		if err != nil {
 			return kube.Clients{}, "", fmt.Errorf("%s: %w", o.file, err)
 		}

@@ -42,7 +42,7 @@ func tryPlanFile(t *testing.T, file string, req Request) ([]events.Plan, error) 
 		t.Fatal(err)
 	}
 	defer func() { _ = in.Close() }()
-	clients, err := Load(in)
+	clients, err := Load(t.Context(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,12 +147,37 @@ func TestLoadRejectsBadFiles(t *testing.T) {
 		"unknown kind":   "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n",
 		"misspelt field": "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata:\n  name: vm\nspec:\n  instanceType:\n    name: x\n",
 		"not yaml":       "apiVersion: [\n",
+		"no kind":        "metadata:\n  name: vm\n",
+		"invalid name":   "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata:\n  name: Web_1\n  namespace: shop\n",
+		"no vCPUs":       "apiVersion: instancetype.kubevirt.io/v1beta1\nkind: VirtualMachineClusterInstancetype\nmetadata:\n  name: u1\nspec:\n  cpu:\n    guest: 0\n  memory:\n    guest: 1Gi\n",
+		"no memory":      "apiVersion: instancetype.kubevirt.io/v1beta1\nkind: VirtualMachineClusterInstancetype\nmetadata:\n  name: u1\nspec:\n  cpu:\n    guest: 1\n  memory:\n    guest: \"-1Gi\"\n",
 	}
 	for name, doc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if _, err := Load(strings.NewReader(doc)); err == nil || !strings.Contains(err.Error(), "document 1") {
+			if _, err := Load(t.Context(), strings.NewReader(doc)); err == nil || !strings.Contains(err.Error(), "document 1") {
 				t.Errorf("Load = %v, want an error naming document 1", err)
 			}
 		})
 	}
+}
+
+// TestLoadRejectsDuplicatesAndEndlessInput: the same object twice names both
+// documents (it used to panic in the fake clientset), and an endless input
+// is refused at MaxInput instead of filling memory.
+func TestLoadRejectsDuplicatesAndEndlessInput(t *testing.T) {
+	vm := "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata:\n  name: vm\n  namespace: shop\n"
+	if _, err := Load(t.Context(), strings.NewReader(vm+"---\n"+vm)); err == nil || !strings.Contains(err.Error(), "the same object as document 1") {
+		t.Errorf("duplicate: %v", err)
+	}
+	if _, err := Load(t.Context(), zeros{}); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("endless input: %v", err)
+	}
+}
+
+// zeros reads like /dev/zero.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
