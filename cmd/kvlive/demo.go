@@ -24,6 +24,7 @@ then switches part of the fleet to another one, and checks every VM's result.`,
 			}
 			cfg.Log = g.logger()
 			cfg.Out = cmd.OutOrStdout()
+			cfg.Command = invokedAs()
 			if !cmd.Flags().Changed("progress") {
 				cfg.Progress = isTerminal(cfg.Out)
 			}

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -63,6 +65,10 @@ VM's pin, and records a traced outcome per VM, over NATS JetStream.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	if filepath.Base(os.Args[0]) == pluginName {
+		// Help and usage read "kubectl kvlive …", as kubectl plugins do.
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl kvlive"}
+	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.validate() }
 	root.AddCommand(newRunCmd(g), newSwitchCmd(g), newPlanCmd(), newDemoCmd(g))
@@ -89,6 +95,24 @@ func strictGroups(cmd *cobra.Command) {
 		cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
 	}
 }
+
+// invokedAs is how the user ran kvlive, for commands kvlive prints: the
+// path it was started by, "kubectl kvlive" as a kubectl plugin, and
+// "go run ./cmd/kvlive" from go run's build cache.
+func invokedAs() string {
+	arg0 := os.Args[0]
+	switch {
+	case filepath.Base(arg0) == pluginName:
+		return "kubectl kvlive"
+	case strings.Contains(arg0, string(filepath.Separator)+"go-build"):
+		return "go run ./cmd/kvlive"
+	}
+	return arg0
+}
+
+// pluginName is the name kubectl finds kvlive by as a plugin
+// (`kubectl kvlive …`).
+const pluginName = "kubectl-kvlive"
 
 // errUsage marks a command-line mistake.
 var errUsage = errors.New("usage")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"testing"
 )
 
@@ -17,5 +18,23 @@ func TestVersion(t *testing.T) {
 	}
 	if v.KubeVirtAPI != "v1.9.0" || v.Go == "" || v.Version == "" {
 		t.Errorf("version = %+v, want kubevirt.io/api v1.9.0 and the Go version", v)
+	}
+}
+
+// TestInvokedAs: the commands kvlive prints run as the user ran it.
+func TestInvokedAs(t *testing.T) {
+	saved := os.Args[0]
+	t.Cleanup(func() { os.Args[0] = saved })
+	for arg0, want := range map[string]string{
+		"bin/kvlive":                        "bin/kvlive",
+		"kvlive":                            "kvlive",
+		"/usr/local/bin/kubectl-kvlive":     "kubectl kvlive",
+		"/tmp/go-build4242/b001/exe/kvlive": "go run ./cmd/kvlive",
+		"/home/me/go/bin/kvlive":            "/home/me/go/bin/kvlive",
+	} {
+		os.Args[0] = arg0
+		if got := invokedAs(); got != want {
+			t.Errorf("invoked as %s: %q, want %q", arg0, got, want)
+		}
 	}
 }

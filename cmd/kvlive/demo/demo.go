@@ -30,6 +30,9 @@ type Config struct {
 	Workers int
 	Out     io.Writer
 	Log     *slog.Logger
+	// Command is how the user runs kvlive, for the commands the demo
+	// prints at the end ("kvlive" when empty).
+	Command string
 	// Progress draws progress bars on Out.
 	Progress bool
 }

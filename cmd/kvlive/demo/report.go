@@ -52,12 +52,16 @@ func (e *env) report(steps []*stepResult) error {
 	fmt.Fprintf(e.cfg.Out, "\nEvery VM reached its expected result: live changes are on the VMIs, restarts are flagged RestartRequired, "+
 		"stopped VMs wait for their next boot; %d VMs out of reach were left alone.\n", untouched)
 	if dir := e.cfg.DataDir; dir != "" {
-		fmt.Fprintf(e.cfg.Out, "\nInspect the rollouts (the store in %s is kept):\n", dir)
-		fmt.Fprintf(e.cfg.Out, "  kvlive events   --data-dir %s\n", dir)
-		for _, s := range steps {
-			fmt.Fprintf(e.cfg.Out, "  kvlive trace    --data-dir %s %s\n", dir, s.progress.EventID)
+		kvlive := e.cfg.Command
+		if kvlive == "" {
+			kvlive = "kvlive"
 		}
-		fmt.Fprintf(e.cfg.Out, "  kvlive outcomes --data-dir %s --event %s\n", dir, steps[0].progress.EventID)
+		fmt.Fprintf(e.cfg.Out, "\nInspect the rollouts (the store in %s is kept):\n", dir)
+		fmt.Fprintf(e.cfg.Out, "  %s events   --data-dir %s\n", kvlive, dir)
+		for _, s := range steps {
+			fmt.Fprintf(e.cfg.Out, "  %s trace    --data-dir %s %s\n", kvlive, dir, s.progress.EventID)
+		}
+		fmt.Fprintf(e.cfg.Out, "  %s outcomes --data-dir %s --event %s\n", kvlive, dir, steps[0].progress.EventID)
 	}
 	return nil
 }
