@@ -18,6 +18,7 @@ import (
 	"kvlive/events"
 	"kvlive/internal/bus"
 	"kvlive/internal/inspect"
+	"kvlive/internal/rollout"
 )
 
 // storeFlags say where the inspection commands read kvlive's records: the
@@ -136,8 +137,13 @@ count per result. kvlive events lists the event ids.`,
 			if err := checkOutput(output, "table", "json"); err != nil {
 				return err
 			}
-			return store.withReader(cmd, g, func(ctx context.Context, r *inspect.Reader) error {
-				outs, err := r.Outcomes(ctx, f)
+			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
+				if f.EventID != "" {
+					if f.EventID, err = rollout.ResolveEventID(ctx, js, f.EventID); err != nil {
+						return err
+					}
+				}
+				outs, err := inspect.NewReader(js).Outcomes(ctx, f)
 				if err != nil {
 					return err
 				}

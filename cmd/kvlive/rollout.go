@@ -64,6 +64,11 @@ func rolloutActionCmd(g *globals, action events.ControlAction) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if !ahead {
+					if args[0], err = rollout.ResolveEventID(ctx, js, args[0]); err != nil {
+						return err
+					}
+				}
 				if err := checkKnown(ctx, js, s, args[0], action, ahead); err != nil {
 					return err
 				}
@@ -118,7 +123,11 @@ func rolloutStatusCmd(g *globals) *cobra.Command {
 				return err
 			}
 			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
-				a, err := rollout.AccountOf(ctx, js, args[0])
+				id, err := rollout.ResolveEventID(ctx, js, args[0])
+				if err != nil {
+					return err
+				}
+				a, err := rollout.AccountOf(ctx, js, id)
 				if err != nil {
 					return err
 				}

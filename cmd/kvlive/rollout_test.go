@@ -27,3 +27,23 @@ func TestRolloutCommandsRefuseUnknownEvents(t *testing.T) {
 		t.Fatalf("status of a rollout paused ahead: %v\n%s", err, out)
 	}
 }
+
+// TestEventIDsTakeAUniquePrefix: nobody should have to type a 72-character
+// id; a prefix of two recorded ids is an error that lists them.
+func TestEventIDsTakeAUniquePrefix(t *testing.T) {
+	dir := recordedStore(t)
+	prefix := testEvent[:12]
+	for _, args := range [][]string{
+		{"trace", prefix, "--color", "never"},
+		{"outcomes", "--event", prefix},
+		{"rollout", "status", prefix},
+	} {
+		out, err := kvlive(t, append(args, "--data-dir", dir)...)
+		if err != nil || !strings.Contains(out, "web-1") && !strings.Contains(out, testEvent) {
+			t.Errorf("kvlive %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	if _, err := kvlive(t, "rollout", "pause", testEvent[:3]+"x", "--data-dir", dir); err == nil {
+		t.Error("pause of a prefix that matches nothing succeeded")
+	}
+}

@@ -22,6 +22,10 @@ func (r *Reader) ResolveTrace(ctx context.Context, arg string) (string, error) {
 	if IsTraceID(arg) {
 		return strings.ToLower(arg), nil
 	}
+	arg, err := rollout.ResolveEventID(ctx, r.js, arg)
+	if err != nil {
+		return "", err
+	}
 	rec, ok, err := rollout.Record(ctx, r.js, arg)
 	switch {
 	case err != nil:

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -190,6 +192,43 @@ func Record(ctx context.Context, js jetstream.JetStream, eventID string) (events
 		return r, false, fmt.Errorf("rollout: record of %s: %w", eventID, err)
 	}
 	return r, true, nil
+}
+
+// ResolveEventID expands a unique prefix of a recorded event id to the id,
+// so a user need not type 72 characters: an id with a rollout record is
+// itself, a prefix of exactly one recorded id is that id, a prefix of
+// several is an error listing some. Anything else comes back unchanged, for
+// the caller to report as unknown.
+func ResolveEventID(ctx context.Context, js jetstream.JetStream, arg string) (string, error) {
+	if _, ok, err := Record(ctx, js, arg); err != nil || ok {
+		return arg, err
+	}
+	kv, err := js.KeyValue(ctx, events.BucketRollouts)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return arg, nil
+	}
+	if err != nil {
+		return arg, fmt.Errorf("rollout: kv %s: %w", events.BucketRollouts, err)
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return arg, fmt.Errorf("rollout: kv %s: %w", events.BucketRollouts, err)
+	}
+	var matches []string
+	for key := range keys.Keys() {
+		if strings.HasPrefix(key, arg) {
+			matches = append(matches, key)
+		}
+	}
+	switch len(matches) {
+	case 0:
+		return arg, nil
+	case 1:
+		return matches[0], nil
+	}
+	slices.Sort(matches)
+	shown := matches[:min(len(matches), 3)]
+	return arg, fmt.Errorf("event id %q is ambiguous: %d events start with it (%s…)", arg, len(matches), strings.Join(shown, ", "))
 }
 
 // CountSubjects counts the messages of stream under filter, from the

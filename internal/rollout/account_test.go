@@ -185,3 +185,33 @@ func TestCorruptControlRecordConcernsItsEventAlone(t *testing.T) {
 		t.Fatalf("after --force: %+v", a)
 	}
 }
+
+// TestResolveEventID: an id is itself, a unique prefix its id, a shared
+// prefix an error naming the candidates, and no match the argument.
+func TestResolveEventID(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx := context.Background()
+	kv, err := js.KeyValue(ctx, events.BucketRollouts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"switch/0b5c77", "switch/0b9a11", "VirtualMachineClusterInstancetype/6f1c/2"} {
+		rec, _ := events.MarshalRollout(events.Rollout{EventID: id, Planned: 1})
+		if _, err := kv.Put(ctx, events.RolloutKey(id), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for arg, want := range map[string]string{
+		"switch/0b5c77": "switch/0b5c77",
+		"switch/0b5":    "switch/0b5c77",
+		"Virtual":       "VirtualMachineClusterInstancetype/6f1c/2",
+		"nothing":       "nothing",
+	} {
+		if got, err := ResolveEventID(ctx, js, arg); err != nil || got != want {
+			t.Errorf("ResolveEventID(%q) = %q, %v; want %q", arg, got, err, want)
+		}
+	}
+	if _, err := ResolveEventID(ctx, js, "switch/0b"); err == nil || !strings.Contains(err.Error(), "ambiguous") || !strings.Contains(err.Error(), "switch/0b9a11") {
+		t.Errorf("a shared prefix: %v", err)
+	}
+}
