@@ -3,10 +3,8 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -348,16 +346,12 @@ func (e *kvEnv) waitSpanEvents(eventID, vm string, want ...string) {
 // spanEvents returns the events of the named span in eventID's trace, as
 // `kvlive trace -o json` prints them (an error until the spans are stored).
 func (e *kvEnv) spanEvents(eventID, span string) ([]string, error) {
-	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, kvliveBin, "trace", eventID, "-o", "json", "--nats-url", e.nats.URL)
-	cmd.Env = kvliveEnv()
-	out, err := cmd.Output()
+	out, _, err := e.kvliveOnce(time.Minute, "trace", eventID, "-o", "json", "--nats-url", e.nats.URL)
 	if err != nil {
 		return nil, fmt.Errorf("kvlive trace: %w", err)
 	}
 	var spans []events.Span
-	if err := json.Unmarshal(out, &spans); err != nil {
+	if err := json.Unmarshal([]byte(out), &spans); err != nil {
 		return nil, fmt.Errorf("kvlive trace -o json: %w", err)
 	}
 	var names []string

@@ -89,6 +89,26 @@ func (e *env) checkProcs() {
 // returns its standard output.
 func (e *env) kvliveCommand(timeout time.Duration, args ...string) string {
 	e.t.Helper()
+	out, stderr, err := e.kvliveOnce(timeout, args...)
+	if err != nil {
+		e.t.Fatalf("kvlive %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out, stderr.Tail(outputTail))
+	}
+	return out
+}
+
+// kvliveFails runs a kvlive command that must fail, and returns its
+// standard error.
+func (e *env) kvliveFails(timeout time.Duration, args ...string) string {
+	e.t.Helper()
+	out, stderr, err := e.kvliveOnce(timeout, args...)
+	if err == nil {
+		e.t.Fatalf("kvlive %s succeeded; want it refused\nstdout:\n%s", strings.Join(args, " "), out)
+	}
+	return stderr.String()
+}
+
+// kvliveOnce runs a one-shot kvlive command to completion.
+func (e *env) kvliveOnce(timeout time.Duration, args ...string) (string, *testenv.LogBuffer, error) {
 	ctx, cancel := context.WithTimeout(e.ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, kvliveBin, args...)
@@ -96,26 +116,7 @@ func (e *env) kvliveCommand(timeout time.Duration, args ...string) string {
 	var stderr testenv.LogBuffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	if err != nil {
-		e.t.Fatalf("kvlive %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out, stderr.Tail(outputTail))
-	}
-	return string(out)
-}
-
-// kvliveFails runs a kvlive command that must fail, and returns its
-// standard error.
-func (e *env) kvliveFails(timeout time.Duration, args ...string) string {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(e.ctx, timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, kvliveBin, args...)
-	cmd.Env = kvliveEnv()
-	var stderr testenv.LogBuffer
-	cmd.Stderr = &stderr
-	if out, err := cmd.Output(); err == nil {
-		e.t.Fatalf("kvlive %s succeeded; want it refused\nstdout:\n%s", strings.Join(args, " "), out)
-	}
-	return stderr.String()
+	return string(out), &stderr, err
 }
 
 // kvliveEnv is the test's environment without OpenTelemetry settings, so
