@@ -3,8 +3,9 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
-	"strings"
+	"maps"
 	"testing"
 	"time"
 
@@ -239,24 +240,11 @@ func reactionOf(vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) r
 	if m := vmi.Spec.Domain.Memory; m != nil && m.Guest != nil {
 		r.memory = m.Guest.String()
 	}
-	if len(vmi.Spec.NodeSelector) > 0 {
-		var b strings.Builder
-		b.WriteString("{")
-		first := true
-		for k, v := range vmi.Spec.NodeSelector {
-			if k == "kubevirt.io/schedulable" {
-				continue
-			}
-			if !first {
-				b.WriteString(",")
-			}
-			fmt.Fprintf(&b, "%q:%q", k, v)
-			first = false
-		}
-		b.WriteString("}")
-		if s := b.String(); s != "{}" {
-			r.nodeSelector = s
-		}
+	sel := maps.Clone(vmi.Spec.NodeSelector)
+	delete(sel, virtv1.NodeSchedulable) // virt-controller's own
+	if len(sel) > 0 {
+		b, _ := json.Marshal(sel) // sorted keys
+		r.nodeSelector = string(b)
 	}
 	return r
 }
