@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -183,7 +184,7 @@ func StoreHolder(dir string) (Holder, bool) {
 		return Holder{}, false
 	}
 	var h Holder
-	b, err := os.ReadFile(filepath.Join(dir, storeLock))
+	b, err := io.ReadAll(f)
 	if err != nil || json.Unmarshal(b, &h) != nil {
 		return Holder{}, true
 	}
