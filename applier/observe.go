@@ -37,6 +37,8 @@ func (a *Applier) observe(ctx context.Context, span trace.Span, plan events.Plan
 	default:
 		span.AddEvent("not observed: too many VMs watched at once")
 		span.End()
+		a.cfg.Metrics.Observed("not-watched")
+		a.cfg.Log.Info("not watching a moved VM for KubeVirt's reaction: too many watched at once", "vm", plan.VM.String(), "limit", maxObservers)
 		return
 	}
 	want := expectation(out.Changes)
@@ -52,7 +54,8 @@ func (a *Applier) observe(ctx context.Context, span trace.Span, plan events.Plan
 		var seen reactionSeen
 		for {
 			vm, vmi := a.cfg.Fleet.VM(plan.VM.Namespace, plan.VM.Name), a.cfg.Fleet.VMI(plan.VM.Namespace, plan.VM.Name)
-			if done := seen.look(span, out.Result, want, vm, vmi); done {
+			if observed := seen.look(span, out.Result, want, vm, vmi); observed != "" {
+				a.cfg.Metrics.Observed(string(observed))
 				return
 			}
 			select {
@@ -62,6 +65,9 @@ func (a *Applier) observe(ctx context.Context, span trace.Span, plan events.Plan
 					attrs = append(attrs, attribute.StringSlice("kvlive.hotplug.pending", pending))
 				}
 				span.AddEvent("not observed", trace.WithAttributes(attrs...))
+				a.cfg.Metrics.Observed("not-observed")
+				a.cfg.Log.Info("KubeVirt's reaction to a moved VM not seen in time", "vm", plan.VM.String(),
+					"expected", out.Result, "timeout", a.cfg.ObserveTimeout, "pending", hotplugPending(vmi))
 				return
 			case <-ticker.C:
 			}
@@ -81,14 +87,14 @@ type reactionSeen struct {
 // spec); a hotplug it refused for now (a Failure condition with
 // HotPlugCPUError/HotPlugMemoryError, which it retries); the hotplug done
 // (the conditions gone, the VMI's status at the new values). It reports
-// whether the reaction is complete.
-func (s *reactionSeen) look(span trace.Span, expected events.Result, want liveWant, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) bool {
+// what it observed once the reaction is complete, "" until then.
+func (s *reactionSeen) look(span trace.Span, expected events.Result, want liveWant, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) events.Result {
 	if vm != nil {
 		if c, ok := vmCondition(vm, virtv1.VirtualMachineRestartRequired); ok && c.Status == k8scorev1.ConditionTrue {
 			span.AddEvent("RestartRequired seen", trace.WithAttributes(
 				attribute.String("kvlive.expected", string(expected)), attribute.String("kvlive.kubevirt.message", c.Message)))
 			span.SetAttributes(attribute.String("kvlive.observed", string(events.ResultRestart)))
-			return true
+			return events.ResultRestart
 		}
 		if c, ok := vmCondition(vm, virtv1.VirtualMachineFailure); ok && !s.refused && strings.HasPrefix(c.Reason, "HotPlug") {
 			s.refused = true
@@ -97,21 +103,21 @@ func (s *reactionSeen) look(span trace.Span, expected events.Result, want liveWa
 		}
 	}
 	if expected != events.ResultLive || vmi == nil || !want.seenOn(vmi) {
-		return false
+		return ""
 	}
 	if pending := hotplugPending(vmi); len(pending) > 0 {
 		if !s.requested {
 			s.requested = true
 			span.AddEvent("hotplug requested", trace.WithAttributes(append(want.attributes(vmi), attribute.StringSlice("kvlive.hotplug.conditions", pending))...))
 		}
-		return false
+		return ""
 	}
 	if !want.reached(vmi) {
-		return false
+		return ""
 	}
 	span.AddEvent("live change seen on the VMI", trace.WithAttributes(want.attributes(vmi)...))
 	span.SetAttributes(attribute.String("kvlive.observed", string(events.ResultLive)))
-	return true
+	return events.ResultLive
 }
 
 // hotplugPending lists the hotplug conditions KubeVirt keeps on a VMI until

@@ -42,29 +42,29 @@ func TestObserverReadsKubeVirtsHotplugConditions(t *testing.T) {
 	steps := []struct {
 		name   string
 		change func()
-		done   bool
+		done   events.Result
 	}{
-		{"nothing yet", func() {}, false},
+		{"nothing yet", func() {}, ""},
 		{"virt-controller patches the VMI and raises the hotplug conditions", func() {
 			vmi.Spec.Domain.CPU.Sockets, vmi.Spec.Domain.Memory.Guest = 4, mem("4Gi")
 			vmi.Status.Conditions = []virtv1.VirtualMachineInstanceCondition{
 				{Type: virtv1.VirtualMachineInstanceVCPUChange, Status: k8scorev1.ConditionTrue},
 				{Type: virtv1.VirtualMachineInstanceMemoryChange, Status: k8scorev1.ConditionTrue},
 			}
-		}, false},
+		}, ""},
 		{"a later move is refused while one is in progress", func() {
 			vm.Status.Conditions = []virtv1.VirtualMachineCondition{{Type: virtv1.VirtualMachineFailure, Status: k8scorev1.ConditionTrue,
 				Reason: "HotPlugCPUError", Message: "another CPU hotplug is in progress"}}
-		}, false},
-		{"the conditions are gone but the status lags", func() { vmi.Status.Conditions = nil }, false},
+		}, ""},
+		{"the conditions are gone but the status lags", func() { vmi.Status.Conditions = nil }, ""},
 		{"virt-handler reports the new topology and memory", func() {
 			vmi.Status.CurrentCPUTopology.Sockets, vmi.Status.Memory.GuestCurrent = 4, mem("4Gi")
-		}, true},
+		}, events.ResultLive},
 	}
 	for _, s := range steps {
 		s.change()
 		if done := seen.look(span, events.ResultLive, want, vm, vmi); done != s.done {
-			t.Fatalf("%s: done = %v, want %v", s.name, done, s.done)
+			t.Fatalf("%s: observed %q, want %q", s.name, done, s.done)
 		}
 	}
 	span.End()

@@ -27,6 +27,7 @@ type Metrics struct {
 	released      prometheus.Counter
 	settled       *prometheus.CounterVec
 	deadFailed    *prometheus.CounterVec
+	observed      *prometheus.CounterVec
 }
 
 // New registers kvlive's metrics, and the Go and process collectors, in a
@@ -60,8 +61,12 @@ func New() *Metrics {
 		deadFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvlive_dead_letters_failed_total", Help: "Dead letters that could not be stored; the message was nak'ed to try again.",
 		}, []string{"stage"}),
+		observed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvlive_observations_total",
+			Help: "Moved VMs watched for KubeVirt's reaction, by what was seen: live, restart, not-observed (the watch timed out), not-watched (too many watched at once).",
+		}, []string{"observed"}),
 	}
-	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed,
+	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.observed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -108,6 +113,13 @@ func (m *Metrics) Settled(stage, outcome string) {
 func (m *Metrics) DeadLetterFailed(stage string) {
 	if m != nil {
 		m.deadFailed.WithLabelValues(stage).Inc()
+	}
+}
+
+// Observed counts how one moved VM's watch for KubeVirt's reaction ended.
+func (m *Metrics) Observed(what string) {
+	if m != nil {
+		m.observed.WithLabelValues(what).Inc()
 	}
 }
 
