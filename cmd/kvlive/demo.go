@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"kvlive/cmd/kvlive/demo"
+	"kvlive/internal/printer"
 )
 
 func newDemoCmd(g *globals) *cobra.Command {
@@ -26,7 +27,7 @@ then switches part of the fleet to another one, and checks every VM's result.`,
 			cfg.Out = cmd.OutOrStdout()
 			cfg.Command = invokedAs()
 			if !cmd.Flags().Changed("progress") {
-				cfg.Progress = isTerminal(cfg.Out)
+				cfg.Progress = printer.IsTerminal(cfg.Out)
 			}
 			return demo.Run(cmd.Context(), cfg)
 		},

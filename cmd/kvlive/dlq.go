@@ -2,17 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
+	"maps"
+	"slices"
 	"strconv"
-	"text/tabwriter"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
 	"kvlive/internal/inspect"
+	"kvlive/internal/printer"
 )
 
 func newDLQCmd(g *globals) *cobra.Command {
@@ -37,35 +37,32 @@ func withDLQ(cmd *cobra.Command, g *globals, store *storeFlags, fn func(context.
 
 func dlqList(g *globals) *cobra.Command {
 	var store storeFlags
-	var output string
+	var output printer.Format
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List dead letters, oldest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output, "table", "json"); err != nil {
-				return err
-			}
 			return withDLQ(cmd, g, &store, func(ctx context.Context, s inspect.Store) error {
 				letters, err := s.List(ctx)
 				if err != nil {
 					return err
 				}
 				out := cmd.OutOrStdout()
-				if output == "json" {
-					if letters == nil {
-						letters = []inspect.Letter{} // an empty list, not null
-					}
-					enc := json.NewEncoder(out)
-					enc.SetIndent("", "  ")
-					return enc.Encode(letters)
+				if !output.Human() {
+					return printer.WriteData(out, output, printer.NonNil(letters))
 				}
-				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "SEQ\tTIME\tSTAGE\tSUBJECT\tREASON")
+				t := printer.NewTable(
+					printer.Column{Name: "SEQ"},
+					printer.Column{Name: "TIME"},
+					printer.Column{Name: "STAGE"},
+					printer.Column{Name: "SUBJECT", Fit: true, Min: 16},
+					printer.Column{Name: "REASON", Fit: true},
+				)
 				for _, l := range letters {
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", l.Seq, l.Time.Format("2006-01-02T15:04:05Z07:00"), l.Stage, l.Subject, l.Reason)
+					t.Append(strconv.FormatUint(l.Seq, 10), l.Time.Format(time.RFC3339), l.Stage, l.Subject, l.Reason)
 				}
-				if err := tw.Flush(); err != nil {
+				if err := t.Write(out, output, printer.Width(out)); err != nil {
 					return err
 				}
 				fmt.Fprintf(out, "\n%d dead letters\n", len(letters))
@@ -74,12 +71,13 @@ func dlqList(g *globals) *cobra.Command {
 		},
 	}
 	store.bind(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	printer.AddFlag(cmd, &output, printer.Formats...)
 	return cmd
 }
 
 func dlqShow(g *globals) *cobra.Command {
 	var store storeFlags
+	var output printer.Format
 	cmd := &cobra.Command{
 		Use:   "show SEQ",
 		Short: "Show one dead letter: reason, origin, headers and body",
@@ -95,9 +93,12 @@ func dlqShow(g *globals) *cobra.Command {
 					return err
 				}
 				out := cmd.OutOrStdout()
+				if !output.Human() {
+					return printer.WriteData(out, output, l)
+				}
 				fmt.Fprintf(out, "seq:     %d\ntime:    %s\nstage:   %s\nsubject: %s\nreason:  %s\nheaders:\n", l.Seq, l.Time, l.Stage, l.Subject, l.Reason)
-				for k, vs := range l.Headers {
-					for _, v := range vs {
+				for _, k := range slices.Sorted(maps.Keys(l.Headers)) {
+					for _, v := range l.Headers[k] {
 						fmt.Fprintf(out, "  %s: %s\n", k, v)
 					}
 				}
@@ -107,6 +108,7 @@ func dlqShow(g *globals) *cobra.Command {
 		},
 	}
 	store.bind(cmd)
+	printer.AddFlag(cmd, &output, printer.Formats...)
 	return cmd
 }
 
@@ -208,14 +210,4 @@ func parseSeq(s string) (uint64, error) {
 		return 0, fmt.Errorf("%w: %q is not a stream sequence", errUsage, s)
 	}
 	return seq, nil
-}
-
-// printYAML writes v as YAML.
-func printYAML(w io.Writer, v any) error {
-	b, err := yaml.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(b)
-	return err
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 // TestBadFlagsAndUnknownCommandsAreErrors: values that would run a broken
@@ -47,5 +49,38 @@ func TestPlanOfflineReadsStandardInput(t *testing.T) {
 	root.SetArgs([]string{"plan", "--offline", "-f", "-", "--switch", "clusterinstancetype/n1.small", "--to", "clusterinstancetype/n1.medium"})
 	if err := root.ExecuteContext(t.Context()); err != nil || !strings.Contains(out.String(), "api-3") {
 		t.Fatalf("plan --offline -f -: %v\n%s", err, out.String())
+	}
+}
+
+// TestEveryOutputFlagTakesTheSameFormats: -o means one thing everywhere,
+// table, wide, json or yaml (version, which has no columns, no wide).
+func TestEveryOutputFlagTakesTheSameFormats(t *testing.T) {
+	var walk func(*cobra.Command)
+	seen := 0
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+		o := c.Flags().Lookup("output")
+		if o == nil {
+			return
+		}
+		seen++
+		want := []string{"table", "wide", "json", "yaml"}
+		if c.Name() == "version" {
+			want = []string{"table", "json", "yaml"}
+		}
+		for _, f := range want {
+			if err := o.Value.Set(f); err != nil {
+				t.Errorf("%s -o %s: %v", c.CommandPath(), f, err)
+			}
+		}
+		if err := o.Value.Set("waterfall"); err == nil {
+			t.Errorf("%s -o waterfall: accepted", c.CommandPath())
+		}
+	}
+	walk(newRoot())
+	if seen < 9 {
+		t.Errorf("%d commands have -o, want every listing command's (9)", seen)
 	}
 }

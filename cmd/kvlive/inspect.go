@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -13,11 +12,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"kvlive/events"
 	"kvlive/internal/bus"
 	"kvlive/internal/inspect"
+	"kvlive/internal/printer"
 	"kvlive/internal/rollout"
 )
 
@@ -107,17 +106,10 @@ func (s *storeFlags) connect(log *slog.Logger) (*nats.Conn, func() error, error)
 	return nc, func() error { nc.Close(); ns.Shutdown(); ns.WaitForShutdown(); return store.Close() }, nil
 }
 
-// checkOutput rejects an -o value before anything is read.
-func checkOutput(output string, allowed ...string) error {
-	if !slices.Contains(allowed, output) {
-		return fmt.Errorf("%w: -o %q: want %s", errUsage, output, strings.Join(allowed, " or "))
-	}
-	return nil
-}
-
 func newOutcomesCmd(g *globals) *cobra.Command {
 	var store storeFlags
-	var eventID, vm, result, output string
+	var eventID, vm, result string
+	var output printer.Format
 	cmd := &cobra.Command{
 		Use:   "outcomes [--event ID] [--vm NS/NAME] [--result RESULT]",
 		Short: "List what happened to each VM: the latest attempt's outcome per event and VM",
@@ -134,9 +126,6 @@ count per result. kvlive events lists the event ids.`,
 			if err != nil {
 				return err
 			}
-			if err := checkOutput(output, "table", "json"); err != nil {
-				return err
-			}
 			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
 				if f.EventID != "" {
 					if f.EventID, err = rollout.ResolveEventID(ctx, js, f.EventID); err != nil {
@@ -147,7 +136,8 @@ count per result. kvlive events lists the event ids.`,
 				if err != nil {
 					return err
 				}
-				return inspect.WriteOutcomes(cmd.OutOrStdout(), outs, output)
+				out := cmd.OutOrStdout()
+				return inspect.WriteOutcomes(out, outs, output, printer.Width(out))
 			})
 		},
 	}
@@ -155,7 +145,7 @@ count per result. kvlive events lists the event ids.`,
 	f.StringVar(&eventID, "event", "", "only this event's outcomes")
 	f.StringVar(&vm, "vm", "", "only this VM's outcomes, as NAMESPACE/NAME")
 	f.StringVar(&result, "result", "", "only VMs whose latest result is this: live, restart, next-boot, none, skip or failed")
-	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	printer.AddFlag(cmd, &output, printer.Formats...)
 	store.bind(cmd)
 	return cmd
 }
@@ -178,7 +168,7 @@ func outcomeFilter(eventID, vm, result string) (inspect.OutcomeFilter, error) {
 func newEventsCmd(g *globals) *cobra.Command {
 	var store storeFlags
 	var limit int
-	var output string
+	var output printer.Format
 	cmd := &cobra.Command{
 		Use:   "events [--limit N]",
 		Short: "List recent instance type changes and switches, with planned and recorded results",
@@ -190,28 +180,27 @@ result, and how many outcomes per result have been recorded so far.`,
   kvlive events --limit 5 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output, "table", "json"); err != nil {
-				return err
-			}
 			return store.withReader(cmd, g, func(ctx context.Context, r *inspect.Reader) error {
 				list, err := r.Events(ctx, limit)
 				if err != nil {
 					return err
 				}
-				return inspect.WriteEvents(cmd.OutOrStdout(), list, output)
+				out := cmd.OutOrStdout()
+				return inspect.WriteEvents(out, list, output, printer.Width(out))
 			})
 		},
 	}
 	f := cmd.Flags()
 	f.IntVar(&limit, "limit", 20, "how many of the newest events to list; 0 lists all")
-	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	printer.AddFlag(cmd, &output, printer.Formats...)
 	store.bind(cmd)
 	return cmd
 }
 
 func newTraceCmd(g *globals) *cobra.Command {
 	var store storeFlags
-	var output, color string
+	var color string
+	var output printer.Format
 	var maxDepth int
 	cmd := &cobra.Command{
 		Use:   "trace EVENT-ID|TRACE-ID",
@@ -220,19 +209,18 @@ func newTraceCmd(g *globals) *cobra.Command {
 resolved through its rollout record; 32 hex digits are a trace id) and draws
 them as a tree with a time bar per span. Per-VM spans that root their own trace
 and link to the plan span are drawn under it, marked ↪. Results are coloured on
-a terminal unless NO_COLOR is set; --color overrides both.`,
+a terminal unless NO_COLOR is set; --color overrides both. The waterfall fits
+the terminal (names cut with …); -o wide draws every name whole; -o json and
+-o yaml list the spans in tree order.`,
 		Example: `  kvlive trace VirtualMachineClusterInstancetype/6f1c…/2
   kvlive trace 4bf92f3577b34da6a3ce929d0e0e4736 --max-depth 2
   kvlive trace switch/0b5c… -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := cmd.OutOrStdout()
-			colour, err := inspect.UseColor(color, isTerminal(out), os.Getenv("NO_COLOR"))
+			colour, err := inspect.UseColor(color, printer.IsTerminal(out), os.Getenv("NO_COLOR"))
 			if err != nil {
 				return fmt.Errorf("%w: --color: %w", errUsage, err)
-			}
-			if err := checkOutput(output, "waterfall", "json"); err != nil {
-				return err
 			}
 			return store.withReader(cmd, g, func(ctx context.Context, r *inspect.Reader) error {
 				traceID, err := r.ResolveTrace(ctx, args[0])
@@ -244,23 +232,18 @@ a terminal unless NO_COLOR is set; --color overrides both.`,
 					return err
 				}
 				tree := inspect.NewTree(traceID, spans)
-				if output == "json" {
-					return tree.WriteJSON(out)
+				if !output.Human() {
+					return tree.WriteData(out, output)
 				}
-				return tree.Render(out, inspect.WaterfallOptions{Color: colour, MaxDepth: maxDepth})
+				return tree.Render(out, inspect.WaterfallOptions{Color: colour, MaxDepth: maxDepth,
+					Width: printer.Width(out), Whole: output == printer.FormatWide})
 			})
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&output, "output", "o", "waterfall", "output format: waterfall or json (the spans in tree order)")
+	printer.AddFlag(cmd, &output, printer.Formats...)
 	f.StringVar(&color, "color", inspect.ColorAuto, "colour the waterfall: auto (a terminal, without NO_COLOR), always or never")
 	f.IntVar(&maxDepth, "max-depth", 0, "draw this many levels of the tree; 0 draws all")
 	store.bind(cmd)
 	return cmd
-}
-
-// isTerminal reports whether w is a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
 }

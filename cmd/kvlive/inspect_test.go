@@ -107,7 +107,7 @@ func TestInspectCommandsOnDataDir(t *testing.T) {
 		want []string
 	}{
 		{[]string{"events"}, []string{testEvent, "clusterinstancetype/u1.small → clusterinstancetype/u1.large", "1 (1 live)"}},
-		{[]string{"outcomes", "--vm", "shop/web-1"}, []string{testEvent, "web-1", "live", testTrace, "1 outcome: 1 live"}},
+		{[]string{"outcomes", "--vm", "shop/web-1", "-o", "wide"}, []string{testEvent, "web-1", "live", testTrace, "1 outcome: 1 live"}},
 		{[]string{"outcomes", "--result", "failed"}, []string{"no outcomes found"}},
 		{[]string{"trace", testEvent, "--color", "never"}, []string{"trace " + testTrace + " · 2 spans", "↪ applier.apply shop/web-1", "│  live"}},
 		{[]string{"trace", testTrace, "--color", "always"}, []string{"\x1b[32mlive\x1b[0m"}},
@@ -152,7 +152,7 @@ func TestInspectCommandErrors(t *testing.T) {
 		{[]string{"trace", "5bf92f3577b34da6a3ce929d0e0e4736", "--data-dir", dir}, "no spans stored for trace 5bf92f3577b34da6a3ce929d0e0e4736"},
 		{[]string{"outcomes", "--vm", "web-1", "--data-dir", dir}, "want NAMESPACE/NAME"},
 		{[]string{"outcomes", "--result", "great", "--data-dir", dir}, "--result"},
-		{[]string{"events", "-o", "yaml", "--data-dir", dir}, "want table or json"},
+		{[]string{"events", "-o", "tsv", "--data-dir", dir}, "want table, wide, json or yaml"},
 		{[]string{"trace", testEvent, "--color", "sometimes", "--data-dir", dir}, "--color"},
 		{[]string{"events", "--data-dir", dir, "--nats-url", "nats://127.0.0.1:1"}, "none of the others can be"},
 		{[]string{"events", "--data-dir", t.TempDir()}, "holds no JetStream store"},

@@ -11,6 +11,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/kube"
+	"kvlive/internal/printer"
 	"kvlive/planner/offline"
 )
 
@@ -21,7 +22,7 @@ type planOptions struct {
 	from, to      string
 	allNamespaces bool
 	selector      string
-	output        string
+	output        printer.Format
 	offline       bool
 	file          string
 }
@@ -60,7 +61,7 @@ generation. Nothing is written.`,
 	o.kube.AddFlags(f, "only VMs in this namespace (default: the context's namespace; all namespaces with --offline)")
 	f.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "VMs in all namespaces")
 	f.StringVarP(&o.selector, "selector", "l", "", "only VMs matching this label selector")
-	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	printer.AddFlag(cmd, &o.output, printer.Formats...)
 	f.BoolVar(&o.offline, "offline", false, "read the cluster from -f instead of the kubeconfig")
 	f.StringVarP(&o.file, "filename", "f", "", "multi-document YAML file for --offline; - reads standard input")
 	return cmd
@@ -95,7 +96,8 @@ func (o *planOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	return offline.NewReport(plans).Print(cmd.OutOrStdout(), o.output)
+	out := cmd.OutOrStdout()
+	return offline.NewReport(plans).Print(out, o.output, printer.Width(out))
 }
 
 // clients reads the cluster (or the offline file) and resolves the

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/kube"
+	"kvlive/internal/printer"
 	"kvlive/internal/replay"
 	"kvlive/internal/rollout"
 	"kvlive/internal/telemetry"
@@ -29,7 +29,7 @@ type replayOptions struct {
 	object   string
 	apply    bool
 	wait     bool
-	output   string
+	output   printer.Format
 	selected replay.Selection
 }
 
@@ -58,16 +58,13 @@ generation replays as the newest.`,
 	f.StringVar(&o.object, "instancetype", "", "replay events of this KIND/[NS/]NAME (changes of it, switches from or to it)")
 	f.BoolVar(&o.apply, "apply", false, "publish the events again instead of showing their plans")
 	f.BoolVar(&o.wait, "wait", false, "with --apply, wait for every VM's outcome")
-	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	printer.AddFlag(cmd, &o.output, printer.Formats...)
 	o.kube.AddFlags(f, "")
 	o.store.bind(cmd)
 	return cmd
 }
 
 func (o *replayOptions) run(cmd *cobra.Command, g *globals) error {
-	if err := checkOutput(o.output, "table", "json", "yaml"); err != nil {
-		return err
-	}
 	if err := o.selection(); err != nil {
 		return err
 	}
@@ -173,19 +170,15 @@ type previewJSON struct {
 	Plan    any       `json:"plan"`
 }
 
-func printPreviews(w io.Writer, previews []offline.Preview, format string) error {
-	if format != "table" {
+func printPreviews(w io.Writer, previews []offline.Preview, f printer.Format) error {
+	if !f.Human() {
 		list := make([]previewJSON, 0, len(previews))
 		for _, p := range previews {
 			list = append(list, previewJSON{EventID: p.Event.ID, Seq: p.Event.Seq, Time: p.Event.Time, Note: p.Note, Plan: p.Report})
 		}
-		if format == "json" {
-			enc := json.NewEncoder(w)
-			enc.SetIndent("", "  ")
-			return enc.Encode(list)
-		}
-		return printYAML(w, list)
+		return printer.WriteData(w, f, list)
 	}
+	width := printer.Width(w)
 	for i, p := range previews {
 		if i > 0 {
 			fmt.Fprintln(w)
@@ -194,7 +187,7 @@ func printPreviews(w io.Writer, previews []offline.Preview, format string) error
 		if p.Note != "" {
 			fmt.Fprintf(w, "# %s\n", p.Note)
 		}
-		if err := p.Report.Print(w, "table"); err != nil {
+		if err := p.Report.Print(w, f, width); err != nil {
 			return err
 		}
 	}

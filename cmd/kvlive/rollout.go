@@ -12,6 +12,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/inspect"
+	"kvlive/internal/printer"
 	"kvlive/internal/rollout"
 )
 
@@ -113,15 +114,12 @@ func checkKnown(ctx context.Context, js jetstream.JetStream, s *rollout.Store, e
 
 func rolloutStatusCmd(g *globals) *cobra.Command {
 	var store storeFlags
-	var output string
+	var output printer.Format
 	cmd := &cobra.Command{
 		Use:   "status EVENT-ID",
 		Short: "Show an event's rollout: its state, planned VMs, outcomes by result and held plans",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output, "table", "json"); err != nil {
-				return err
-			}
 			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
 				id, err := rollout.ResolveEventID(ctx, js, args[0])
 				if err != nil {
@@ -135,7 +133,7 @@ func rolloutStatusCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	printer.AddFlag(cmd, &output, printer.Formats...)
 	store.bind(cmd)
 	return cmd
 }

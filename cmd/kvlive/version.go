@@ -1,11 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"kvlive/internal/printer"
 )
 
 // versionInfo is what `kvlive version` reports, read from the binary's
@@ -51,21 +52,16 @@ func readVersion() versionInfo {
 }
 
 func newVersionCmd() *cobra.Command {
-	var output string
+	var output printer.Format
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print kvlive's version, commit and the KubeVirt API it speaks",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output, "text", "json"); err != nil {
-				return err
-			}
 			v := readVersion()
 			out := cmd.OutOrStdout()
-			if output == "json" {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(v)
+			if !output.Human() {
+				return printer.WriteData(out, output, v)
 			}
 			commit := v.Commit
 			if commit == "" {
@@ -78,6 +74,6 @@ func newVersionCmd() *cobra.Command {
 			return err
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	printer.AddFlag(cmd, &output, printer.FormatTable, printer.FormatJSON, printer.FormatYAML)
 	return cmd
 }

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"text/tabwriter"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/util/duration"
 
 	"kvlive/events"
+	"kvlive/internal/printer"
 	"kvlive/internal/rollout"
 )
 
@@ -158,30 +160,37 @@ func summarize(body []byte) (EventSummary, bool) {
 	return e, true
 }
 
-// WriteEvents writes list as a table ("table" or "") or as JSON ("json").
-func WriteEvents(w io.Writer, list []EventSummary, format string) error {
-	switch format {
-	case "json":
-		return writeJSON(w, nonNil(list))
-	case "table", "":
-		return writeEventTable(w, list)
+// WriteEvents writes list as a table (f table or wide, cut to width when
+// it is not zero) or as data (json, yaml).
+func WriteEvents(w io.Writer, list []EventSummary, f printer.Format, width int) error {
+	if !f.Human() {
+		return printer.WriteData(w, f, printer.NonNil(list))
 	}
-	return fmt.Errorf("unknown output format %q (want table or json)", format)
-}
-
-func writeEventTable(w io.Writer, list []EventSummary) error {
 	if len(list) == 0 {
 		_, err := fmt.Fprintln(w, "no events recorded")
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTIME\tTYPE\tOBJECT\tGENERATION\tPLANNED\tOUTCOMES")
+	t := printer.NewTable(
+		printer.Column{Name: "ID", Fit: true, Min: 16},
+		printer.Column{Name: "AGE"},
+		printer.Column{Name: "TYPE"},
+		printer.Column{Name: "OBJECT", Fit: true},
+		printer.Column{Name: "GEN"},
+		printer.Column{Name: "PLANNED", Fit: true, Min: 8},
+		printer.Column{Name: "OUTCOMES", Fit: true, Min: 10},
+		printer.Column{Name: "TIME", Wide: true},
+		printer.Column{Name: "TRACE", Wide: true},
+	)
+	at := now()
 	for _, e := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Time.UTC().Format(time.RFC3339), e.Type, e.Object,
-			generation(e), planned(e), tally(e.Outcomes)+stateNote(e))
+		t.Append(e.ID, duration.HumanDuration(at.Sub(e.Time)), strings.TrimSuffix(e.Type, "-change"), e.Object,
+			generation(e), planned(e), tally(e.Outcomes)+stateNote(e), e.Time.UTC().Format(time.RFC3339), orDash(e.TraceID))
 	}
-	return tw.Flush()
+	return t.Write(w, f, width)
 }
+
+// now is the clock ages are measured on; tests set it.
+var now = time.Now
 
 // stateNote tells the rollout's phase in the outcomes column.
 func stateNote(e EventSummary) string {

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"kvlive/events"
+	"kvlive/internal/printer"
 )
 
 // seedEvents records an instance type edit (planned, outcomes in), a
@@ -84,14 +86,28 @@ func TestEventsOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func(clock func() time.Time) { now = clock }(now)
+	now = func() time.Time { return list[len(list)-1].Time.Add(90 * time.Minute) }
 	var buf bytes.Buffer
-	if err := WriteEvents(&buf, list, "table"); err != nil {
+	if err := WriteEvents(&buf, list, printer.FormatTable, 0); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "events.table.golden", buf.Bytes())
 
 	buf.Reset()
-	if err := WriteEvents(&buf, list, "json"); err != nil {
+	if err := WriteEvents(&buf, list, printer.FormatTable, 80); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "events.table80.golden", buf.Bytes())
+
+	buf.Reset()
+	if err := WriteEvents(&buf, list, printer.FormatWide, 80); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "events.wide.golden", buf.Bytes())
+
+	buf.Reset()
+	if err := WriteEvents(&buf, list, printer.FormatJSON, 0); err != nil {
 		t.Fatal(err)
 	}
 	var decoded []EventSummary
@@ -110,7 +126,7 @@ func TestEventsEmpty(t *testing.T) {
 		t.Fatalf("%v, %v", list, err)
 	}
 	var buf bytes.Buffer
-	if err := WriteEvents(&buf, list, "json"); err != nil || strings.TrimSpace(buf.String()) != "[]" {
+	if err := WriteEvents(&buf, list, printer.FormatJSON, 0); err != nil || strings.TrimSpace(buf.String()) != "[]" {
 		t.Errorf("json %q, %v", buf.String(), err)
 	}
 }

@@ -3,17 +3,16 @@ package inspect
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
+	"kvlive/internal/printer"
 )
 
 // OutcomeFilter selects outcomes; a zero field matches everything.
@@ -115,32 +114,34 @@ func (l *latestSet) sorted() []events.Outcome {
 	return outs
 }
 
-// WriteOutcomes writes outs as a table with a count per result ("table" or
-// "") or as a JSON array of events.Outcome ("json").
-func WriteOutcomes(w io.Writer, outs []events.Outcome, format string) error {
-	switch format {
-	case "json":
-		return writeJSON(w, nonNil(outs))
-	case "table", "":
-		return writeOutcomeTable(w, outs)
+// WriteOutcomes writes outs as a table with a count per result (f table or
+// wide, cut to width when it is not zero) or as a list of events.Outcome
+// (json, yaml).
+func WriteOutcomes(w io.Writer, outs []events.Outcome, f printer.Format, width int) error {
+	if !f.Human() {
+		return printer.WriteData(w, f, printer.NonNil(outs))
 	}
-	return fmt.Errorf("unknown output format %q (want table or json)", format)
-}
-
-func writeOutcomeTable(w io.Writer, outs []events.Outcome) error {
 	if len(outs) == 0 {
 		_, err := fmt.Fprintln(w, "no outcomes found")
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "EVENT\tNAMESPACE\tNAME\tRESULT\tATTEMPT\tWROTE\tTRACE\tREASON")
+	t := printer.NewTable(
+		printer.Column{Name: "EVENT", Fit: true},
+		printer.Column{Name: "NAMESPACE"},
+		printer.Column{Name: "NAME"},
+		printer.Column{Name: "RESULT"},
+		printer.Column{Name: "ATTEMPT"},
+		printer.Column{Name: "WROTE"},
+		printer.Column{Name: "TRACE", Wide: true},
+		printer.Column{Name: "REASON", Fit: true},
+	)
 	counts := map[events.Result]int{}
 	for _, o := range outs {
 		counts[o.Result]++
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", o.EventID, o.VM.Namespace, o.VM.Name,
-			o.Result, o.Attempt, yesNo(o.Wrote), orDash(o.TraceID), orDash(outcomeReason(o)))
+		t.Append(o.EventID, o.VM.Namespace, o.VM.Name, string(o.Result), strconv.Itoa(o.Attempt),
+			yesNo(o.Wrote), orDash(o.TraceID), orDash(outcomeReason(o)))
 	}
-	if err := tw.Flush(); err != nil {
+	if err := t.Write(w, f, width); err != nil {
 		return err
 	}
 	noun := "outcomes"
@@ -173,20 +174,6 @@ func countList(counts map[events.Result]int, all bool) string {
 		}
 	}
 	return strings.Join(parts, ", ")
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-// nonNil makes an empty result encode as [], not null.
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
 }
 
 func yesNo(b bool) string {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"kvlive/events"
+	"kvlive/internal/printer"
 )
 
 const (
@@ -87,7 +88,7 @@ func TestOutcomesTableGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := WriteOutcomes(&buf, outs, "table"); err != nil {
+	if err := WriteOutcomes(&buf, outs, printer.FormatTable, 0); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "outcomes.table.golden", buf.Bytes())
@@ -101,7 +102,7 @@ func TestOutcomesJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := WriteOutcomes(&buf, outs, "json"); err != nil {
+	if err := WriteOutcomes(&buf, outs, printer.FormatJSON, 0); err != nil {
 		t.Fatal(err)
 	}
 	var got []events.Outcome
@@ -112,11 +113,12 @@ func TestOutcomesJSON(t *testing.T) {
 		t.Errorf("got %+v", got)
 	}
 	buf.Reset()
-	if err := WriteOutcomes(&buf, nil, "json"); err != nil || strings.TrimSpace(buf.String()) != "[]" {
+	if err := WriteOutcomes(&buf, nil, printer.FormatJSON, 0); err != nil || strings.TrimSpace(buf.String()) != "[]" {
 		t.Errorf("no outcomes: %q, %v; want []", buf.String(), err)
 	}
-	if err := WriteOutcomes(&buf, nil, "yaml"); err == nil {
-		t.Error("yaml: want an error")
+	buf.Reset()
+	if err := WriteOutcomes(&buf, nil, printer.FormatYAML, 0); err != nil || buf.String() != "[]\n" {
+		t.Errorf("no outcomes as yaml: %q, %v; want []", buf.String(), err)
 	}
 }
 

@@ -6,13 +6,15 @@ import (
 	"time"
 
 	"kvlive/events"
+	"kvlive/internal/printer"
 	"kvlive/internal/rollout"
 )
 
-// WriteStatus prints a rollout's accounting as a few lines (table) or as JSON.
-func WriteStatus(w io.Writer, a rollout.Account, format string) error {
-	if format == "json" {
-		return writeJSON(w, a)
+// WriteStatus prints a rollout's accounting as a few lines (table or wide)
+// or as data (json, yaml).
+func WriteStatus(w io.Writer, a rollout.Account, f printer.Format) error {
+	if !f.Human() {
+		return printer.WriteData(w, f, a)
 	}
 	phase := string(a.Phase)
 	switch {

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"kvlive/events"
+	"kvlive/internal/printer"
 	"kvlive/internal/rollout"
 )
 
@@ -200,5 +201,7 @@ func (t *Tree) Spans() []events.Span {
 	return spans
 }
 
-// WriteJSON writes the tree's spans, in tree order, as a JSON array.
-func (t *Tree) WriteJSON(w io.Writer) error { return writeJSON(w, nonNil(t.Spans())) }
+// WriteData writes the tree's spans, in tree order, as a JSON or YAML list.
+func (t *Tree) WriteData(w io.Writer, f printer.Format) error {
+	return printer.WriteData(w, f, printer.NonNil(t.Spans()))
+}

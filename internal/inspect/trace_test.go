@@ -9,8 +9,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"kvlive/events"
+	"kvlive/internal/printer"
 )
 
 const rolloutTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -109,6 +111,28 @@ func TestWaterfallGolden(t *testing.T) {
 	golden(t, "trace.depth2.golden", buf.Bytes())
 }
 
+func TestWaterfallFitsTheTerminal(t *testing.T) {
+	tree := NewTree(rolloutTrace, rolloutSpans())
+	for _, width := range []int{60, 80, 100} {
+		var buf bytes.Buffer
+		if err := tree.Render(&buf, WaterfallOptions{Width: width}); err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(buf.String()) {
+			if n := utf8.RuneCountInString(strings.TrimSuffix(line, "\n")); n > width {
+				t.Errorf("width %d: a line of %d: %q", width, n, line)
+			}
+		}
+	}
+	var whole bytes.Buffer
+	if err := tree.Render(&whole, WaterfallOptions{Width: 60, Whole: true}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(whole.String(), "…") {
+		t.Errorf("wide cut a name:\n%s", whole.String())
+	}
+}
+
 func TestWaterfallColour(t *testing.T) {
 	tree := NewTree(rolloutTrace, rolloutSpans())
 	var plain, painted bytes.Buffer
@@ -178,7 +202,7 @@ func TestReadTrace(t *testing.T) {
 		t.Errorf("%d spans, want %d: each stored span once, linked ones included", len(got), len(spans)-1)
 	}
 	var buf bytes.Buffer
-	if err := NewTree(rolloutTrace, got).WriteJSON(&buf); err != nil {
+	if err := NewTree(rolloutTrace, got).WriteData(&buf, printer.FormatJSON); err != nil {
 		t.Fatal(err)
 	}
 	var decoded []events.Span

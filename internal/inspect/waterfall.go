@@ -22,7 +22,18 @@ type WaterfallOptions struct {
 	// MaxDepth shows this many levels (0: all); a line whose children are
 	// hidden says how many spans it hides.
 	MaxDepth int
+	// Width, when not zero, is the terminal's: names, bars and results are
+	// narrowed (names and results cut with "…") so no line wraps.
+	Width int
+	// Whole draws every name uncut, however long (-o wide).
+	Whole bool
 }
+
+// resultRoom is how much of a narrowed line is kept for a span's result.
+const resultRoom = 12
+
+// minBarWidth is the narrowest a timeline is drawn.
+const minBarWidth = 10
 
 // DefaultBarWidth is the timeline's width when WaterfallOptions leave it zero.
 const DefaultBarWidth = 40
@@ -52,14 +63,26 @@ func (t *Tree) Render(w io.Writer, o WaterfallOptions) error {
 	if o.BarWidth <= 0 {
 		o.BarWidth = DefaultBarWidth
 	}
-	lines := t.lines(o.MaxDepth)
+	labelCap := maxLabelWidth
+	switch {
+	case o.Whole:
+		labelCap, o.Width = math.MaxInt, 0
+	case o.Width > 0:
+		labelCap = min(maxLabelWidth, max(24, o.Width*2/5))
+	}
+	lines := t.lines(o.MaxDepth, labelCap)
 	width := 0
 	for _, l := range lines {
 		width = max(width, utf8.RuneCountInString(l.label))
 	}
+	if o.Width > 0 {
+		// name, duration and the bar's borders, two spaces apart.
+		fixed := width + 2 + 8 + 2 + 2
+		o.BarWidth = max(minBarWidth, min(o.BarWidth, o.Width-fixed-2-resultRoom))
+	}
 	bw := bufio.NewWriter(w)
-	fmt.Fprintf(bw, "trace %s · %d spans · %s · from %s\n", t.TraceID, t.size, formatDuration(t.End.Sub(t.Start)),
-		t.Start.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+	fmt.Fprintln(bw, cut(fmt.Sprintf("trace %s · %d spans · %s · from %s", t.TraceID, t.size, formatDuration(t.End.Sub(t.Start)),
+		t.Start.UTC().Format("2006-01-02T15:04:05.000Z07:00")), o.Width))
 	fmt.Fprintf(bw, "%-*s  %8s  %s\n", width, "", "", ruler(o.BarWidth, t.End.Sub(t.Start)))
 	for _, l := range lines {
 		t.writeLine(bw, l, width, o)
@@ -68,10 +91,10 @@ func (t *Tree) Render(w io.Writer, o WaterfallOptions) error {
 }
 
 // lines lists the spans to draw in tree order, with their labels.
-func (t *Tree) lines(maxDepth int) []line {
+func (t *Tree) lines(maxDepth, labelCap int) []line {
 	lines := make([]line, 0, t.size)
 	t.Walk(func(n *Node, depth int) bool {
-		l := line{node: n, depth: depth, label: label(n, depth)}
+		l := line{node: n, depth: depth, label: cut(label(n, depth), labelCap)}
 		deeper := maxDepth <= 0 || depth+1 < maxDepth
 		if !deeper {
 			l.hidden = subtreeSize(n) - 1
@@ -87,11 +110,15 @@ func label(n *Node, depth int) string {
 	if n.Linked {
 		s += "↪ "
 	}
-	s += n.Span.Name
-	if utf8.RuneCountInString(s) > maxLabelWidth {
-		s = string([]rune(s)[:maxLabelWidth-1]) + "…"
+	return s + n.Span.Name
+}
+
+// cut shortens s to n characters, the last one "…".
+func cut(s string, n int) string {
+	if n <= 0 || utf8.RuneCountInString(s) <= n {
+		return s
 	}
-	return s
+	return string([]rune(s)[:n-1]) + "…"
 }
 
 func subtreeSize(n *Node) int {
@@ -108,16 +135,25 @@ func (t *Tree) writeLine(w *bufio.Writer, l line, width int, o WaterfallOptions)
 	s := l.node.Span
 	result, colour := spanResult(s)
 	fmt.Fprintf(w, "%-*s  %8s  %s", width, l.label, formatDuration(s.Duration()), t.bar(s, colour, o))
-	if result != "" {
-		fmt.Fprint(w, "  "+paint(result, colour, o.Color))
+	room := 0 // what is left of the line, when it must fit
+	if o.Width > 0 {
+		room = max(o.Width-(width+2+8+2+o.BarWidth+2)-2, 1)
 	}
+	tail := result
 	if l.hidden > 0 {
-		fmt.Fprintf(w, "  (+%d spans)", l.hidden)
+		tail = strings.TrimPrefix(fmt.Sprintf("%s  (+%d spans)", result, l.hidden), "  ")
+	}
+	if tail != "" {
+		tail = cut(tail, room)
+		if result != "" && strings.HasPrefix(tail, result) {
+			tail = paint(result, colour, o.Color) + tail[len(result):]
+		}
+		fmt.Fprint(w, "  "+tail)
 	}
 	fmt.Fprintln(w)
 	indent := strings.Repeat("  ", l.depth+1)
 	for _, e := range s.Events {
-		fmt.Fprintf(w, "%s· %s +%s\n", indent, e.Name, formatDuration(e.Time.Sub(s.Start)))
+		fmt.Fprintln(w, cut(fmt.Sprintf("%s· %s +%s", indent, e.Name, formatDuration(e.Time.Sub(s.Start))), o.Width))
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"kvlive/events"
+	"kvlive/internal/printer"
 	"kvlive/internal/testenv"
 )
 
@@ -91,13 +92,13 @@ func TestWorkedExamples(t *testing.T) {
 func TestGoldenOutput(t *testing.T) {
 	report := planFile(t, "edit-cluster-instancetype.yaml",
 		Request{Object: events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.large"}, Selector: labels.Everything()})
-	for _, format := range []string{"json", "table", "yaml"} {
-		t.Run(format, func(t *testing.T) {
+	for _, format := range []printer.Format{printer.FormatJSON, printer.FormatTable, printer.FormatYAML} {
+		t.Run(string(format), func(t *testing.T) {
 			var out bytes.Buffer
-			if err := report.Print(&out, format); err != nil {
+			if err := report.Print(&out, format, 0); err != nil {
 				t.Fatal(err)
 			}
-			golden := filepath.Join("testdata", "edit-cluster-instancetype."+format+".golden")
+			golden := filepath.Join("testdata", "edit-cluster-instancetype."+string(format)+".golden")
 			if *update {
 				if err := os.WriteFile(golden, out.Bytes(), 0o644); err != nil {
 					t.Fatal(err)

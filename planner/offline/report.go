@@ -1,15 +1,12 @@
 package offline
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
-
-	"sigs.k8s.io/yaml"
 
 	"kvlive/events"
+	"kvlive/internal/printer"
 )
 
 // Report is the offline plan contract (ARCHITECTURE.md): one entry per VM
@@ -48,33 +45,23 @@ func NewReport(plans []events.Plan) Report {
 	return r
 }
 
-// Print writes the report as a table (for people), json or yaml.
-func (r Report) Print(w io.Writer, format string) error {
-	switch format {
-	case "json":
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
-	case "yaml":
-		b, err := yaml.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
-	case "table", "":
-		return r.printTable(w)
+// Print writes the report as a table (f table or wide, cut to width when it
+// is not zero) or as data (json, yaml).
+func (r Report) Print(w io.Writer, f printer.Format, width int) error {
+	if !f.Human() {
+		return printer.WriteData(w, f, r)
 	}
-	return fmt.Errorf("unknown output format %q (want table, json or yaml)", format)
-}
-
-func (r Report) printTable(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tNAME\tRESULT\tCHANGES\tREASON")
+	t := printer.NewTable(
+		printer.Column{Name: "NAMESPACE"},
+		printer.Column{Name: "NAME"},
+		printer.Column{Name: "RESULT"},
+		printer.Column{Name: "CHANGES", Fit: true, Min: 16},
+		printer.Column{Name: "REASON", Fit: true},
+	)
 	for _, vm := range r.VMs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", vm.Namespace, vm.Name, vm.Action, changeList(vm.Changes), vm.Reason)
+		t.Append(vm.Namespace, vm.Name, string(vm.Action), changeList(vm.Changes), vm.Reason)
 	}
-	if err := tw.Flush(); err != nil {
+	if err := t.Write(w, f, width); err != nil {
 		return err
 	}
 	return r.printSummary(w)
