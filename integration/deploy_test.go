@@ -51,7 +51,7 @@ func TestShippedManifestsAreEnough(t *testing.T) {
 		return pinProblem(v, s, it)
 	})
 
-	out := e.kvliveCommand(rolloutTimeout, "switch", "--nats-url", e.nats.URL,
+	out := e.kvliveCommand(rolloutTimeout, "switch", "--nats-url", e.nats.URL, "--kubeconfig", e.kubeconfig, "-A",
 		"--from", "clusterinstancetype/"+itMedium, "--to", "clusterinstancetype/"+itLarge, "-l", "tier=web", "--wait")
 	m := switchOutput.FindStringSubmatch(out)
 	if m == nil {

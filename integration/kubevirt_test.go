@@ -313,7 +313,7 @@ func TestRealKubeVirtEditAndSwitch(t *testing.T) {
 		}
 	}
 
-	out := e.kvliveCommand(rolloutTimeout, "switch", "--nats-url", e.nats.URL, "-n", kvNamespace,
+	out := e.kvliveCommand(rolloutTimeout, "switch", "--nats-url", e.nats.URL, "--kubeconfig", e.kubeconfig, "-n", kvNamespace,
 		"--from", "clusterinstancetype/u1.medium", "--to", "clusterinstancetype/u1.large", "--wait")
 	m := switchOutput.FindStringSubmatch(out)
 	if m == nil {

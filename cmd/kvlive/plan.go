@@ -7,30 +7,25 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/labels"
 
-	"kvlive/events"
 	"kvlive/internal/kube"
 	"kvlive/internal/printer"
 	"kvlive/planner/offline"
 )
 
 type planOptions struct {
-	kube          *kube.Flags
-	stdin         io.Reader
-	object        string
-	from, to      string
-	allNamespaces bool
-	selector      string
-	output        printer.Format
-	offline       bool
-	file          string
+	fleet   *fleetFlags
+	stdin   io.Reader
+	object  string
+	output  printer.Format
+	offline bool
+	file    string
 }
 
 func newPlanCmd() *cobra.Command {
-	o := &planOptions{kube: kube.NewFlags()}
+	o := &planOptions{fleet: newFleetFlags()}
 	cmd := &cobra.Command{
-		Use:   "plan [KIND/NAME | --instancetype KIND/[NS/]NAME | --switch FROM --to TO]",
+		Use:   "plan [KIND/NAME | --instancetype KIND/[NS/]NAME | --from FROM --to TO]",
 		Short: "Predict, per VM and per field, what a change would do, without writing anything",
 		Long: `plan shows what moving every VM that references an instance type or preference
 to its current generation (or switching VMs from one to another) would do, per
@@ -38,11 +33,16 @@ VM: live, restart, next-boot, none or skip, with every changed field and the
 reason. It reads the cluster of the current kubeconfig, or with --offline a
 multi-document YAML file of VMs, VMIs, instance types, preferences,
 ControllerRevisions and the KubeVirt CR, whose objects are taken as the new
-generation. Nothing is written.`,
+generation. Nothing is written.
+
+plan --from A --to B selects VMs exactly as kvlive switch --from A --to B does
+(-n, -A, -l and their defaults are the same), so it previews that switch. With
+--offline, VMs in every namespace of the file are planned unless -n is given.`,
 		Example: `  kvlive plan clusterinstancetype/u1.large -A
-  kvlive plan --switch clusterinstancetype/u1.small --to clusterinstancetype/u1.large -n shop -l tier=web
+  kvlive plan --from clusterinstancetype/u1.small --to clusterinstancetype/u1.large -n shop -l tier=web
   kvlive plan --offline -f fleet.yaml --instancetype clusterinstancetype/u1.large -o json`,
-		Args: cobra.MaximumNArgs(1),
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: completeKinds,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.stdin = cmd.InOrStdin()
 			if len(args) == 1 {
@@ -54,13 +54,14 @@ generation. Nothing is written.`,
 			return o.run(cmd)
 		},
 	}
+	o.fleet.bind(cmd, "KIND/[NS/]NAME the VMs reference now (with --to): preview a switch",
+		"KIND/[NS/]NAME the VMs would switch to (with --from)")
 	f := cmd.Flags()
 	f.StringVar(&o.object, "instancetype", "", "KIND/[NS/]NAME of the instance type or preference to evaluate")
-	f.StringVar(&o.from, "switch", "", "KIND/[NS/]NAME the VMs reference now (with --to)")
-	f.StringVar(&o.to, "to", "", "KIND/[NS/]NAME the VMs would switch to (with --switch)")
-	o.kube.AddFlags(f, "only VMs in this namespace (default: the context's namespace; all namespaces with --offline)")
-	f.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "VMs in all namespaces")
-	f.StringVarP(&o.selector, "selector", "l", "", "only VMs matching this label selector")
+	_ = cmd.RegisterFlagCompletionFunc("instancetype", completeKinds)
+	// --switch was --from's name before plan and switch shared their flags.
+	f.StringVar(&o.fleet.from, "switch", "", "KIND/[NS/]NAME the VMs reference now (with --to)")
+	_ = f.MarkDeprecated("switch", "use --from")
 	printer.AddFlag(cmd, &o.output, printer.Formats...)
 	f.BoolVar(&o.offline, "offline", false, "read the cluster from -f instead of the kubeconfig")
 	f.StringVarP(&o.file, "filename", "f", "", "multi-document YAML file for --offline; - reads standard input")
@@ -68,31 +69,23 @@ generation. Nothing is written.`,
 }
 
 func (o *planOptions) run(cmd *cobra.Command) error {
-	if (o.object == "") == (o.from == "") || (o.from != "") != (o.to != "") {
-		return fmt.Errorf("%w: name one object to evaluate (KIND/NAME or --instancetype), or --switch FROM --to TO", errUsage)
+	from, to := o.fleet.from, o.fleet.to
+	if (o.object == "") == (from == "") || (from != "") != (to != "") {
+		return fmt.Errorf("%w: name one object to evaluate (KIND/NAME or --instancetype), or --from FROM --to TO", errUsage)
 	}
 	if o.offline != (o.file != "") {
 		return fmt.Errorf("%w: --offline and -f go together", errUsage)
-	}
-	selector, err := labels.Parse(o.selector)
-	if err != nil {
-		return fmt.Errorf("%w: -l %q: %w", errUsage, o.selector, err)
 	}
 	ctx := cmd.Context()
 	clients, namespace, err := o.clients(ctx)
 	if err != nil {
 		return err
 	}
-	req, err := o.request(namespace, selector)
+	req, err := o.fleet.request(o.object, namespace)
 	if err != nil {
 		return err
 	}
-	f, stop, err := kube.StartCache(ctx, clients, req.Namespace, kube.DefaultSyncTimeout)
-	if err != nil {
-		return err
-	}
-	defer stop()
-	plans, err := offline.Plan(f, req)
+	plans, err := planCluster(ctx, clients, req)
 	if err != nil {
 		return err
 	}
@@ -117,34 +110,12 @@ func (o *planOptions) clients(ctx context.Context) (kube.Clients, string, error)
 		if err != nil {
 			return kube.Clients{}, "", fmt.Errorf("%s: %w", o.file, err)
 		}
-		return clients, o.kube.ExplicitNamespace(), nil
+		return clients, o.fleet.kube.ExplicitNamespace(), nil
 	}
-	cfg, namespace, err := o.kube.Load()
+	cfg, namespace, err := o.fleet.kube.Load()
 	if err != nil {
 		return kube.Clients{}, "", err
 	}
 	clients, err := kube.NewClients(cfg)
 	return clients, namespace, err
-}
-
-func (o *planOptions) request(namespace string, selector labels.Selector) (offline.Request, error) {
-	req := offline.Request{Namespace: namespace, Selector: selector}
-	if o.allNamespaces {
-		req.Namespace = ""
-	}
-	object := o.object
-	if o.from != "" {
-		object = o.to
-		from, err := events.ParseRef(o.from, namespace)
-		if err != nil {
-			return req, fmt.Errorf("%w: --switch: %w", errUsage, err)
-		}
-		req.From = &from
-	}
-	ref, err := events.ParseRef(object, namespace)
-	if err != nil {
-		return req, fmt.Errorf("%w: %w", errUsage, err)
-	}
-	req.Object = ref
-	return req, nil
 }

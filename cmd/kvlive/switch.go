@@ -10,86 +10,131 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"kvlive/events"
 	"kvlive/internal/bus"
+	"kvlive/internal/kube"
+	"kvlive/internal/printer"
 	"kvlive/internal/rollout"
+	"kvlive/planner/offline"
 )
 
+type switchOptions struct {
+	fleet   *fleetFlags
+	url     string
+	yes     bool
+	wait    bool
+	timeout time.Duration
+}
+
 func newSwitchCmd(g *globals) *cobra.Command {
-	var from, to, namespace, selector, url string
-	var wait bool
-	var timeout time.Duration
+	o := &switchOptions{fleet: newFleetFlags()}
 	cmd := &cobra.Command{
-		Use:   "switch --from KIND/NAME --to KIND/NAME [-n NS] [-l SELECTOR]",
-		Short: "Ask the pipeline to move VMs from one instance type (or preference) to another",
-		Long: `switch publishes a switch request that a running kvlive carries out: every VM
-referencing --from (in namespace -n, or all namespaces; matching -l) is planned
-and moved to --to. KIND is instancetype, clusterinstancetype, preference or
-clusterpreference; a namespaced KIND takes KIND/NAMESPACE/NAME or -n.`,
-		Example: `  kvlive switch --from clusterinstancetype/u1.small --to clusterinstancetype/u1.large -l tier=web --wait`,
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			fromRef, err := events.ParseRef(from, namespace)
-			if err != nil {
-				return fmt.Errorf("%w: --from: %w", errUsage, err)
-			}
-			toRef, err := events.ParseRef(to, namespace)
-			if err != nil {
-				return fmt.Errorf("%w: --to: %w", errUsage, err)
-			}
-			if _, err := labels.Parse(selector); err != nil {
-				return fmt.Errorf("%w: -l %q: %w", errUsage, selector, err)
-			}
-			if wait && timeout <= 0 {
-				return fmt.Errorf("%w: --timeout %s: want a positive duration", errUsage, timeout)
-			}
-			req := events.SwitchRequest{From: fromRef, To: toRef, Namespace: namespace, Selector: selector}
-			nc, err := bus.Connect("kvlive-switch", g.logger(), url)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			id, err := rollout.RequestSwitch(ctx, js, req)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "switch requested: %s\n", id)
-			if !wait {
-				return nil
-			}
-			p, err := waitSwitch(ctx, js, id, timeout, cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			counts := p.Counts()
-			results := make([]string, 0, len(counts))
-			for r, n := range counts {
-				results = append(results, fmt.Sprintf("%s=%d", r, n))
-			}
-			sort.Strings(results)
-			fmt.Fprintf(out, "%d VMs: %v\n", len(p.Outcomes), results)
-			return nil
-		},
+		Use:   "switch --from KIND/NAME --to KIND/NAME [-n NS | -A] [-l SELECTOR]",
+		Short: "Move VMs from one instance type (or preference) to another, after showing the plan",
+		Long: `switch plans, against the cluster, every VM referencing --from (in the
+context's namespace, -n NS, or every namespace with -A; matching -l) as
+kvlive plan --from --to would show it, prints that plan, asks for confirmation
+when standard input is a terminal (--yes skips the question), then publishes a
+switch request that a running kvlive carries out. KIND is instancetype,
+clusterinstancetype, preference or clusterpreference; a namespaced KIND takes
+KIND/NAMESPACE/NAME or -n. Both must exist: a typo is an error, not a switch
+of nothing.`,
+		Example: `  kvlive switch --from clusterinstancetype/u1.small --to clusterinstancetype/u1.large -A -l tier=web --wait
+  kvlive switch --from instancetype/shop/small --to instancetype/shop/large -n shop --yes`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd, g) },
 	}
+	o.fleet.bind(cmd, "KIND/[NS/]NAME the VMs reference now", "KIND/[NS/]NAME the VMs should reference")
 	f := cmd.Flags()
-	f.StringVar(&from, "from", "", "KIND/NAME the VMs reference now")
-	f.StringVar(&to, "to", "", "KIND/NAME the VMs should reference")
-	f.StringVarP(&namespace, "namespace", "n", "", "only VMs in this namespace (default: all namespaces)")
-	f.StringVarP(&selector, "selector", "l", "", "only VMs matching this label selector")
-	f.StringVar(&url, "nats-url", "nats://127.0.0.1:4222", "NATS server kvlive run uses")
-	f.BoolVar(&wait, "wait", false, "wait for every VM's outcome and print the counts")
-	f.DurationVar(&timeout, "timeout", 30*time.Minute, "with --wait, how long to wait before giving up (the switch itself goes on)")
+	f.StringVar(&o.url, "nats-url", "nats://127.0.0.1:4222", "NATS server kvlive run uses")
+	f.BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
+	f.BoolVar(&o.wait, "wait", false, "wait for every VM's outcome and print the counts")
+	f.DurationVar(&o.timeout, "timeout", 30*time.Minute, "with --wait, how long to wait before giving up (the switch itself goes on)")
 	_ = cmd.MarkFlagRequired("from")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd
+}
+
+func (o *switchOptions) run(cmd *cobra.Command, g *globals) error {
+	if o.wait && o.timeout <= 0 {
+		return fmt.Errorf("%w: --timeout %s: want a positive duration", errUsage, o.timeout)
+	}
+	cfg, namespace, err := o.fleet.kube.Load()
+	if err != nil {
+		return err
+	}
+	clients, err := kube.NewClients(cfg)
+	if err != nil {
+		return err
+	}
+	req, err := o.fleet.request("", namespace)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	plans, err := planCluster(ctx, clients, req)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if len(plans) == 0 {
+		fmt.Fprintf(out, "no VM %s references %s: nothing to switch\n", scope(req.Namespace), req.From)
+		return nil
+	}
+	report := offline.NewReport(plans)
+	if err := report.Print(out, printer.FormatTable, printer.Width(out)); err != nil {
+		return err
+	}
+	if in := cmd.InOrStdin(); !o.yes && printer.IsTerminal(in) {
+		ok, err := confirm(in, cmd.ErrOrStderr(), fmt.Sprintf("Switch these %d VMs from %s to %s?", len(plans), req.From, req.Object))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errNotConfirmed
+		}
+	}
+	nc, err := bus.Connect("kvlive-switch", g.logger(), o.url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	id, err := rollout.RequestSwitch(ctx, js, events.SwitchRequest{
+		From: *req.From, To: req.Object, Namespace: req.Namespace, Selector: o.fleet.selector,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "switch requested: %s\n", id)
+	if !o.wait {
+		return nil
+	}
+	p, err := waitSwitch(ctx, js, id, o.timeout, cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	counts := p.Counts()
+	results := make([]string, 0, len(counts))
+	for r, n := range counts {
+		results = append(results, fmt.Sprintf("%s=%d", r, n))
+	}
+	sort.Strings(results)
+	fmt.Fprintf(out, "%d VMs: %v\n", len(p.Outcomes), results)
+	return nil
+}
+
+// scope says where VMs were looked for: "in namespace shop", or "in any
+// namespace".
+func scope(namespace string) string {
+	if namespace == "" {
+		return "in any namespace"
+	}
+	return "in namespace " + namespace
 }
 
 // progressEvery is how often `switch --wait` reports progress.

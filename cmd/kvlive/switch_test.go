@@ -1,42 +1,45 @@
 package main
 
 import (
+	"bytes"
 	"strings"
 	"testing"
-
-	"github.com/nats-io/nats.go/jetstream"
-
-	"kvlive/events"
-	"kvlive/internal/bus"
 )
 
-// TestSwitchWaitGivesUpSayingTheSwitchGoesOn: with no kvlive running to
-// carry the switch out, --wait ends at --timeout and says the request is
-// queued and how to follow it, instead of waiting forever.
-func TestSwitchWaitGivesUpSayingTheSwitchGoesOn(t *testing.T) {
-	ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), Host: "127.0.0.1", Port: -1})
-	if err != nil {
-		t.Fatal(err)
+// TestConfirmTakesOnlyYes: y or yes, in any case, goes ahead; anything
+// else, an empty line or the end of the input declines.
+func TestConfirmTakesOnlyYes(t *testing.T) {
+	for answer, want := range map[string]bool{
+		"y\n": true, "YES\n": true, " yes \n": true, "y": true,
+		"n\n": false, "\n": false, "": false, "yep\n": false, "no\n": false,
+	} {
+		var asked bytes.Buffer
+		got, err := confirm(strings.NewReader(answer), &asked, "Switch these 3 VMs?")
+		if err != nil || got != want {
+			t.Errorf("answer %q: %v, %v; want %v", answer, got, err, want)
+		}
+		if asked.String() != "Switch these 3 VMs? [y/N] " {
+			t.Errorf("asked %q", asked.String())
+		}
 	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	nc, err := bus.ConnectEmbedded(ns, "test", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := events.Setup(t.Context(), js, events.DefaultStreamOptions()); err != nil {
-		t.Fatal(err)
-	}
-	out, err := kvlive(t, "switch", "--nats-url", ns.ClientURL(), "--from", "clusterinstancetype/a", "--to", "clusterinstancetype/b", "--wait", "--timeout", "1s")
-	if err == nil || !strings.Contains(err.Error(), "--timeout 1s passed") || !strings.Contains(err.Error(), "is queued and goes on") ||
-		!strings.Contains(err.Error(), "kvlive rollout status switch/") {
-		t.Fatalf("switch --wait with nothing to carry it out: %v\n%s", err, out)
-	}
-	if !strings.Contains(out, "switch requested: switch/") {
-		t.Errorf("output %q lacks the request id", out)
+}
+
+// TestSwitchChecksItsFlagsBeforeTheCluster: mistakes in the flags are
+// usage errors before any cluster or bus is reached.
+func TestSwitchChecksItsFlagsBeforeTheCluster(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"switch", "--from", "clusterinstancetype/a"}, `required flag(s) "to" not set`},
+		{[]string{"switch", "--from", "clusterinstancetype/a", "--to", "clusterinstancetype/b", "--wait", "--timeout", "0s"}, "--timeout 0s"},
+		{[]string{"switch", "--from", "clusterinstancetype/a", "--to", "clusterinstancetype/b", "-n", "x", "-A"}, "none of the others can be"},
+		{[]string{"switch", "--from", "thing/a", "--to", "clusterinstancetype/b", "--server", "https://127.0.0.1:1"}, `unknown kind "thing"`},
+		{[]string{"plan", "--from", "clusterinstancetype/a", "--to", "clusterinstancetype/b", "-l", "a=(", "--server", "https://127.0.0.1:1"}, "-l"},
+	} {
+		out, err := kvlive(t, tt.args...)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("kvlive %s: %v, want %q\n%s", strings.Join(tt.args, " "), err, tt.want, out)
+		}
 	}
 }

@@ -118,8 +118,8 @@ func Width(w io.Writer) int {
 	return 0
 }
 
-// IsTerminal reports whether w is a terminal.
-func IsTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
+// IsTerminal reports whether f, a command's input or output, is a terminal.
+func IsTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	return ok && term.IsTerminal(int(file.Fd()))
 }
