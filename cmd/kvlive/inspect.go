@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,6 +35,34 @@ func (s *storeFlags) bind(cmd *cobra.Command) {
 	f.StringVar(&s.dataDir, "data-dir", "", "open this JetStream store in-process instead of --nats-url, e.g. after kvlive demo --data-dir DIR "+
 		"(never while a kvlive process is using it)")
 	cmd.MarkFlagsMutuallyExclusive("nats-url", "data-dir")
+}
+
+// completionTimeout bounds how long completing an event id may take.
+const completionTimeout = 3 * time.Second
+
+// completeEventIDs completes an event id (the first argument, or a flag's
+// value) from the store the command's flags name; a store it cannot reach
+// in completionTimeout completes nothing.
+func (s *storeFlags) completeEventIDs(cmd *cobra.Command, args []string, typed string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	if cmd.ValidArgsFunction != nil && len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	nc, closeStore, err := s.connect(slog.New(slog.DiscardHandler))
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	defer func() { _ = closeStore() }()
+	ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	ids, err := rollout.EventIDs(ctx, js, typed)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	return ids, cobra.ShellCompDirectiveNoFileComp
 }
 
 // withJetStream opens the store, runs fn on it and closes the store again.
@@ -147,6 +176,7 @@ count per result. kvlive events lists the event ids.`,
 	f.StringVar(&result, "result", "", "only VMs whose latest result is this: live, restart, next-boot, none, skip or failed")
 	printer.AddFlag(cmd, &output, printer.Formats...)
 	store.bind(cmd)
+	_ = cmd.RegisterFlagCompletionFunc("event", store.completeEventIDs)
 	return cmd
 }
 
@@ -245,5 +275,6 @@ the terminal (names cut with …); -o wide draws every name whole; -o json and
 	f.StringVar(&color, "color", inspect.ColorAuto, "colour the waterfall: auto (a terminal, without NO_COLOR), always or never")
 	f.IntVar(&maxDepth, "max-depth", 0, "draw this many levels of the tree; 0 draws all")
 	store.bind(cmd)
+	cmd.ValidArgsFunction = store.completeEventIDs
 	return cmd
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -164,5 +165,31 @@ func TestInspectCommandErrors(t *testing.T) {
 				t.Errorf("err = %v, want %q\n%s", err, tt.want, out)
 			}
 		})
+	}
+}
+
+// TestShellCompletion: cobra's completion offers event ids from the store
+// (positional and --event), -o values and instance type kinds.
+func TestShellCompletion(t *testing.T) {
+	dir := recordedStore(t)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"__complete", "trace", "--data-dir", dir, "sw"}, testEvent},
+		{[]string{"__complete", "rollout", "status", "--data-dir", dir, ""}, testEvent},
+		{[]string{"__complete", "outcomes", "--data-dir", dir, "--event", "switch/"}, testEvent},
+		{[]string{"__complete", "events", "-o", ""}, "wide"},
+		{[]string{"__complete", "plan", "cluster"}, "clusterinstancetype/"},
+		{[]string{"__complete", "switch", "--to", "clusterp"}, "clusterpreference/"},
+	} {
+		out, err := kvlive(t, tt.args...)
+		if err != nil || !slices.Contains(strings.Split(out, "\n"), tt.want) {
+			t.Errorf("kvlive %s: %v, want %q among\n%s", strings.Join(tt.args, " "), err, tt.want, out)
+		}
+	}
+	out, _ := kvlive(t, "__complete", "trace", "--data-dir", dir, "nothing-like-it")
+	if strings.Contains(out, testEvent) {
+		t.Errorf("an id that does not match the typed prefix was offered:\n%s", out)
 	}
 }

@@ -61,6 +61,7 @@ generation replays as the newest.`,
 	printer.AddFlag(cmd, &o.output, printer.Formats...)
 	o.kube.AddFlags(f, "")
 	o.store.bind(cmd)
+	_ = cmd.RegisterFlagCompletionFunc("event", o.store.completeEventIDs)
 	return cmd
 }
 

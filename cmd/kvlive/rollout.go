@@ -92,6 +92,7 @@ func rolloutActionCmd(g *globals, action events.ControlAction) *cobra.Command {
 		cmd.Flags().BoolVar(&ahead, "ahead", false, "the event has not been planned yet: "+string(action)+" it ahead, as soon as it arrives")
 	}
 	store.bind(cmd)
+	cmd.ValidArgsFunction = store.completeEventIDs
 	return cmd
 }
 
@@ -135,6 +136,7 @@ func rolloutStatusCmd(g *globals) *cobra.Command {
 	}
 	printer.AddFlag(cmd, &output, printer.Formats...)
 	store.bind(cmd)
+	cmd.ValidArgsFunction = store.completeEventIDs
 	return cmd
 }
 

@@ -203,22 +203,9 @@ func ResolveEventID(ctx context.Context, js jetstream.JetStream, arg string) (st
 	if _, ok, err := Record(ctx, js, arg); err != nil || ok {
 		return arg, err
 	}
-	kv, err := js.KeyValue(ctx, events.BucketRollouts)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return arg, nil
-	}
+	matches, err := EventIDs(ctx, js, arg)
 	if err != nil {
-		return arg, fmt.Errorf("rollout: kv %s: %w", events.BucketRollouts, err)
-	}
-	keys, err := kv.ListKeys(ctx)
-	if err != nil {
-		return arg, fmt.Errorf("rollout: kv %s: %w", events.BucketRollouts, err)
-	}
-	var matches []string
-	for key := range keys.Keys() {
-		if strings.HasPrefix(key, arg) {
-			matches = append(matches, key)
-		}
+		return arg, err
 	}
 	switch len(matches) {
 	case 0:
@@ -226,9 +213,32 @@ func ResolveEventID(ctx context.Context, js jetstream.JetStream, arg string) (st
 	case 1:
 		return matches[0], nil
 	}
-	slices.Sort(matches)
 	shown := matches[:min(len(matches), 3)]
 	return arg, fmt.Errorf("event id %q is ambiguous: %d events start with it (%s…)", arg, len(matches), strings.Join(shown, ", "))
+}
+
+// EventIDs lists, sorted, the ids of the events with a rollout record that
+// start with prefix.
+func EventIDs(ctx context.Context, js jetstream.JetStream, prefix string) ([]string, error) {
+	kv, err := js.KeyValue(ctx, events.BucketRollouts)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rollout: kv %s: %w", events.BucketRollouts, err)
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("rollout: kv %s: %w", events.BucketRollouts, err)
+	}
+	var ids []string
+	for key := range keys.Keys() {
+		if strings.HasPrefix(key, prefix) {
+			ids = append(ids, key)
+		}
+	}
+	slices.Sort(ids)
+	return ids, nil
 }
 
 // CountSubjects counts the messages of stream under filter, from the
