@@ -31,7 +31,8 @@ import (
 // VMs; a typo in --to is an error; the switch prints the same plan, sized
 // to the terminal, and asks; "n" requests nothing; "y" requests the switch,
 // and --wait gives up at --timeout saying it is queued; once kvlive runs,
-// exactly the VMs shown are moved.
+// rollout status --watch follows it to the end, and exactly the VMs shown
+// are moved.
 func TestSwitchPreviewsAsksAndRunsWhatItShowed(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 3, perIT: map[string]int{itMedium: 30}})
 	if err := events.Setup(e.ctx, e.js, events.DefaultStreamOptions()); err != nil {
@@ -86,6 +87,10 @@ func TestSwitchPreviewsAsksAndRunsWhatItShowed(t *testing.T) {
 		t.Fatalf("switch answered y with --wait and no kvlive running: %v\n%s", err, screen)
 	}
 	e.runKvlive("all stages")
+	watched := e.kvliveCommand(rolloutTimeout, "rollout", "status", m[1], "--watch", "--timeout", rolloutTimeout.String(), "--nats-url", e.nats.URL)
+	if !strings.Contains(watched, fmt.Sprintf("%d/%d settled · complete", len(want), len(want))) {
+		t.Errorf("rollout status --watch did not follow the switch to its end:\n%s", watched)
+	}
 	e.checkRollout(e.follow(m[1]), rolloutWant{eventID: m[1], shapes: want, action: vmShape.expected, clean: true})
 }
 

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/user"
 	"time"
@@ -116,28 +118,99 @@ func checkKnown(ctx context.Context, js jetstream.JetStream, s *rollout.Store, e
 func rolloutStatusCmd(g *globals) *cobra.Command {
 	var store storeFlags
 	var output printer.Format
+	var watch bool
+	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "status EVENT-ID",
+		Use:   "status EVENT-ID [--watch]",
 		Short: "Show an event's rollout: its state, planned VMs, outcomes by result and held plans",
-		Args:  cobra.ExactArgs(1),
+		Long: `status shows where an event's rollout stands. With --watch it follows the
+rollout, printing a progress line each time it changes, until it is done
+(complete, incomplete or aborted with nothing left in flight), --timeout
+passes or Ctrl-C; the rollout itself goes on either way.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if watch && timeout <= 0 {
+				return fmt.Errorf("%w: --timeout %s: want a positive duration", errUsage, timeout)
+			}
 			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
 				id, err := rollout.ResolveEventID(ctx, js, args[0])
 				if err != nil {
 					return err
 				}
-				a, err := rollout.AccountOf(ctx, js, id)
+				a, err := accountOrQueued(ctx, js, id)
 				if err != nil {
 					return err
 				}
-				return inspect.WriteStatus(cmd.OutOrStdout(), a, output)
+				out := cmd.OutOrStdout()
+				if err := inspect.WriteStatus(out, a, output); err != nil || !watch || a.Done() {
+					return err
+				}
+				return watchStatus(ctx, js, a, timeout, out)
 			})
 		},
 	}
 	printer.AddFlag(cmd, &output, printer.Formats...)
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "follow the rollout until it is done, a line per change")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "with --watch, how long to follow before giving up (the rollout goes on)")
 	store.bind(cmd)
 	cmd.ValidArgsFunction = store.completeEventIDs
 	return cmd
+}
+
+// accountOrQueued is the event's account; an event in the events stream
+// the planner has not planned yet (a switch just requested) is pending.
+func accountOrQueued(ctx context.Context, js jetstream.JetStream, id string) (rollout.Account, error) {
+	a, err := rollout.AccountOf(ctx, js, id)
+	if !errors.Is(err, rollout.ErrNoRollout) {
+		return a, err
+	}
+	if queued, qerr := inspect.NewReader(js).HasEvent(ctx, id); qerr != nil || !queued {
+		return a, errors.Join(err, qerr)
+	}
+	a.Phase = rollout.PhasePending
+	return a, nil
+}
+
+// watchEvery is how often `rollout status --watch` reads the rollout again.
+const watchEvery = 2 * time.Second
+
+// watchStatus prints a progress line whenever the rollout's account
+// changes, until it is done, the timeout passes or ctx ends; the last two
+// say the rollout goes on.
+func watchStatus(ctx context.Context, js jetstream.JetStream, a rollout.Account, timeout time.Duration, w io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(watchEvery)
+	defer tick.Stop()
+	last := ""
+	for {
+		if line := inspect.ProgressLine(a); line != last {
+			fmt.Fprintf(w, "%s  %s\n", time.Now().Format(time.TimeOnly), line)
+			last = line
+		}
+		if a.Done() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			why := "interrupted"
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				why = "--timeout " + timeout.String() + " passed"
+			}
+			return fmt.Errorf("stopped watching (%s) with %d of %d VMs settled: rollout %s goes on", why, a.Settled(), a.Planned, a.EventID)
+		case <-tick.C:
+		}
+		next, err := rollout.AccountOf(ctx, js, a.EventID)
+		if errors.Is(err, rollout.ErrNoRollout) {
+			continue // still queued
+		}
+		if err != nil && ctx.Err() == nil {
+			return err
+		}
+		if err == nil {
+			a = next
+		}
+	}
 }
 
 // whoAmI names the operator in control records: user@host.

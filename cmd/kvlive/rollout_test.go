@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"kvlive/events"
 )
 
 // TestRolloutCommandsRefuseUnknownEvents: a typo never answers "paused"
@@ -45,5 +47,49 @@ func TestEventIDsTakeAUniquePrefix(t *testing.T) {
 	}
 	if _, err := kvlive(t, "rollout", "pause", testEvent[:3]+"x", "--data-dir", dir); err == nil {
 		t.Error("pause of a prefix that matches nothing succeeded")
+	}
+}
+
+// TestRolloutStatusWatch: --watch on a finished rollout returns at once;
+// on one that never finishes it prints its progress and gives up at
+// --timeout, saying the rollout goes on.
+func TestRolloutStatusWatch(t *testing.T) {
+	dir := recordedStore(t)
+	js, closeStore := openStore(t, dir)
+	kv, err := js.KeyValue(t.Context(), events.BucketRollouts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := events.MarshalRollout(events.Rollout{EventID: "switch/unfinished", Planned: 3, Counts: map[events.Result]int{events.ResultLive: 3}})
+	if _, err := kv.Put(t.Context(), events.RolloutKey("switch/unfinished"), rec); err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range []string{"a", "b", "c"} { // in flight: no applier takes them
+		plan := events.Plan{EventID: "switch/unfinished", VM: events.VMRef{Namespace: "shop", Name: uid, UID: uid}, Action: events.ResultLive,
+			Target: events.Target{Move: events.MoveSwitch, Object: events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.large"}}}
+		publish(t, js, events.PlanSubject("shop", plan.EventID), events.PlanID(plan.EventID, uid), events.TypePlan, &plan)
+	}
+	queued := events.SwitchRequest{ID: "queued", From: events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.small"},
+		To: events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.large"}}
+	publish(t, js, events.SwitchSubject(), "switch/queued", events.TypeSwitchRequested, &queued)
+	closeStore()
+
+	// A switch just requested, not planned yet, is pending, not unknown.
+	if out, err := kvlive(t, "rollout", "status", "switch/queued", "--data-dir", dir); err != nil || !strings.Contains(out, "pending") {
+		t.Errorf("status of a queued switch: %v\n%s", err, out)
+	}
+	out, err := kvlive(t, "rollout", "status", testEvent, "--watch", "--data-dir", dir)
+	if err != nil || !strings.Contains(out, "complete") {
+		t.Errorf("--watch on a complete rollout: %v\n%s", err, out)
+	}
+	out, err = kvlive(t, "rollout", "status", "switch/unf", "--watch", "--timeout", "1s", "--data-dir", dir)
+	if err == nil || !strings.Contains(err.Error(), "--timeout 1s passed") || !strings.Contains(err.Error(), "rollout switch/unfinished goes on") {
+		t.Errorf("--watch on a rollout that does not finish: %v", err)
+	}
+	if !strings.Contains(out, "[····················] 0/3 settled · running") {
+		t.Errorf("no progress line:\n%s", out)
+	}
+	if _, err := kvlive(t, "rollout", "status", testEvent, "--watch", "--timeout", "0s", "--data-dir", dir); err == nil {
+		t.Error("--timeout 0s accepted")
 	}
 }

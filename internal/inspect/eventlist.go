@@ -65,6 +65,19 @@ func (r *Reader) Events(ctx context.Context, limit int) ([]EventSummary, error) 
 	return list, r.addAccounts(ctx, list)
 }
 
+// HasEvent reports whether the events stream holds an event with id: one
+// published (a switch just requested) that the planner may not have
+// planned yet.
+func (r *Reader) HasEvent(ctx context.Context, id string) (bool, error) {
+	list, err := r.readEvents(ctx, 0)
+	for _, e := range list {
+		if e.ID == id {
+			return true, nil
+		}
+	}
+	return false, err
+}
+
 // addAccounts fills each event in from its accounting, read by subject
 // filter: an event not planned yet has none, and an unreadable control
 // record is noted on its own event only.

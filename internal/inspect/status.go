@@ -3,6 +3,7 @@ package inspect
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"kvlive/events"
@@ -43,4 +44,31 @@ func WriteStatus(w io.Writer, a rollout.Account, f printer.Format) error {
 	_, err := fmt.Fprintf(w, "event:        %s\nstate:        %s\nplanned:      %s\noutcomes:     %s\ndead letters: %d\nheld:         %d\nin flight:    %d\n",
 		a.EventID, phase, planned, withCounts(total, a.Outcomes), a.DeadLetters, a.Held, a.InFlight)
 	return err
+}
+
+// progressWidth is the width of ProgressLine's bar.
+const progressWidth = 20
+
+// ProgressLine renders a rollout's progress on one line:
+// "[#######·············] 35/100 settled · running · 30 live, 5 restart".
+func ProgressLine(a rollout.Account) string {
+	if !a.Recorded {
+		return string(a.Phase) + " · not planned yet"
+	}
+	done := 0
+	if a.Planned > 0 {
+		done = a.Settled() * progressWidth / a.Planned
+	}
+	bar := strings.Repeat("#", done) + strings.Repeat("·", progressWidth-done)
+	line := fmt.Sprintf("[%s] %d/%d settled · %s", bar, a.Settled(), a.Planned, a.Phase)
+	if list := countList(a.Outcomes, false); list != "" {
+		line += " · " + list
+	}
+	if a.DeadLetters > 0 {
+		line += fmt.Sprintf(" · %d dead letters", a.DeadLetters)
+	}
+	if a.Held > 0 {
+		line += fmt.Sprintf(" · %d held", a.Held)
+	}
+	return line
 }
