@@ -77,6 +77,9 @@ type Applier struct {
 	held jetstream.Stream
 	// leftPause queues the events whose held plans are to be released.
 	leftPause chan string
+	// gateNotes is when each batched rollout's waiting gate was last noted.
+	gateNotesMu sync.Mutex
+	gateNotes   map[string]time.Time
 }
 
 // New builds an Applier; nothing runs until Run.
@@ -99,7 +102,7 @@ func New(cfg Config) (*Applier, error) {
 		limiter = rate.NewLimiter(rate.Limit(cfg.Rate), max(int(cfg.Rate), 1))
 	}
 	return &Applier{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}, limiter: limiter,
-		observers: make(chan struct{}, maxObservers)}, nil
+		observers: make(chan struct{}, maxObservers), gateNotes: map[string]time.Time{}}, nil
 }
 
 // Run consumes plans until ctx ends. The fleet must be running.
@@ -128,6 +131,7 @@ func (a *Applier) Run(ctx context.Context) error {
 	}
 	var releasing sync.WaitGroup
 	releasing.Go(func() { a.releaser(ctx) })
+	releasing.Go(func() { a.runGates(ctx, store) })
 	defer releasing.Wait()
 	rt, err := consumer.New(consumer.Config{
 		Stage: events.ConsumerApplier, Consumer: cons, JetStream: a.cfg.JetStream, Workers: a.cfg.Workers,
@@ -228,7 +232,7 @@ func (a *Applier) releaseLater(ctx context.Context, eventID string) {
 
 // complete fills in the outcome's identity and trace, and marks the span.
 func (a *Applier) complete(out *events.Outcome, plan events.Plan, d consumer.Delivery, span trace.Span) {
-	out.EventID, out.VM, out.Attempt = plan.EventID, plan.VM, d.Attempt
+	out.EventID, out.VM, out.Attempt, out.Batch = plan.EventID, plan.VM, d.Attempt, plan.Batch
 	if out.Changes == nil && out.Result == plan.Action {
 		out.Changes = plan.Changes
 	}

@@ -149,7 +149,7 @@ func (a *Applier) releaseEvent(ctx context.Context, eventID string) error {
 	var released atomic.Int64
 	go a.stopWhenReleased(rctx, stop, cons, eventID)
 	if err := rt.Run(rctx, func(ctx context.Context, msg jetstream.Msg, d consumer.Delivery) consumer.Fate {
-		f := a.releaseOne(ctx, msg, d)
+		f := a.releaseOne(ctx, msg, d, events.ReleasedID)
 		if f.IsDone() {
 			released.Add(1)
 		}
@@ -196,9 +196,10 @@ func (a *Applier) stopWhenReleased(ctx context.Context, stop context.CancelFunc,
 	}
 }
 
-// releaseOne publishes a held plan back to the plans stream; the held
-// stream drops it once the runtime acks it.
-func (a *Applier) releaseOne(ctx context.Context, msg jetstream.Msg, d consumer.Delivery) consumer.Fate {
+// releaseOne publishes a held (or staged) plan back to the plans stream,
+// under the message id idOf gives it; the held (or staged) stream drops it
+// once the runtime acks it.
+func (a *Applier) releaseOne(ctx context.Context, msg jetstream.Msg, d consumer.Delivery, idOf func(planID string, seq uint64) string) consumer.Fate {
 	var plan events.Plan
 	if _, err := events.Decode(msg.Data(), events.TypePlan, &plan); err != nil {
 		return consumer.Poison("held plan: " + err.Error())
@@ -206,7 +207,7 @@ func (a *Applier) releaseOne(ctx context.Context, msg jetstream.Msg, d consumer.
 	back := nats.NewMsg(events.PlanSubject(plan.VM.Namespace, plan.EventID))
 	back.Data = msg.Data()
 	copyHeaders(back.Header, msg.Headers())
-	id := events.ReleasedID(events.PlanID(plan.EventID, plan.VM.UID), d.Sequence)
+	id := idOf(events.PlanID(plan.EventID, plan.VM.UID), d.Sequence)
 	if _, err := a.cfg.JetStream.PublishMsg(ctx, back, jetstream.WithMsgID(id)); err != nil {
 		return consumer.Retry(fmt.Errorf("release %s: %w", id, err))
 	}

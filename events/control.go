@@ -26,9 +26,16 @@ const (
 type Control struct {
 	State  RolloutState `json:"state"`
 	Reason string       `json:"reason,omitempty"`
-	// By names who asked (user@host of the CLI).
+	// By names who asked (user@host of the CLI, or kvlive for a gate).
 	By string    `json:"by,omitempty"`
 	At time.Time `json:"at"`
+	// Batch is the last batch of a batched rollout released to the
+	// applier, at BatchAt. GateAt is when that batch passed its gate (zero
+	// until it has), and Gate what the last gate check found.
+	Batch   int       `json:"batch,omitempty"`
+	BatchAt time.Time `json:"batchAt,omitzero"`
+	GateAt  time.Time `json:"gateAt,omitzero"`
+	Gate    string    `json:"gate,omitempty"`
 }
 
 // Describe says who asked and why: "by alice@host: bad memory size".

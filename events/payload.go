@@ -95,6 +95,9 @@ type SwitchRequest struct {
 	// Selector is a label selector over VMs; empty selects every VM.
 	Selector    string    `json:"selector,omitempty"`
 	RequestedAt time.Time `json:"requestedAt"`
+	// Policy, when set, is how the switch rolls out (kvlive switch's
+	// flags); otherwise the planner's default policy applies.
+	Policy *Policy `json:"policy,omitempty"`
 }
 
 // Validate checks the request names two distinct instance types of the same family.
@@ -108,6 +111,9 @@ func (s *SwitchRequest) Validate() error {
 		return errors.New("cannot switch between an instance type and a preference")
 	case s.From == s.To:
 		return errors.New("from and to are the same object")
+	}
+	if s.Policy != nil {
+		return s.Policy.Validate()
 	}
 	return nil
 }
@@ -170,6 +176,9 @@ type Plan struct {
 	// behind the API server (no pin yet, or a pinned revision not yet seen);
 	// the applier reads the VM afresh before accepting it.
 	Recheck bool `json:"recheck,omitempty"`
+	// Batch is the rollout batch the plan belongs to (0, the first, is
+	// released at once; later ones wait in StreamStaged for their turn).
+	Batch int `json:"batch,omitempty"`
 }
 
 // Validate checks a plan is complete enough to apply.
@@ -200,8 +209,10 @@ type Outcome struct {
 	// Revision is the ControllerRevision the VM is pinned to afterwards.
 	Revision string `json:"revision,omitempty"`
 	// Wrote is true when this attempt wrote to the API server.
-	Wrote      bool      `json:"wrote"`
-	Attempt    int       `json:"attempt"`
+	Wrote   bool `json:"wrote"`
+	Attempt int  `json:"attempt"`
+	// Batch is the plan's rollout batch, which the batch's gate counts.
+	Batch      int       `json:"batch,omitempty"`
 	TraceID    string    `json:"traceId,omitempty"`
 	SpanID     string    `json:"spanId,omitempty"`
 	FinishedAt time.Time `json:"finishedAt"`

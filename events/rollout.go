@@ -20,6 +20,14 @@ type Rollout struct {
 	// `kvlive trace EVENT-ID` shows the rollout.
 	TraceID string `json:"traceId,omitempty"`
 	SpanID  string `json:"spanId,omitempty"`
+	// Policy is the rollout policy the planner applied; PolicyError says
+	// why the one asked for (an annotation) was refused, in which case the
+	// rollout was paused before anything moved.
+	Policy      Policy `json:"policy,omitzero"`
+	PolicyError string `json:"policyError,omitempty"`
+	// Batches are the sizes of the batches the moving VMs were split into,
+	// in release order; empty for a rollout in one batch.
+	Batches []int `json:"batches,omitempty"`
 }
 
 // MarshalRollout encodes a rollout record for the KV bucket.

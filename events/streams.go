@@ -19,6 +19,10 @@ const (
 	// StreamHeld keeps the plans of paused rollouts until they are resumed
 	// or aborted.
 	StreamHeld = "KVLIVE_HELD"
+	// StreamStaged keeps the plans of a batched rollout's later batches
+	// until the previous batch passed its gate (a work queue, by batch and
+	// event).
+	StreamStaged = "KVLIVE_STAGED"
 )
 
 // Durable consumer names.
@@ -103,6 +107,7 @@ func StreamConfigs(o StreamOptions) []jetstream.StreamConfig {
 		mk(StreamDLQ, subjectDLQ, "kvlive: messages a stage could not process, with the reason"),
 		mk(StreamSpans, subjectSpans, "kvlive: finished trace spans, for kvlive trace"),
 		work(mk(StreamHeld, subjectHeld, "kvlive: plans of paused rollouts, until resumed or aborted")),
+		work(mk(StreamStaged, subjectStaged, "kvlive: plans of later batches, until their batch is released")),
 	}
 }
 
@@ -237,6 +242,30 @@ func ReleaseConsumer(eventID string) jetstream.ConsumerConfig {
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: 10 * time.Minute,
 	}
+}
+
+// OpenBatchConsumer is the durable consumer that sends the staged plans of
+// eventID's batch to the plans stream when the batch is released; every
+// replica releasing it shares it.
+func OpenBatchConsumer(eventID string, batch int) jetstream.ConsumerConfig {
+	sum := sha256.Sum256([]byte(eventID))
+	return jetstream.ConsumerConfig{
+		Durable:           fmt.Sprintf("batch-%s-%d", hex.EncodeToString(sum[:12]), batch),
+		Description:       fmt.Sprintf("kvlive applier: releases batch %d of %s", batch, eventID),
+		FilterSubject:     StagedSubject(batch, eventID),
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		AckWait:           30 * time.Second,
+		MaxDeliver:        -1,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: 10 * time.Minute,
+	}
+}
+
+// OpenedID is the Nats-Msg-Id of a staged plan sent to the plans stream
+// when its batch is released: one per staged message, so two replicas
+// releasing a batch at once publish each plan once.
+func OpenedID(planID string, stagedSequence uint64) string {
+	return fmt.Sprintf("%s/opened/%d", planID, stagedSequence)
 }
 
 // ReleaseMaxDeliver is the releaser's delivery budget per held plan.

@@ -20,6 +20,7 @@ const (
 	subjectDLQ      = "kvlive.dlq"
 	subjectSpans    = "kvlive.spans"
 	subjectHeld     = "kvlive.held"
+	subjectStaged   = "kvlive.staged"
 )
 
 // EventToken encodes an event id as one subject token: the id itself,
@@ -137,6 +138,31 @@ func HeldOf(eventID string) string {
 		return subjectHeld + ".>"
 	}
 	return subjectHeld + ".*." + EventToken(eventID)
+}
+
+// StagedSubject is where the planner stages the plans of a batched
+// rollout's later batches until their turn: kvlive.staged.<batch>.<event>.
+func StagedSubject(batch int, eventID string) string {
+	return subjectStaged + "." + strconv.Itoa(batch) + "." + EventToken(eventID)
+}
+
+// StagedOf filters eventID's staged plans of every batch ("" for every
+// event).
+func StagedOf(eventID string) string {
+	if eventID == "" {
+		return subjectStaged + ".>"
+	}
+	return subjectStaged + ".*." + EventToken(eventID)
+}
+
+// BatchOfStagedSubject is the batch a staged subject names.
+func BatchOfStagedSubject(subject string) (int, error) {
+	rest := strings.TrimPrefix(subject, subjectStaged+".")
+	n, err := strconv.Atoi(rest[:max(strings.IndexByte(rest, '.'), 0)])
+	if err != nil || rest == subject {
+		return 0, fmt.Errorf("events: %q is not a staged subject", subject)
+	}
+	return n, nil
 }
 
 // SpanSubject is where finished spans are kept when no OTLP exporter is set.

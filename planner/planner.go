@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -13,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -20,6 +22,7 @@ import (
 	"kvlive/events"
 	"kvlive/instancetype"
 	"kvlive/internal/consumer"
+	"kvlive/internal/rollout"
 	"kvlive/internal/telemetry"
 )
 
@@ -52,6 +55,9 @@ type Config struct {
 	Metrics     *telemetry.Metrics
 	// Grace is how long events being planned may finish after ctx ends.
 	Grace time.Duration
+	// Policy is the rollout policy of events that name none (by the
+	// object's events.PolicyAnnotation, or a switch request's own).
+	Policy events.Policy
 }
 
 // DefaultTraceFanout keeps rollouts of up to 1,000 VMs in one trace.
@@ -108,68 +114,132 @@ func (p *Planner) Run(ctx context.Context) error {
 // done; a transient failure is retried; what cannot decode is poison.
 func (p *Planner) handle(ctx context.Context, msg jetstream.Msg, _ consumer.Delivery) consumer.Fate {
 	ctx = p.prop.Extract(ctx, events.HeaderCarrier(msg.Headers()))
-	eventID, typ, target, vms, err := p.resolve(msg)
+	w, err := p.resolve(msg)
 	if events.IsDecodeError(err) {
 		return consumer.Poison(err.Error())
 	}
 	if err != nil {
 		return consumer.Retry(err)
 	}
-	ctx, span := p.tracer.Start(ctx, "planner.plan "+target.Object.String(),
+	ctx, span := p.tracer.Start(ctx, "planner.plan "+w.target.Object.String(),
 		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String("kvlive.event.id", eventID), attribute.Int("kvlive.vms", len(vms))))
+		trace.WithAttributes(attribute.String("kvlive.event.id", w.eventID), attribute.Int("kvlive.vms", len(w.vms))))
 	defer span.End()
-	counts, err := p.publishPlans(ctx, eventID, target, vms)
+	err = p.holdForPolicy(ctx, w)
+	var r rolloutPlan
 	if err == nil {
-		err = p.recordRollout(ctx, eventID, target, counts)
+		r, err = p.publishPlans(ctx, w)
+	}
+	if err == nil {
+		err = p.recordRollout(ctx, w, r)
 	}
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
-		return consumer.Retry(fmt.Errorf("event %s: %w", eventID, err))
+		return consumer.Retry(fmt.Errorf("event %s: %w", w.eventID, err))
 	}
-	for r, n := range counts {
-		span.SetAttributes(attribute.Int("kvlive.plans."+string(r), n))
+	for res, n := range r.counts {
+		span.SetAttributes(attribute.Int("kvlive.plans."+string(res), n))
 	}
-	p.cfg.Metrics.Event(typ)
-	p.cfg.Metrics.Plans(counts)
-	p.cfg.Log.Info("event planned", "event", eventID, "object", target.Object.String(), "vms", len(vms), "counts", counts)
+	if len(r.batches) > 1 {
+		span.SetAttributes(attribute.IntSlice("kvlive.batches", r.batches))
+	}
+	p.cfg.Metrics.Event(w.typ)
+	p.cfg.Metrics.Plans(r.counts)
+	p.cfg.Log.Info("event planned", "event", w.eventID, "object", w.target.Object.String(), "vms", len(w.vms), "counts", r.counts, "batches", r.batches)
 	return consumer.Done()
 }
 
-// resolve decodes an event into its id and type, its target and the VMs it reaches.
-func (p *Planner) resolve(msg jetstream.Msg) (string, string, instancetype.Target, []*virtv1.VirtualMachine, error) {
-	env, err := events.Parse(msg.Data())
-	if err != nil {
-		return "", "", instancetype.Target{}, nil, err
-	}
-	id, t, vms, err := p.resolveEnvelope(env)
-	return id, env.Type, t, vms, err
+// work is one event resolved: what it moves VMs to, the VMs, and the
+// rollout policy it goes by (or why the one asked for was refused).
+type work struct {
+	eventID, typ string
+	target       instancetype.Target
+	vms          []*virtv1.VirtualMachine
+	policy       events.Policy
+	policyError  string
 }
 
-func (p *Planner) resolveEnvelope(env *events.Envelope) (string, instancetype.Target, []*virtv1.VirtualMachine, error) {
+// resolve decodes an event into its work.
+func (p *Planner) resolve(msg jetstream.Msg) (work, error) {
+	env, err := events.Parse(msg.Data())
+	if err != nil {
+		return work{}, err
+	}
+	w, err := p.resolveEnvelope(env)
+	w.typ = env.Type
+	return w, err
+}
+
+func (p *Planner) resolveEnvelope(env *events.Envelope) (work, error) {
+	w := work{eventID: env.ID}
 	switch env.Type {
 	case events.TypeInstancetypeChanged, events.TypePreferenceChanged:
 		var c events.Changed
 		if err := env.Into(&c); err != nil {
-			return "", instancetype.Target{}, nil, err
+			return w, err
 		}
 		t, err := instancetype.ChangeTarget(p.cfg.Fleet, p.cfg.Fleet.Cluster(), c)
 		if err != nil {
-			return "", instancetype.Target{}, nil, err
+			return w, err
 		}
-		vms, err := p.cfg.Fleet.Referencing(c.Object, "", nil)
-		return env.ID, t, vms, err
+		w.target = t
+		w.policy, w.policyError = p.policyOf(nil, c.Object)
+		w.vms, err = p.cfg.Fleet.Referencing(c.Object, "", nil)
+		return w, err
 	case events.TypeSwitchRequested:
 		var s events.SwitchRequest
 		if err := env.Into(&s); err != nil {
-			return "", instancetype.Target{}, nil, err
+			return w, err
 		}
 		sel, err := labels.Parse(s.Selector)
 		if err != nil {
-			return "", instancetype.Target{}, nil, &events.DecodeError{Reason: events.ReasonInvalid, Err: fmt.Errorf("selector %q: %w", s.Selector, err)}
+			return w, &events.DecodeError{Reason: events.ReasonInvalid, Err: fmt.Errorf("selector %q: %w", s.Selector, err)}
 		}
-		vms, err := p.cfg.Fleet.Referencing(s.From, s.Namespace, sel)
-		return env.ID, instancetype.SwitchTarget(p.cfg.Fleet, p.cfg.Fleet.Cluster(), s.From, s.To), vms, err
+		w.target = instancetype.SwitchTarget(p.cfg.Fleet, p.cfg.Fleet.Cluster(), s.From, s.To)
+		w.policy, w.policyError = p.policyOf(s.Policy, s.To)
+		w.vms, err = p.cfg.Fleet.Referencing(s.From, s.Namespace, sel)
+		return w, err
 	}
-	return "", instancetype.Target{}, nil, &events.DecodeError{Reason: events.ReasonUnknownType, Err: fmt.Errorf("%s is not an event the planner handles", env.Type)}
+	return w, &events.DecodeError{Reason: events.ReasonUnknownType, Err: fmt.Errorf("%s is not an event the planner handles", env.Type)}
+}
+
+// policyOf is the policy an event goes by: the request's own, else the
+// object's events.PolicyAnnotation, else the planner's default. An
+// annotation that does not parse is refused with the reason; the default
+// applies, and the rollout is paused before anything moves.
+func (p *Planner) policyOf(asked *events.Policy, object events.Ref) (events.Policy, string) {
+	if asked != nil {
+		return *asked, ""
+	}
+	o, ok := p.cfg.Fleet.Object(object).(metav1.Object)
+	if !ok {
+		return p.cfg.Policy, ""
+	}
+	doc, ok := o.GetAnnotations()[events.PolicyAnnotation]
+	if !ok {
+		return p.cfg.Policy, ""
+	}
+	policy, err := events.ParsePolicy(doc)
+	if err != nil {
+		return p.cfg.Policy, fmt.Sprintf("annotation %s on %s: %v", events.PolicyAnnotation, object, err)
+	}
+	return policy, ""
+}
+
+// holdForPolicy pauses, ahead of its plans, an event whose policy
+// annotation was refused, so nothing moves on a policy nobody asked for.
+func (p *Planner) holdForPolicy(ctx context.Context, w work) error {
+	if w.policyError == "" {
+		return nil
+	}
+	store, err := rollout.Open(ctx, p.cfg.JetStream)
+	if err != nil {
+		return err
+	}
+	if _, _, err := store.Apply(ctx, w.eventID, events.ActionPause, w.policyError+"; fix it and replay the event, or resume to go on with the default policy",
+		"kvlive planner", p.cfg.Clock.Now(), false); err != nil && !strings.Contains(err.Error(), "aborted") {
+		return err
+	}
+	p.cfg.Log.Warn("event paused: its rollout policy was refused", "event", w.eventID, "err", w.policyError)
+	return nil
 }

@@ -1,8 +1,10 @@
 package planner
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
@@ -13,33 +15,51 @@ import (
 	"kvlive/instancetype"
 )
 
-// publishPlans plans every VM and publishes the plans asynchronously, then
-// waits for every publish ack. Plans carry deterministic Msg-Ids, so a retry
-// after a partial failure or a crash is deduplicated by the stream.
-func (p *Planner) publishPlans(ctx context.Context, eventID string, t instancetype.Target, vms []*virtv1.VirtualMachine) (map[events.Result]int, error) {
+// rolloutPlan is what publishPlans published: the plans per result and the
+// batch sizes of the VMs that move.
+type rolloutPlan struct {
+	counts  map[events.Result]int
+	batches []int
+}
+
+// publishPlans plans every VM, splits the VMs that move into the policy's
+// batches (in its order), and publishes the plans asynchronously: the
+// first batch's, and those of VMs that do not move, to the plans stream;
+// later batches' to the staged stream, where each waits for its batch to
+// be released. It then waits for every publish ack. Plans carry
+// deterministic Msg-Ids, so a retry after a partial failure or a crash is
+// deduplicated by the stream.
+func (p *Planner) publishPlans(ctx context.Context, w work) (rolloutPlan, error) {
 	ctx, span := p.tracer.Start(ctx, "publish plans", trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attribute.String("messaging.destination.name", events.StreamPlans), attribute.Int("messaging.batch.message_count", len(vms))))
+		trace.WithAttributes(attribute.String("messaging.destination.name", events.StreamPlans), attribute.Int("messaging.batch.message_count", len(w.vms))))
 	defer span.End()
-	counts := map[events.Result]int{}
-	futures := make([]jetstream.PubAckFuture, 0, len(vms))
+	plans := make([]events.Plan, 0, len(w.vms))
+	for _, vm := range w.vms {
+		plans = append(plans, WithPolicy(instancetype.PlanVM(p.cfg.Fleet, w.eventID, w.target, vm), w.policy))
+	}
+	r := rolloutPlan{counts: map[events.Result]int{}, batches: assignBatches(plans, w.vms, w.policy)}
+	futures := make([]jetstream.PubAckFuture, 0, len(plans))
 	now := p.cfg.Clock.Now()
-	ownTraces := len(vms) > p.cfg.TraceFanout
-	for _, vm := range vms {
-		plan := instancetype.PlanVM(p.cfg.Fleet, eventID, t, vm)
-		counts[plan.Action]++
-		id := events.PlanID(eventID, plan.VM.UID)
+	ownTraces := len(plans) > p.cfg.TraceFanout
+	for _, plan := range plans {
+		r.counts[plan.Action]++
+		id := events.PlanID(w.eventID, plan.VM.UID)
 		body, err := events.Encode(events.TypePlan, id, "kvlive/planner", plan.VM.String(), now, &plan)
 		if err != nil {
-			return nil, err
+			return r, err
 		}
-		m := events.NewMsg(events.PlanSubject(plan.VM.Namespace, eventID), id, events.TypePlan, body)
+		subject := events.PlanSubject(plan.VM.Namespace, w.eventID)
+		if plan.Batch > 0 {
+			subject = events.StagedSubject(plan.Batch, w.eventID)
+		}
+		m := events.NewMsg(subject, id, events.TypePlan, body)
 		p.prop.Inject(ctx, events.HeaderCarrier(m.Header))
 		if ownTraces {
 			m.Header.Set(events.HeaderTraceRoot, "true")
 		}
 		f, err := p.cfg.JetStream.PublishMsgAsync(m)
 		if err != nil {
-			return nil, fmt.Errorf("planner: publish plan %s: %w", id, err)
+			return r, fmt.Errorf("planner: publish plan %s: %w", id, err)
 		}
 		futures = append(futures, f)
 	}
@@ -47,28 +67,95 @@ func (p *Planner) publishPlans(ctx context.Context, eventID string, t instancety
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			return nil, fmt.Errorf("planner: plan %s not stored: %w", f.Msg().Header.Get(jetstream.MsgIDHeader), err)
+			return r, fmt.Errorf("planner: plan %s not stored: %w", f.Msg().Header.Get(jetstream.MsgIDHeader), err)
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return r, ctx.Err()
 		}
 	}
-	return counts, nil
+	return r, nil
 }
 
-// recordRollout stores how many plans the event produced, by result, so
-// progress and completion can be read without scanning the plans stream.
-func (p *Planner) recordRollout(ctx context.Context, eventID string, t instancetype.Target, counts map[events.Result]int) error {
+// WithPolicy applies what the policy says of a plan by itself: with
+// restart: skip, a VM whose change needs a restart keeps its pin.
+func WithPolicy(plan events.Plan, policy events.Policy) events.Plan {
+	if policy.SkipsRestarts() && plan.Action == events.ResultRestart {
+		plan.Action, plan.Reason = events.ResultSkip, "rollout policy restart: skip; the change needs a restart: "+plan.Reason
+	}
+	return plan
+}
+
+// assignBatches orders plans by the policy and numbers the batches of the
+// VMs that move; a plan that moves nothing stays in batch 0 (it settles at
+// once and takes no room in a batch). It returns the batch sizes, nil for
+// a rollout in one batch. plans and vms are in the same order.
+func assignBatches(plans []events.Plan, vms []*virtv1.VirtualMachine, policy events.Policy) []int {
+	labelOf := map[string]string{}
+	key, byLabel := policy.OrderLabel()
+	for _, vm := range vms {
+		if byLabel {
+			labelOf[string(vm.UID)] = vm.Labels[key]
+		}
+	}
+	slices.SortStableFunc(plans, func(a, b events.Plan) int {
+		if policy.Order == events.OrderStoppedFirst {
+			if c := cmp.Compare(rank(a), rank(b)); c != 0 {
+				return c
+			}
+		}
+		return cmp.Or(
+			cmp.Compare(labelOf[a.VM.UID], labelOf[b.VM.UID]),
+			cmp.Compare(a.VM.Namespace, b.VM.Namespace),
+			cmp.Compare(a.VM.Name, b.VM.Name))
+	})
+	moving := 0
+	for _, plan := range plans {
+		if plan.Action.Moves() {
+			moving++
+		}
+	}
+	sizes := policy.Batches(moving)
+	if len(sizes) <= 1 {
+		return nil
+	}
+	batch, left := 0, sizes[0]
+	for i := range plans {
+		if !plans[i].Action.Moves() {
+			continue
+		}
+		for left == 0 {
+			batch++
+			left = sizes[batch]
+		}
+		plans[i].Batch = batch
+		left--
+	}
+	return sizes
+}
+
+// rank puts stopped VMs (next boot) first.
+func rank(p events.Plan) int {
+	if p.Action == events.ResultNextBoot {
+		return 0
+	}
+	return 1
+}
+
+// recordRollout stores how many plans the event produced, by result, its
+// policy and batches, so progress, gates and completion can be read
+// without scanning the plans stream.
+func (p *Planner) recordRollout(ctx context.Context, w work, plan rolloutPlan) error {
 	kv, err := p.cfg.JetStream.KeyValue(ctx, events.BucketRollouts)
 	if err != nil {
 		return fmt.Errorf("planner: kv %s: %w", events.BucketRollouts, err)
 	}
 	total := 0
-	for _, n := range counts {
+	for _, n := range plan.counts {
 		total += n
 	}
 	r := events.Rollout{
-		EventID: eventID, Type: string(t.Move), Object: t.Object,
-		Planned: total, Counts: counts, PlannedAt: p.cfg.Clock.Now().UTC(),
+		EventID: w.eventID, Type: string(w.target.Move), Object: w.target.Object,
+		Planned: total, Counts: plan.counts, PlannedAt: p.cfg.Clock.Now().UTC(),
+		Policy: w.policy, PolicyError: w.policyError, Batches: plan.batches,
 	}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		r.TraceID, r.SpanID = sc.TraceID().String(), sc.SpanID().String()
@@ -77,8 +164,8 @@ func (p *Planner) recordRollout(ctx context.Context, eventID string, t instancet
 	if err != nil {
 		return err
 	}
-	if _, err := kv.Put(ctx, events.RolloutKey(eventID), rec); err != nil {
-		return fmt.Errorf("planner: record rollout %s: %w", eventID, err)
+	if _, err := kv.Put(ctx, events.RolloutKey(w.eventID), rec); err != nil {
+		return fmt.Errorf("planner: record rollout %s: %w", w.eventID, err)
 	}
 	return nil
 }

@@ -45,7 +45,52 @@ unaccounted for and since when.`,
 	for _, action := range []events.ControlAction{events.ActionPause, events.ActionResume, events.ActionAbort} {
 		cmd.AddCommand(rolloutActionCmd(g, action))
 	}
-	cmd.AddCommand(rolloutStatusCmd(g))
+	cmd.AddCommand(rolloutStatusCmd(g), rolloutPromoteCmd(g))
+	return cmd
+}
+
+func rolloutPromoteCmd(g *globals) *cobra.Command {
+	var store storeFlags
+	cmd := &cobra.Command{
+		Use:   "promote EVENT-ID",
+		Short: "Release a batched rollout's next batch now, skipping its gate and pause (and a paused canary)",
+		Long: `promote releases the batch after the last released one at once, whatever the
+gate of the released batch says and however long the policy's pause has to
+run, and resumes the rollout if it was paused (a pause: manual waits for
+this). The decision is a compare-and-set on the rollout's control record:
+two operators promoting at once release one batch each, never the same one
+twice.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
+				id, err := rollout.ResolveEventID(ctx, js, args[0])
+				if err != nil {
+					return err
+				}
+				rec, ok, err := rollout.Record(ctx, js, id)
+				switch {
+				case err != nil:
+					return err
+				case !ok:
+					return fmt.Errorf("%w %q: no event with that id was planned (kvlive events lists them)", rollout.ErrNoRollout, id)
+				case len(rec.Batches) < 2:
+					return fmt.Errorf("%s is not a batched rollout: nothing to promote", id)
+				}
+				s, err := rollout.Open(ctx, js)
+				if err != nil {
+					return err
+				}
+				batch, err := s.Promote(ctx, id, len(rec.Batches)-1, whoAmI(), time.Now())
+				if err != nil {
+					return fmt.Errorf("promote %s: %w", id, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: batch %d of %d released (%d VMs)\n", id, batch+1, len(rec.Batches), rec.Batches[batch])
+				return nil
+			})
+		},
+	}
+	store.bind(cmd)
+	cmd.ValidArgsFunction = store.completeEventIDs
 	return cmd
 }
 

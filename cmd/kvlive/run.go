@@ -64,6 +64,7 @@ type runOptions struct {
 	traceFanout    int
 	leaderElect    bool
 	leader         pipeline.LeaderElection
+	policy         events.Policy
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -93,6 +94,7 @@ subset, so planners and appliers can scale out as replicas on a NATS cluster.`,
 	f.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "address serving /metrics, /healthz and /readyz; empty turns it off")
 	f.DurationVar(&o.observeTimeout, "observe-timeout", 2*time.Minute, "how long each moved VM is watched for KubeVirt's reaction (recorded on its span); 0 turns it off")
 	f.IntVar(&o.traceFanout, "trace-fanout-limit", planner.DefaultTraceFanout, "above this many VMs, each VM's span roots its own trace, linked to the plan span")
+	bindPolicyFlags(f, &o.policy)
 	o.leader = pipeline.DefaultLeaderElection()
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "run the watcher only while holding a Lease, for several replicas with the watcher stage")
 	f.StringVar(&o.leader.Namespace, "leader-elect-resource-namespace", "", "namespace of the Lease (default: the kubeconfig context's, or the pod's)")
@@ -126,7 +128,7 @@ func (o *runOptions) validate() error {
 	case o.observeTimeout < 0:
 		return fmt.Errorf("%w: --observe-timeout %s: want 0 (off) or a positive duration", errUsage, o.observeTimeout)
 	}
-	return nil
+	return checkPolicy(o.policy)
 }
 
 func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error) {
@@ -189,7 +191,7 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 	running, err := pipeline.Start(ctx, pipeline.Config{
 		Clients: clients, JetStream: js, Namespace: o.kube.ExplicitNamespace(), Stages: o.stages,
 		Log: log, Tracer: tp, ApplierWorkers: o.workers, PlannerWorkers: o.plannerWorkers, Rate: o.rate,
-		ObserveTimeout: o.observeTimeout, TraceFanout: o.traceFanout, Metrics: m, LeaderElection: leader,
+		ObserveTimeout: o.observeTimeout, TraceFanout: o.traceFanout, Metrics: m, LeaderElection: leader, Policy: o.policy,
 	})
 	if err != nil {
 		return err

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,11 +18,13 @@ import (
 	"kvlive/internal/kube"
 	"kvlive/internal/printer"
 	"kvlive/internal/rollout"
+	"kvlive/planner"
 	"kvlive/planner/offline"
 )
 
 type switchOptions struct {
 	fleet   *fleetFlags
+	policy  events.Policy
 	url     string
 	yes     bool
 	wait    bool
@@ -51,6 +55,7 @@ of nothing.`,
 	f.BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
 	f.BoolVar(&o.wait, "wait", false, "wait for every VM's outcome and print the counts")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Minute, "with --wait, how long to wait before giving up (the switch itself goes on)")
+	bindPolicyFlags(f, &o.policy)
 	_ = cmd.MarkFlagRequired("from")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd
@@ -59,6 +64,13 @@ of nothing.`,
 func (o *switchOptions) run(cmd *cobra.Command, g *globals) error {
 	if o.wait && o.timeout <= 0 {
 		return fmt.Errorf("%w: --timeout %s: want a positive duration", errUsage, o.timeout)
+	}
+	if err := checkPolicy(o.policy); err != nil {
+		return err
+	}
+	var policy *events.Policy
+	if !o.policy.IsZero() {
+		policy = &o.policy
 	}
 	cfg, namespace, err := o.fleet.kube.Load()
 	if err != nil {
@@ -82,9 +94,21 @@ func (o *switchOptions) run(cmd *cobra.Command, g *globals) error {
 		fmt.Fprintf(out, "no VM %s references %s: nothing to switch\n", scope(req.Namespace), req.From)
 		return nil
 	}
+	moving := 0
+	for i := range plans {
+		if policy != nil {
+			plans[i] = planner.WithPolicy(plans[i], *policy)
+		}
+		if plans[i].Action.Moves() {
+			moving++
+		}
+	}
 	report := offline.NewReport(plans)
 	if err := report.Print(out, printer.FormatTable, printer.Width(out)); err != nil {
 		return err
+	}
+	if policy != nil && policy.Batched(moving) {
+		fmt.Fprintf(out, "in %s\n", describeBatches(policy.Batches(moving)))
 	}
 	if in := cmd.InOrStdin(); !o.yes && printer.IsTerminal(in) {
 		ok, err := confirm(in, cmd.ErrOrStderr(), fmt.Sprintf("Switch these %d VMs from %s to %s?", len(plans), req.From, req.Object))
@@ -105,7 +129,7 @@ func (o *switchOptions) run(cmd *cobra.Command, g *globals) error {
 		return err
 	}
 	id, err := rollout.RequestSwitch(ctx, js, events.SwitchRequest{
-		From: *req.From, To: req.Object, Namespace: req.Namespace, Selector: o.fleet.selector,
+		From: *req.From, To: req.Object, Namespace: req.Namespace, Selector: o.fleet.selector, Policy: policy,
 	})
 	if err != nil {
 		return err
@@ -126,6 +150,19 @@ func (o *switchOptions) run(cmd *cobra.Command, g *globals) error {
 	sort.Strings(results)
 	fmt.Fprintf(out, "%d VMs: %v\n", len(p.Outcomes), results)
 	return nil
+}
+
+// describeBatches renders batch sizes: "11 batches: 5, 100, 100, … 95".
+func describeBatches(sizes []int) string {
+	parts := make([]string, 0, min(len(sizes), 5))
+	for i, n := range sizes {
+		if i == 3 && len(sizes) > 5 {
+			parts = append(parts, "…", strconv.Itoa(sizes[len(sizes)-1]))
+			break
+		}
+		parts = append(parts, strconv.Itoa(n))
+	}
+	return fmt.Sprintf("%d batches of VMs that move: %s", len(sizes), strings.Join(parts, ", "))
 }
 
 // scope says where VMs were looked for: "in namespace shop", or "in any

@@ -43,6 +43,20 @@ func WriteStatus(w io.Writer, a rollout.Account, f printer.Format) error {
 	}
 	_, err := fmt.Fprintf(w, "event:        %s\nstate:        %s\nplanned:      %s\noutcomes:     %s\ndead letters: %d\nheld:         %d\nin flight:    %d\n",
 		a.EventID, phase, planned, withCounts(total, a.Outcomes), a.DeadLetters, a.Held, a.InFlight)
+	if err != nil || len(a.Batches) == 0 {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "batches:      %d of %d released %v, %d VMs staged\n", a.Batch+1, len(a.Batches), a.Batches, a.Staged)
+	if err == nil && a.Control.Gate != "" {
+		gate := a.Control.Gate
+		if !a.Control.GateAt.IsZero() {
+			gate = fmt.Sprintf("batch %d passed at %s: %s", a.Batch+1, a.Control.GateAt.Format(time.RFC3339), gate)
+		}
+		_, err = fmt.Fprintf(w, "gate:         %s\n", gate)
+	}
+	if err == nil && a.Record.PolicyError != "" {
+		_, err = fmt.Fprintf(w, "policy:       refused: %s\n", a.Record.PolicyError)
+	}
 	return err
 }
 
@@ -61,6 +75,9 @@ func ProgressLine(a rollout.Account) string {
 	}
 	bar := strings.Repeat("#", done) + strings.Repeat("·", progressWidth-done)
 	line := fmt.Sprintf("[%s] %d/%d settled · %s", bar, a.Settled(), a.Planned, a.Phase)
+	if len(a.Batches) > 0 {
+		line += fmt.Sprintf(" · batch %d/%d", a.Batch+1, len(a.Batches))
+	}
 	if list := countList(a.Outcomes, false); list != "" {
 		line += " · " + list
 	}

@@ -58,6 +58,11 @@ type Account struct {
 	DeadLetters int `json:"deadLetters"`
 	Held        int `json:"held"`
 	InFlight    int `json:"inFlight"`
+	// Staged are plans of batches not released yet; Batches the batch
+	// sizes of a batched rollout, of which Batch is the last released.
+	Staged  int   `json:"staged,omitempty"`
+	Batches []int `json:"batches,omitempty"`
+	Batch   int   `json:"batch,omitempty"`
 	// Unaccounted is how many planned VMs are in none of the above;
 	// Since is the last thing that happened to the rollout.
 	Unaccounted int       `json:"unaccounted,omitempty"`
@@ -71,7 +76,7 @@ func (a Account) Settled() int { return len(a.Latest) + a.DeadLetters }
 
 // Done reports whether the rollout will change no further by itself.
 func (a Account) Done() bool {
-	return a.Phase == PhaseComplete || a.Phase == PhaseIncomplete || (a.Phase == PhaseAborted && a.Held == 0 && a.InFlight == 0)
+	return a.Phase == PhaseComplete || a.Phase == PhaseIncomplete || (a.Phase == PhaseAborted && a.Held == 0 && a.InFlight == 0 && a.Staged == 0)
 }
 
 // AccountOf reads eventID's accounting: its rollout record and control
@@ -111,6 +116,10 @@ func AccountOf(ctx context.Context, js jetstream.JetStream, eventID string) (Acc
 	if a.InFlight, err = CountSubjects(ctx, js, events.StreamPlans, events.PlansOf(eventID)); err != nil {
 		return a, err
 	}
+	if a.Staged, err = CountSubjects(ctx, js, events.StreamStaged, events.StagedOf(eventID)); err != nil {
+		return a, err
+	}
+	a.Batches, a.Batch = rec.Batches, a.Control.Batch
 	a.Phase = a.phase()
 	return a, nil
 }
@@ -123,7 +132,7 @@ func (a *Account) phase() Phase {
 		return PhasePending
 	case a.Control.State == events.StatePaused:
 		return PhasePaused
-	case a.InFlight > 0 || a.Held > 0:
+	case a.InFlight > 0 || a.Held > 0 || a.Staged > 0:
 		return PhaseRunning
 	case a.Settled() >= a.Planned:
 		return PhaseComplete

@@ -101,6 +101,23 @@ var ErrUnreadable = errors.New("control record unreadable")
 // An unreadable record is an error, unless force is set: then it is
 // overwritten as if the rollout were running.
 func (s *Store) Apply(ctx context.Context, eventID string, action events.ControlAction, reason, by string, now time.Time, force bool) (events.Control, bool, error) {
+	return s.Update(ctx, eventID, force, func(c *events.Control) (bool, error) {
+		next, changed, err := c.Next(action)
+		if err != nil || !changed {
+			return false, err
+		}
+		c.State, c.Reason, c.By, c.At = next, reason, by, now.UTC()
+		return true, nil
+	})
+}
+
+// Update changes the event's record with change, by compare-and-set against
+// the revision it read, retrying (change decides again on what it finds)
+// when another writer got in between. change returns false to leave the
+// record as it is. It returns the resulting record and whether this call
+// wrote it. An unreadable record is an error unless force is set (then
+// change sees a running rollout).
+func (s *Store) Update(ctx context.Context, eventID string, force bool, change func(*events.Control) (bool, error)) (events.Control, bool, error) {
 	for range maxCASAttempts {
 		current, rev, err := s.Get(ctx, eventID)
 		if errors.Is(err, ErrUnreadable) && !force {
@@ -109,11 +126,11 @@ func (s *Store) Apply(ctx context.Context, eventID string, action events.Control
 		if err != nil && !errors.Is(err, ErrUnreadable) {
 			return current, false, err
 		}
-		next, changed, err := current.Next(action)
+		c := current
+		changed, err := change(&c)
 		if err != nil || !changed {
 			return current, false, err
 		}
-		c := events.Control{State: next, Reason: reason, By: by, At: now.UTC()}
 		rec, err := events.MarshalControl(c)
 		if err != nil {
 			return current, false, err
@@ -128,7 +145,57 @@ func (s *Store) Apply(ctx context.Context, eventID string, action events.Control
 			return current, false, fmt.Errorf("control: write %s: %w", eventID, err)
 		}
 	}
-	return events.Control{}, false, fmt.Errorf("control: %s kept changing under %d attempts to %s it", eventID, maxCASAttempts, action)
+	return events.Control{}, false, fmt.Errorf("control: %s kept changing under %d attempts to change it", eventID, maxCASAttempts)
+}
+
+// OpenBatch records that batch of the event's rollout is released, unless
+// it (or a later one) already is or the rollout was aborted. Of several
+// replicas deciding at once, one wins.
+func (s *Store) OpenBatch(ctx context.Context, eventID string, batch int, now time.Time) (bool, error) {
+	_, opened, err := s.Update(ctx, eventID, false, func(c *events.Control) (bool, error) {
+		if c.State == events.StateAborted || c.Batch >= batch {
+			return false, nil
+		}
+		c.Batch, c.BatchAt, c.GateAt, c.Gate = batch, now.UTC(), time.Time{}, ""
+		return true, nil
+	})
+	return opened, err
+}
+
+// PassGate records that the released batch passed its gate at now, with
+// what the gate found; false when it was recorded already or the rollout
+// moved on.
+func (s *Store) PassGate(ctx context.Context, eventID string, batch int, gate string, now time.Time) (bool, error) {
+	_, passed, err := s.Update(ctx, eventID, false, func(c *events.Control) (bool, error) {
+		if c.Batch != batch || !c.GateAt.IsZero() || c.State == events.StateAborted {
+			return false, nil
+		}
+		c.GateAt, c.Gate = now.UTC(), gate
+		return true, nil
+	})
+	return passed, err
+}
+
+// ErrNothingToPromote is a promote of a rollout with no batch left to release.
+var ErrNothingToPromote = errors.New("nothing to promote")
+
+// Promote releases the batch after the last released one now, whatever its
+// gate and pause say, and resumes the rollout if it was paused; last is the
+// rollout's last batch. It returns the batch it released.
+func (s *Store) Promote(ctx context.Context, eventID string, last int, by string, now time.Time) (int, error) {
+	c, _, err := s.Update(ctx, eventID, false, func(c *events.Control) (bool, error) {
+		switch {
+		case c.State == events.StateAborted:
+			return false, errors.New("the rollout was aborted; an aborted rollout cannot be promoted")
+		case c.Batch >= last:
+			return false, fmt.Errorf("%w: batch %d of %d is the last and released", ErrNothingToPromote, c.Batch+1, last+1)
+		}
+		c.Batch, c.BatchAt, c.GateAt = c.Batch+1, now.UTC(), time.Time{}
+		c.Gate = fmt.Sprintf("promoted by %s", by)
+		c.State, c.Reason, c.By, c.At = events.StateRunning, "promoted", by, now.UTC()
+		return true, nil
+	})
+	return c.Batch, err
 }
 
 // State is one event's control record with its KV revision.

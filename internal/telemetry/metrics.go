@@ -28,6 +28,8 @@ type Metrics struct {
 	settled       *prometheus.CounterVec
 	deadFailed    *prometheus.CounterVec
 	observed      *prometheus.CounterVec
+	gates         *prometheus.CounterVec
+	batches       prometheus.Counter
 }
 
 // New registers kvlive's metrics, and the Go and process collectors, in a
@@ -65,8 +67,15 @@ func New() *Metrics {
 			Name: "kvlive_observations_total",
 			Help: "Moved VMs watched for KubeVirt's reaction, by what was seen: live, restart, not-observed (the watch timed out), not-watched (too many watched at once).",
 		}, []string{"observed"}),
+		gates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvlive_rollout_gates_total",
+			Help: "Batch gates of batched rollouts decided, by result: passed, failed (failure threshold), deadline (progress deadline passed), and the phase it left the rollout in (running, waiting for promote, paused, aborted).",
+		}, []string{"result", "phase"}),
+		batches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvlive_rollout_batches_released_total", Help: "Batches of batched rollouts released to the applier (the first, released by the planner, not counted).",
+		}),
 	}
-	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.observed,
+	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.observed, m.gates, m.batches,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -120,6 +129,20 @@ func (m *Metrics) DeadLetterFailed(stage string) {
 func (m *Metrics) Observed(what string) {
 	if m != nil {
 		m.observed.WithLabelValues(what).Inc()
+	}
+}
+
+// Gate counts one decided batch gate and the phase it left the rollout in.
+func (m *Metrics) Gate(result, phase string) {
+	if m != nil {
+		m.gates.WithLabelValues(result, phase).Inc()
+	}
+}
+
+// BatchReleased counts one batch released.
+func (m *Metrics) BatchReleased() {
+	if m != nil {
+		m.batches.Inc()
 	}
 }
 

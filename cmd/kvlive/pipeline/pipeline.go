@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"kvlive/applier"
+	"kvlive/events"
 	"kvlive/internal/kube"
 	"kvlive/internal/standin"
 	"kvlive/internal/telemetry"
@@ -54,7 +55,9 @@ type Config struct {
 	// ObserveTimeout and TraceFanout tune tracing (see applier.Config and planner.Config).
 	ObserveTimeout time.Duration
 	TraceFanout    int
-	Metrics        *telemetry.Metrics
+	// Policy is the rollout policy of events that name none.
+	Policy  events.Policy
+	Metrics *telemetry.Metrics
 	// LeaderElection, when set, runs the watcher only while this replica
 	// holds the Lease it names.
 	LeaderElection *LeaderElection
@@ -188,7 +191,7 @@ func addStages(ctx context.Context, cfg Config, fleet *kube.Cache, current *atom
 	}
 	if slices.Contains(cfg.Stages, StagePlanner) {
 		p, err := planner.New(planner.Config{Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer, Workers: cfg.PlannerWorkers,
-			TraceFanout: cfg.TraceFanout, Metrics: cfg.Metrics, Grace: cmp.Or(cfg.ShutdownGrace, DefaultShutdownGrace)})
+			TraceFanout: cfg.TraceFanout, Metrics: cfg.Metrics, Grace: cmp.Or(cfg.ShutdownGrace, DefaultShutdownGrace), Policy: cfg.Policy})
 		if err != nil {
 			return nil, err
 		}

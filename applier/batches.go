@@ -1,0 +1,398 @@
+package applier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	k8scorev1 "k8s.io/api/core/v1"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/events"
+	"kvlive/instancetype"
+	"kvlive/internal/consumer"
+	"kvlive/internal/rollout"
+)
+
+// A batched rollout's first batch goes to the applier with the plans; the
+// planner stages the others in events.StreamStaged. Every applier replica
+// steps each batched rollout that still has staged plans: once the
+// released batch passes its gate (every VM of it has an outcome and is in
+// its planned state as KubeVirt reports it, and failures are within the
+// policy's threshold) and the policy's pause is over, it records the next
+// batch as released in the rollout's control record (compare-and-set: of
+// replicas deciding at once, one wins) and sends its plans to the applier
+// through a durable consumer every replica shares, under ids derived from
+// their staged sequence, so releasing twice publishes once. A failure past
+// the threshold, or a batch that misses its progress deadline, pauses (or
+// aborts) the rollout with the reason.
+
+// gateEvery is how often batched rollouts are stepped.
+const gateEvery = time.Second
+
+// DefaultProgressDeadline bounds each batch of a batched rollout whose
+// policy sets no deadline, as a Deployment's progressDeadlineSeconds does.
+const DefaultProgressDeadline = 10 * time.Minute
+
+// gatedBy is who the control records name for a gate's decisions.
+const gatedBy = "kvlive gate"
+
+// runGates steps every batched rollout until ctx ends.
+func (a *Applier) runGates(ctx context.Context, store *rollout.Store) {
+	tick := time.NewTicker(gateEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		staged, err := a.stagedBatches(ctx)
+		if err != nil {
+			a.cfg.Log.Warn("applier: cannot list staged batches", "err", err)
+			continue
+		}
+		for id, batches := range staged {
+			if err := a.stepRollout(ctx, store, id, batches); err != nil && ctx.Err() == nil {
+				a.cfg.Log.Warn("applier: batched rollout not stepped", "event", id, "err", err)
+			}
+		}
+	}
+}
+
+// stagedBatches lists, per event, the batches that still have staged
+// plans, in order, from the staged stream's subjects.
+func (a *Applier) stagedBatches(ctx context.Context) (map[string][]int, error) {
+	s, err := a.cfg.JetStream.Stream(ctx, events.StreamStaged)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(events.StagedOf("")))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]int{}
+	for subject := range info.State.Subjects {
+		id, err := events.EventOfSubject(subject)
+		if err != nil {
+			continue
+		}
+		batch, err := events.BatchOfStagedSubject(subject)
+		if err != nil {
+			continue
+		}
+		out[id] = append(out[id], batch)
+	}
+	for id := range out {
+		slices.Sort(out[id])
+	}
+	return out, nil
+}
+
+// stepRollout takes one batched rollout one step further, if it can.
+func (a *Applier) stepRollout(ctx context.Context, store *rollout.Store, id string, staged []int) error {
+	c, _, err := store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.State == events.StateAborted:
+		// Every staged plan goes to the applier, which records its VM skipped.
+		return a.releaseBatches(ctx, id, staged)
+	case staged[0] <= c.Batch:
+		// Released, not all sent: a promote, or a replica that stopped.
+		return a.releaseBatches(ctx, id, slices.DeleteFunc(staged, func(b int) bool { return b > c.Batch }))
+	case c.State == events.StatePaused:
+		return nil
+	}
+	rec, recorded, err := rollout.Record(ctx, a.cfg.JetStream, id)
+	if err != nil || !recorded || c.Batch >= len(rec.Batches) {
+		return err
+	}
+	acct, err := rollout.AccountOf(ctx, a.cfg.JetStream, id)
+	if err != nil {
+		return err
+	}
+	g := a.gate(rec, c.Batch, acct)
+	now := a.cfg.Clock.Now()
+	switch g.verdict {
+	case gateFailed:
+		return a.trip(ctx, store, rec, c, "failed", g.why)
+	case gateWaiting:
+		since := c.BatchAt
+		if c.Batch == 0 || since.IsZero() {
+			since = rec.PlannedAt
+		}
+		deadline := rec.Policy.Deadline()
+		if deadline == 0 {
+			deadline = DefaultProgressDeadline
+		}
+		if now.Sub(since) > deadline {
+			return a.trip(ctx, store, rec, c, "deadline", fmt.Sprintf("progress deadline %s passed: %s", deadline, g.why))
+		}
+		return a.noteWaiting(ctx, store, id, c, "waiting: "+g.why)
+	}
+	if c.GateAt.IsZero() {
+		passed, err := store.PassGate(ctx, id, c.Batch, g.why, now)
+		if err != nil || !passed {
+			return err
+		}
+		c.GateAt = now
+		a.batchSpan(ctx, rec, c, now, g.why, nil)
+	}
+	wait, manual := rec.Policy.PauseFor()
+	if manual {
+		if !c.At.After(c.GateAt) {
+			// No pause or resume since the gate passed: wait for one.
+			reason := fmt.Sprintf("batch %d of %d passed its gate; rollout promote (or resume) releases batch %d", c.Batch+1, len(rec.Batches), c.Batch+2)
+			if _, _, err := store.Apply(ctx, id, events.ActionPause, reason, gatedBy, now, false); err != nil {
+				return err
+			}
+			a.cfg.Metrics.Gate("passed", "waiting")
+			a.cfg.Log.Info("batch passed its gate; waiting for promote", "event", id, "batch", c.Batch+1)
+			return nil
+		}
+	} else if now.Before(c.GateAt.Add(wait)) {
+		return nil
+	}
+	next := c.Batch + 1
+	opened, err := store.OpenBatch(ctx, id, next, now)
+	if err != nil {
+		return err
+	}
+	if opened {
+		a.cfg.Metrics.Gate("passed", "running")
+		a.cfg.Metrics.BatchReleased()
+		a.cfg.Log.Info("batch released", "event", id, "batch", next+1, "of", len(rec.Batches), "vms", rec.Batches[next])
+	}
+	return a.releaseBatches(ctx, id, []int{next})
+}
+
+// noteEvery is how often, at most, a rollout's control record is rewritten
+// with what its gate waits for.
+const noteEvery = 5 * time.Second
+
+// noteWaiting records what the released batch's gate waits for, so
+// rollout status can show it, at most every noteEvery per rollout.
+func (a *Applier) noteWaiting(ctx context.Context, store *rollout.Store, id string, c events.Control, why string) error {
+	if c.Gate == why {
+		return nil
+	}
+	now := a.cfg.Clock.Now()
+	a.gateNotesMu.Lock()
+	last := a.gateNotes[id]
+	if now.Sub(last) < noteEvery {
+		a.gateNotesMu.Unlock()
+		return nil
+	}
+	a.gateNotes[id] = now
+	a.gateNotesMu.Unlock()
+	_, _, err := store.Update(ctx, id, false, func(cur *events.Control) (bool, error) {
+		if cur.Batch != c.Batch || !cur.GateAt.IsZero() || cur.State != events.StateRunning {
+			return false, nil
+		}
+		cur.Gate = why
+		return true, nil
+	})
+	return err
+}
+
+// trip pauses (or, as the policy says, aborts) a rollout whose batch failed
+// its gate or missed its deadline, with the reason.
+func (a *Applier) trip(ctx context.Context, store *rollout.Store, rec events.Rollout, c events.Control, result, why string) error {
+	action, phase := events.ActionPause, "paused"
+	if rec.Policy.Aborts() {
+		action, phase = events.ActionAbort, "aborted"
+	}
+	reason := fmt.Sprintf("batch %d of %d: %s", c.Batch+1, len(rec.Batches), why)
+	_, changed, err := store.Apply(ctx, rec.EventID, action, reason, gatedBy, a.cfg.Clock.Now(), false)
+	if err != nil || !changed {
+		return err
+	}
+	a.cfg.Metrics.Gate(result, phase)
+	a.cfg.Log.Warn("batched rollout "+phase+" by its gate", "event", rec.EventID, "reason", reason)
+	a.batchSpan(ctx, rec, c, a.cfg.Clock.Now(), reason, errors.New(phase))
+	return nil
+}
+
+// batchSpan records a batch, from its release to its gate's decision, as a
+// span under the rollout's planner span, so kvlive trace shows the batches.
+func (a *Applier) batchSpan(ctx context.Context, rec events.Rollout, c events.Control, end time.Time, gate string, failed error) {
+	start := c.BatchAt
+	if c.Batch == 0 || start.IsZero() {
+		start = rec.PlannedAt
+	}
+	if tid, err := trace.TraceIDFromHex(rec.TraceID); err == nil {
+		if sid, err := trace.SpanIDFromHex(rec.SpanID); err == nil {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+				TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true}))
+		}
+	}
+	_, span := a.tracer.Start(ctx, fmt.Sprintf("rollout.batch %d/%d", c.Batch+1, len(rec.Batches)), trace.WithTimestamp(start),
+		trace.WithAttributes(attribute.String("kvlive.event.id", rec.EventID), attribute.Int("kvlive.batch", c.Batch+1),
+			attribute.Int("kvlive.batch.vms", rec.Batches[c.Batch]), attribute.String("kvlive.gate", gate)))
+	if failed != nil {
+		span.SetStatus(codes.Error, gate)
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+// Gate verdicts.
+const (
+	gateWaiting = iota
+	gatePassed
+	gateFailed
+)
+
+// gateResult is what a batch's gate found, and why.
+type gateResult struct {
+	verdict int
+	why     string
+}
+
+// maxNamed is how many VMs a gate's reason names.
+const maxNamed = 3
+
+// gate checks the released batch: failures over the whole rollout within
+// the policy's threshold; every VM of the batch with an outcome; each in
+// the state KubeVirt reports for its result.
+func (a *Applier) gate(rec events.Rollout, batch int, acct rollout.Account) gateResult {
+	failed := acct.Outcomes[events.ResultFailed] + acct.DeadLetters
+	if tolerated := rec.Policy.Tolerated(rec.Planned); failed > tolerated {
+		return gateResult{gateFailed, fmt.Sprintf("%d VMs failed, the policy tolerates %d", failed, tolerated)}
+	}
+	want := rec.Batches[batch]
+	if batch == 0 { // the plans that move nothing went with the first batch
+		want += rec.Counts[events.ResultNone] + rec.Counts[events.ResultSkip]
+	}
+	settled := 0
+	var unready []string
+	for _, o := range acct.Latest {
+		if o.Batch != batch {
+			continue
+		}
+		settled++
+		if why := a.inPlannedState(o); why != "" {
+			unready = append(unready, o.VM.String()+": "+why)
+		}
+	}
+	if settled < want {
+		return gateResult{gateWaiting, fmt.Sprintf("%d of %d VMs of the batch have an outcome", settled, want)}
+	}
+	if len(unready) > 0 {
+		slices.Sort(unready)
+		more := ""
+		if len(unready) > maxNamed {
+			more = fmt.Sprintf("; and %d more", len(unready)-maxNamed)
+		}
+		return gateResult{gateWaiting, fmt.Sprintf("%d VMs not in their planned state: %s%s",
+			len(unready), strings.Join(unready[:min(len(unready), maxNamed)], "; "), more)}
+	}
+	return gateResult{gatePassed, fmt.Sprintf("all %d VMs in their planned state, %d failed", settled, failed)}
+}
+
+// inPlannedState says why a VM is not (yet) where its outcome left it, as
+// KubeVirt reports it, or "" when it is: live, the VMI shows the new
+// sockets and memory with no hotplug pending or refused; restart,
+// RestartRequired is set; next-boot, the pin moved. A VM deleted (or
+// re-created) since has nothing left to check.
+func (a *Applier) inPlannedState(o events.Outcome) string {
+	vm := a.cfg.Fleet.VM(o.VM.Namespace, o.VM.Name)
+	if vm == nil || string(vm.UID) != o.VM.UID {
+		return ""
+	}
+	switch o.Result {
+	case events.ResultLive:
+		if c, ok := vmCondition(vm, virtv1.VirtualMachineFailure); ok && strings.HasPrefix(c.Reason, "HotPlug") {
+			return "hotplug refused (" + c.Reason + ")"
+		}
+		vmi := a.cfg.Fleet.VMI(o.VM.Namespace, o.VM.Name)
+		if vmi == nil {
+			return "no VMI"
+		}
+		if pending := hotplugPending(vmi); len(pending) > 0 {
+			return "hotplug pending (" + strings.Join(pending, ", ") + ")"
+		}
+		if want := expectation(o.Changes); !want.seenOn(vmi) || !want.reached(vmi) {
+			return "the VMI does not show the new sockets and memory yet"
+		}
+	case events.ResultRestart:
+		if c, ok := vmCondition(vm, virtv1.VirtualMachineRestartRequired); !ok || c.Status != k8scorev1.ConditionTrue {
+			return "RestartRequired not set"
+		}
+	case events.ResultNextBoot:
+		if o.Revision == "" {
+			return ""
+		}
+		for _, preference := range []bool{false, true} {
+			if pin, err := instancetype.PinOf(vm, preference); err == nil && pin.Revision == o.Revision {
+				return ""
+			}
+		}
+		return "the pin has not moved to " + o.Revision
+	}
+	return ""
+}
+
+// releaseBatches sends the staged plans of each batch to the plans stream.
+func (a *Applier) releaseBatches(ctx context.Context, eventID string, batches []int) error {
+	var errs []error
+	for _, b := range batches {
+		errs = append(errs, a.releaseBatch(ctx, eventID, b))
+	}
+	return errors.Join(errs...)
+}
+
+// releaseBatch runs the batch's shared consumer until nothing of it is
+// left staged.
+func (a *Applier) releaseBatch(ctx context.Context, eventID string, batch int) error {
+	cfg := events.OpenBatchConsumer(eventID, batch)
+	cons, err := a.cfg.JetStream.CreateOrUpdateConsumer(ctx, events.StreamStaged, cfg)
+	if err != nil {
+		return fmt.Errorf("applier: release batch %d of %s: %w", batch, eventID, err)
+	}
+	rt, err := consumer.New(consumer.Config{
+		Stage: "releaser", Consumer: cons, JetStream: a.cfg.JetStream, Workers: 4, MaxDeliver: events.ReleaseMaxDeliver,
+		Backoff: consumer.DefaultBackoff(), Grace: a.cfg.Grace, Log: a.cfg.Log.With("event", eventID, "batch", batch), Metrics: a.cfg.Metrics,
+	})
+	if err != nil {
+		return fmt.Errorf("applier: release batch %d of %s: %w", batch, eventID, err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		tick := time.NewTicker(releasePoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-tick.C:
+			}
+			if info, err := cons.Info(rctx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+				stop()
+				return
+			}
+		}
+	}()
+	if err := rt.Run(rctx, func(ctx context.Context, msg jetstream.Msg, d consumer.Delivery) consumer.Fate {
+		return a.releaseOne(ctx, msg, d, events.OpenedID)
+	}); err != nil {
+		return fmt.Errorf("applier: release batch %d of %s: %w", batch, eventID, err)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err := a.cfg.JetStream.DeleteConsumer(context.WithoutCancel(ctx), events.StreamStaged, cfg.Durable); err != nil &&
+		!errors.Is(err, jetstream.ErrConsumerNotFound) {
+		a.cfg.Log.Debug("applier: batch consumer not deleted", "event", eventID, "err", err)
+	}
+	return nil
+}

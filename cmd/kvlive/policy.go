@@ -1,0 +1,30 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/pflag"
+
+	"kvlive/events"
+)
+
+// bindPolicyFlags binds the rollout policy's fields to flags: kvlive run's
+// default policy, and kvlive switch's for its own rollout.
+func bindPolicyFlags(f *pflag.FlagSet, p *events.Policy) {
+	f.StringVar(&p.BatchSize, "batch-size", "", "roll out in batches of this many VMs, a count (50) or a percent (10%) of the matched VMs; empty: one batch")
+	f.StringVar(&p.Canary, "canary", "", "a first batch of this many VMs (count or percent) before the others")
+	f.StringVar(&p.Pause, "pause", "", "wait between batches: a duration (5m), or manual for kvlive rollout promote")
+	f.StringVar(&p.FailureThreshold, "failure-threshold", "", "failed VMs tolerated (count or percent of the matched VMs) before --on-failure; default none")
+	f.StringVar(&p.OnFailure, "on-failure", "", "what a failed gate or a missed deadline does: pause (default) or abort")
+	f.StringVar(&p.ProgressDeadline, "progress-deadline", "", "how long each batch may take to pass its gate (default 10m)")
+	f.StringVar(&p.Order, "order", "", "order VMs are taken in: name (default), stopped-first, or label=KEY")
+	f.StringVar(&p.Restart, "restart", "", "VMs whose change needs a restart: move (default) or skip")
+}
+
+// checkPolicy turns a policy flag's mistake into a usage error.
+func checkPolicy(p events.Policy) error {
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return nil
+}
