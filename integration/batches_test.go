@@ -95,8 +95,8 @@ func TestRealKubeVirtGateHoldsOnAPendingHotplug(t *testing.T) {
 			t.Errorf("paused for %q, want it to say %q", st.Control.Reason, want)
 		}
 	}
-	if st.Staged != 2 || len(st.Latest) != 1 || st.Control.By != "kvlive gate" {
-		t.Errorf("paused with %d staged, %d outcomes, by %q; want 2 staged, 1 outcome, by the gate", st.Staged, len(st.Latest), st.Control.By)
+	if st.Staged != 2 || st.Outcomes[events.ResultLive] != 1 || st.Control.By != "kvlive gate" {
+		t.Errorf("paused with %d staged, outcomes %v, by %q; want 2 staged, 1 live, by the gate", st.Staged, st.Outcomes, st.Control.By)
 	}
 	if out := e.kvliveCommand(time.Minute, "rollout", "status", id, "--nats-url", e.nats.URL); !strings.Contains(out, "batches:      1 of 3 released") {
 		t.Errorf("rollout status does not show the batches:\n%s", out)
