@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -130,5 +131,62 @@ func TestSteeredRecordsExpireWithTheHorizon(t *testing.T) {
 	})
 	if c, rev, err := s.Get(ctx, "paused"); err != nil || rev == 0 || c.State != events.StatePaused {
 		t.Errorf("the paused record: %+v rev %d %v; want it kept", c, rev, err)
+	}
+}
+
+// TestBatchStepsAreCompareAndSet: of replicas releasing the same batch at
+// once one wins; a gate passes once per batch; pause and resume keep the
+// batch; promote releases the next batch and resumes, up to the last.
+func TestBatchStepsAreCompareAndSet(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, testenv.JetStream(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "E/uid/3"
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	var wg sync.WaitGroup
+	var opened atomic.Int32
+	for range 8 {
+		wg.Go(func() {
+			ok, err := s.OpenBatch(ctx, id, 1, now)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				opened.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if opened.Load() != 1 {
+		t.Fatalf("%d replicas released batch 2, want exactly 1", opened.Load())
+	}
+	if ok, _ := s.OpenBatch(ctx, id, 1, now); ok {
+		t.Error("batch 2 released twice")
+	}
+	if ok, err := s.PassGate(ctx, id, 1, "all 3 VMs in their planned state", now); !ok || err != nil {
+		t.Fatalf("PassGate = %v, %v", ok, err)
+	}
+	if ok, _ := s.PassGate(ctx, id, 1, "again", now); ok {
+		t.Error("a gate passed twice")
+	}
+	if _, _, err := s.Apply(ctx, id, events.ActionPause, "look first", "alice", now, false); err != nil {
+		t.Fatal(err)
+	}
+	c, _, _ := s.Get(ctx, id)
+	if c.State != events.StatePaused || c.Batch != 1 || c.GateAt.IsZero() || c.Gate != "all 3 VMs in their planned state" {
+		t.Fatalf("a pause lost the batch: %+v", c)
+	}
+	batch, err := s.Promote(ctx, id, 2, "bob", now.Add(time.Minute))
+	if err != nil || batch != 2 {
+		t.Fatalf("Promote = %d, %v", batch, err)
+	}
+	c, _, _ = s.Get(ctx, id)
+	if c.State != events.StateRunning || c.Batch != 2 || !c.GateAt.IsZero() || c.By != "bob" {
+		t.Errorf("after promote: %+v", c)
+	}
+	if _, err := s.Promote(ctx, id, 2, "bob", now); !errors.Is(err, ErrNothingToPromote) {
+		t.Errorf("promote past the last batch: %v", err)
 	}
 }
