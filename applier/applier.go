@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/time/rate"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	virtv1 "kubevirt.io/api/core/v1"
 
@@ -59,6 +60,9 @@ type Config struct {
 	Metrics        *telemetry.Metrics
 	// Grace is how long VMs being moved may finish after ctx ends.
 	Grace time.Duration
+	// Recorder, when set, records Kubernetes Events on a batched rollout's
+	// object: a batch released, a gate that paused or aborted it.
+	Recorder record.EventRecorder
 }
 
 // Applier consumes plans, moves VMs and publishes outcomes.

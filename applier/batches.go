@@ -12,7 +12,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	k8scorev1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
@@ -171,6 +172,7 @@ func (a *Applier) stepRollout(ctx context.Context, store *rollout.Store, id stri
 		a.cfg.Metrics.Gate("passed", "running")
 		a.cfg.Metrics.BatchReleased()
 		a.cfg.Log.Info("batch released", "event", id, "batch", next+1, "of", len(rec.Batches), "vms", rec.Batches[next])
+		a.recordEvent(rec.Object, corev1.EventTypeNormal, "RolloutBatchReleased", "rollout %s: batch %d of %d released (%d VMs)", id, next+1, len(rec.Batches), rec.Batches[next])
 	}
 	return a.releaseBatches(ctx, id, []int{next})
 }
@@ -218,8 +220,17 @@ func (a *Applier) trip(ctx context.Context, store *rollout.Store, rec events.Rol
 	}
 	a.cfg.Metrics.Gate(result, phase)
 	a.cfg.Log.Warn("batched rollout "+phase+" by its gate", "event", rec.EventID, "reason", reason)
+	a.recordEvent(rec.Object, corev1.EventTypeWarning, "Rollout"+strings.ToUpper(phase[:1])+phase[1:], "rollout %s %s: %s", rec.EventID, phase, reason)
 	a.batchSpan(ctx, rec, c, a.cfg.Clock.Now(), reason, errors.New(phase))
 	return nil
+}
+
+// recordEvent records a Kubernetes Event on the rollout's object, when it
+// is in the cache and a recorder is set.
+func (a *Applier) recordEvent(ref events.Ref, kind, reason, format string, args ...any) {
+	if o, ok := a.cfg.Fleet.Object(ref).(runtime.Object); ok && a.cfg.Recorder != nil {
+		a.cfg.Recorder.Eventf(o, kind, reason, format, args...)
+	}
 }
 
 // batchSpan records a batch, from its release to its gate's decision, as a
@@ -324,7 +335,7 @@ func (a *Applier) inPlannedState(o events.Outcome) string {
 			return "the VMI does not show the new sockets and memory yet"
 		}
 	case events.ResultRestart:
-		if c, ok := vmCondition(vm, virtv1.VirtualMachineRestartRequired); !ok || c.Status != k8scorev1.ConditionTrue {
+		if c, ok := vmCondition(vm, virtv1.VirtualMachineRestartRequired); !ok || c.Status != corev1.ConditionTrue {
 			return "RestartRequired not set"
 		}
 	case events.ResultNextBoot:

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"kvlive/events"
 	"kvlive/internal/rollout"
 )
@@ -111,5 +113,78 @@ func TestRealKubeVirtGateHoldsOnAPendingHotplug(t *testing.T) {
 	e.checkAgainstKubeVirt(p, names)
 	if _, _, err := e.kvliveOnce(time.Minute, "rollout", "promote", id, "--nats-url", e.nats.URL); err == nil {
 		t.Error("promote of a rollout with every batch released succeeded")
+	}
+}
+
+// TestPolicyAnnotation: a kvlive.io/rollout-policy annotation on the
+// instance type sets its rollouts' policy (two batches, the second waiting
+// for rollout promote); one that does not parse pauses the rollout before
+// anything moves, says why in rollout status, kvlive events and a Warning
+// Event on the instance type, and rollout resume goes on in one batch.
+func TestPolicyAnnotation(t *testing.T) {
+	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itMedium: 20}})
+	e.runKvlive("all stages")
+	e.waitGenerations()
+	edited := e.selectShapes(onInstancetype(itMedium))
+
+	e.annotate(itMedium, "batchSize: 50%\npause: manual\n")
+	it, id := e.editInstancetype(itMedium, 3, "6Gi")
+	var st rollout.Account
+	e.waitFor("the first batch to pass its gate and wait for promote", rolloutTimeout, func() (bool, string) {
+		st = e.status(id)
+		return st.Phase == rollout.PhasePaused, string(st.Phase) + ": " + st.Control.Reason
+	})
+	if !slices.Equal(st.Batches, []int{10, 10}) || st.Staged != 10 || !strings.Contains(st.Control.Reason, "batch 1 of 2 passed its gate; rollout promote") {
+		t.Errorf("waiting for promote with batches %v, %d staged, reason %q", st.Batches, st.Staged, st.Control.Reason)
+	}
+	e.rolloutCommand("promote", id)
+	e.checkRollout(e.follow(id), rolloutWant{eventID: id, shapes: edited, action: vmShape.expected, revision: revisionOf(it), clean: true})
+
+	e.annotate(itMedium, "batchSize: lots\n")
+	it, id = e.editInstancetype(itMedium, 4, "8Gi")
+	e.waitFor("the refused policy to pause the rollout", rolloutTimeout, func() (bool, string) {
+		st = e.status(id)
+		return st.Phase == rollout.PhasePaused && st.Recorded, string(st.Phase)
+	})
+	want := `annotation kvlive.io/rollout-policy on clusterinstancetype/` + itMedium + `: rollout policy: batchSize: "lots"`
+	if !strings.Contains(st.Control.Reason, want) || st.Outcomes[events.ResultLive]+st.Outcomes[events.ResultRestart]+st.Outcomes[events.ResultNextBoot] != 0 {
+		t.Errorf("paused for %q with outcomes %v; want %q and nothing moved", st.Control.Reason, st.Outcomes, want)
+	}
+	if out := e.kvliveCommand(time.Minute, "events", "-o", "json", "--nats-url", e.nats.URL); !strings.Contains(out, `"policyError": "`+strings.ReplaceAll(want, `"`, `\"`)) {
+		t.Errorf("kvlive events does not say the policy was refused:\n%s", out)
+	}
+	e.waitFor("a RolloutPolicyRefused Event on the instance type", time.Minute, func() (bool, string) {
+		list, err := e.clients.Kube.CoreV1().Events("default").List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + itMedium})
+		if err != nil {
+			return false, err.Error()
+		}
+		var reasons []string
+		for _, ev := range list.Items {
+			if ev.Reason == "RolloutPolicyRefused" && strings.Contains(ev.Message, want) {
+				return true, ""
+			}
+			reasons = append(reasons, ev.Reason)
+		}
+		return false, strings.Join(reasons, ", ")
+	})
+	e.rolloutCommand("resume", id)
+	e.checkRollout(e.follow(id), rolloutWant{eventID: id, shapes: edited, action: vmShape.expected, revision: revisionOf(it)})
+}
+
+// annotate sets the rollout policy annotation of a cluster instance type;
+// metadata alone moves no generation.
+func (e *env) annotate(name, policy string) {
+	e.t.Helper()
+	its := e.clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
+	it, err := its.Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if it.Annotations == nil {
+		it.Annotations = map[string]string{}
+	}
+	it.Annotations[events.PolicyAnnotation] = policy
+	if _, err := its.Update(e.ctx, it, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
 	}
 }

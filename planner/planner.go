@@ -14,8 +14,11 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	virtv1 "kubevirt.io/api/core/v1"
 
@@ -58,6 +61,9 @@ type Config struct {
 	// Policy is the rollout policy of events that name none (by the
 	// object's events.PolicyAnnotation, or a switch request's own).
 	Policy events.Policy
+	// Recorder, when set, records Kubernetes Events on the objects whose
+	// events are planned (a refused rollout policy).
+	Recorder record.EventRecorder
 }
 
 // DefaultTraceFanout keeps rollouts of up to 1,000 VMs in one trace.
@@ -241,5 +247,8 @@ func (p *Planner) holdForPolicy(ctx context.Context, w work) error {
 		return err
 	}
 	p.cfg.Log.Warn("event paused: its rollout policy was refused", "event", w.eventID, "err", w.policyError)
+	if o, ok := p.cfg.Fleet.Object(w.target.Object).(runtime.Object); ok && p.cfg.Recorder != nil {
+		p.cfg.Recorder.Eventf(o, corev1.EventTypeWarning, "RolloutPolicyRefused", "rollout %s paused before anything moved: %s", w.eventID, w.policyError)
+	}
 	return nil
 }

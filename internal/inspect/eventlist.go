@@ -52,6 +52,9 @@ type EventSummary struct {
 	// ControlError says why the event's control record could not be read;
 	// it concerns this event alone.
 	ControlError string `json:"controlError,omitempty"`
+	// PolicyError says why the rollout policy asked for was refused (the
+	// rollout was paused before anything moved).
+	PolicyError string `json:"policyError,omitempty"`
 }
 
 // Events returns the newest limit events (every event when limit <= 0),
@@ -95,7 +98,7 @@ func (r *Reader) addAccounts(ctx context.Context, list []EventSummary) error {
 			return err
 		}
 		if a.Recorded {
-			e.Planned, e.PlannedCounts, e.TraceID = &a.Planned, a.Record.Counts, a.Record.TraceID
+			e.Planned, e.PlannedCounts, e.TraceID, e.PolicyError = &a.Planned, a.Record.Counts, a.Record.TraceID, a.Record.PolicyError
 		}
 		if len(a.Latest) > 0 {
 			e.Outcomes = a.Outcomes
@@ -217,6 +220,9 @@ func stateNote(e EventSummary) string {
 	}
 	if e.ControlError != "" {
 		note += ", control record unreadable"
+	}
+	if e.PolicyError != "" {
+		note += ", rollout policy refused"
 	}
 	return note
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/tools/record"
 
 	"kvlive/applier"
 	"kvlive/events"
@@ -189,8 +190,14 @@ func addStages(ctx context.Context, cfg Config, fleet *kube.Cache, current *atom
 			runs = append(runs, func() error { return w.Run(ctx) })
 		}
 	}
+	var recorder record.EventRecorder
+	if slices.Contains(cfg.Stages, StagePlanner) || slices.Contains(cfg.Stages, StageApplier) {
+		r, stop := kube.NewRecorder(cfg.Clients)
+		recorder = r
+		runs = append(runs, func() error { <-ctx.Done(); stop(); return nil })
+	}
 	if slices.Contains(cfg.Stages, StagePlanner) {
-		p, err := planner.New(planner.Config{Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer, Workers: cfg.PlannerWorkers,
+		p, err := planner.New(planner.Config{Recorder: recorder, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer, Workers: cfg.PlannerWorkers,
 			TraceFanout: cfg.TraceFanout, Metrics: cfg.Metrics, Grace: cmp.Or(cfg.ShutdownGrace, DefaultShutdownGrace), Policy: cfg.Policy})
 		if err != nil {
 			return nil, err
@@ -198,7 +205,7 @@ func addStages(ctx context.Context, cfg Config, fleet *kube.Cache, current *atom
 		runs = append(runs, func() error { return p.Run(ctx) })
 	}
 	if slices.Contains(cfg.Stages, StageApplier) {
-		a, err := applier.New(applier.Config{Clients: cfg.Clients, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer,
+		a, err := applier.New(applier.Config{Recorder: recorder, Clients: cfg.Clients, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer,
 			Workers: cfg.ApplierWorkers, Rate: cfg.Rate, ObserveTimeout: cfg.ObserveTimeout, Metrics: cfg.Metrics,
 			Grace: cmp.Or(cfg.ShutdownGrace, DefaultShutdownGrace)})
 		if err != nil {
