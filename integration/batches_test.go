@@ -3,6 +3,8 @@
 package integration
 
 import (
+	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -65,6 +67,10 @@ func TestBatchedRolloutCanaryThenTenPercent(t *testing.T) {
 		}
 		return len(names) == len(want)-1, strings.Join(names, ", ")
 	})
+	list := e.kvliveCommand(time.Minute, "rollouts", "--nats-url", e.nats.URL)
+	if row := regexp.MustCompile(fmt.Sprintf(`complete\s+%d/%d\s+%d/%d\s`, len(edited), len(edited), len(want), len(want))); !row.MatchString(list) {
+		t.Errorf("kvlive rollouts lacks %s:\n%s", row, list)
+	}
 	if st := e.status(eventID); st.Phase != rollout.PhaseComplete || st.Staged != 0 || st.Batch != len(want)-1 {
 		t.Errorf("status: %s, %d staged, batch %d; want complete, none staged, the last batch released", st.Phase, st.Staged, st.Batch+1)
 	}

@@ -80,7 +80,7 @@ func TestEveryOutputFlagTakesTheSameFormats(t *testing.T) {
 		}
 	}
 	walk(newRoot())
-	if seen < 9 {
-		t.Errorf("%d commands have -o, want every listing command's (9)", seen)
+	if seen < 10 {
+		t.Errorf("%d commands have -o, want every listing command's (10)", seen)
 	}
 }

@@ -195,6 +195,35 @@ func outcomeFilter(eventID, vm, result string) (inspect.OutcomeFilter, error) {
 	return f, nil
 }
 
+func newRolloutsCmd(g *globals) *cobra.Command {
+	var store storeFlags
+	var limit int
+	var output printer.Format
+	cmd := &cobra.Command{
+		Use:   "rollouts [--limit N]",
+		Short: "List rollouts, newest first, with their state, progress and batch",
+		Long: `rollouts lists the most recent events' rollouts, newest first: the state
+(pending, running, paused, aborted, complete, incomplete), how many planned VMs
+have settled, the batch a batched rollout is at, and the outcomes so far.
+kvlive rollout status ID shows one in full.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return store.withReader(cmd, g, func(ctx context.Context, r *inspect.Reader) error {
+				list, err := r.Events(ctx, limit)
+				if err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				return inspect.WriteRollouts(out, list, output, printer.Width(out))
+			})
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 20, "how many of the newest rollouts to list; 0 lists all")
+	printer.AddFlag(cmd, &output, printer.Formats...)
+	store.bind(cmd)
+	return cmd
+}
+
 func newEventsCmd(g *globals) *cobra.Command {
 	var store storeFlags
 	var limit int

@@ -72,7 +72,7 @@ VM's pin, and records a traced outcome per VM, over NATS JetStream.`,
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.validate() }
 	root.AddCommand(newRunCmd(g), newSwitchCmd(g), newPlanCmd(), newDemoCmd(g))
-	root.AddCommand(newEventsCmd(g), newOutcomesCmd(g), newTraceCmd(g), newReplayCmd(g), newDLQCmd(g), newRolloutCmd(g))
+	root.AddCommand(newEventsCmd(g), newOutcomesCmd(g), newTraceCmd(g), newReplayCmd(g), newDLQCmd(g), newRolloutCmd(g), newRolloutsCmd(g))
 	root.AddCommand(newVersionCmd())
 	strictGroups(root)
 	return root

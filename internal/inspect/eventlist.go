@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,6 +56,12 @@ type EventSummary struct {
 	// PolicyError says why the rollout policy asked for was refused (the
 	// rollout was paused before anything moved).
 	PolicyError string `json:"policyError,omitempty"`
+	// Settled is how many planned VMs have an outcome or a dead letter.
+	Settled int `json:"settled"`
+	// Batches are a batched rollout's batch sizes, of which Batch (from 0)
+	// is the last released.
+	Batches []int `json:"batches,omitempty"`
+	Batch   int   `json:"batch,omitempty"`
 }
 
 // Events returns the newest limit events (every event when limit <= 0),
@@ -104,6 +111,7 @@ func (r *Reader) addAccounts(ctx context.Context, list []EventSummary) error {
 			e.Outcomes = a.Outcomes
 		}
 		e.State, e.Unaccounted, e.ControlError = a.Phase, a.Unaccounted, a.ControlError
+		e.Settled, e.Batches, e.Batch = a.Settled(), a.Batches, a.Batch
 	}
 	return nil
 }
@@ -201,6 +209,48 @@ func WriteEvents(w io.Writer, list []EventSummary, f printer.Format, width int) 
 	for _, e := range list {
 		t.Append(e.ID, duration.HumanDuration(at.Sub(e.Time)), strings.TrimSuffix(e.Type, "-change"), e.Object,
 			generation(e), planned(e), tally(e.Outcomes)+stateNote(e), e.Time.UTC().Format(time.RFC3339), orDash(e.TraceID))
+	}
+	return t.Write(w, f, width)
+}
+
+// WriteRollouts writes list newest first, as rollouts: state, progress and
+// batch, as a table (f table or wide, cut to width when it is not zero) or
+// as data (json, yaml).
+func WriteRollouts(w io.Writer, list []EventSummary, f printer.Format, width int) error {
+	newest := slices.Clone(list)
+	slices.Reverse(newest)
+	if !f.Human() {
+		return printer.WriteData(w, f, printer.NonNil(newest))
+	}
+	if len(newest) == 0 {
+		_, err := fmt.Fprintln(w, "no rollouts recorded")
+		return err
+	}
+	t := printer.NewTable(
+		printer.Column{Name: "ID", Fit: true, Min: 16},
+		printer.Column{Name: "AGE"},
+		printer.Column{Name: "OBJECT", Fit: true},
+		printer.Column{Name: "STATE"},
+		printer.Column{Name: "PROGRESS"},
+		printer.Column{Name: "BATCH"},
+		printer.Column{Name: "OUTCOMES", Fit: true, Min: 10},
+		printer.Column{Name: "TYPE", Wide: true},
+		printer.Column{Name: "TRACE", Wide: true},
+	)
+	at := now()
+	for _, e := range newest {
+		state, progress, batch := string(e.State), "-", "-"
+		if state == "" {
+			state = string(rollout.PhasePending)
+		}
+		if e.Planned != nil {
+			progress = fmt.Sprintf("%d/%d", e.Settled, *e.Planned)
+		}
+		if len(e.Batches) > 0 {
+			batch = fmt.Sprintf("%d/%d", e.Batch+1, len(e.Batches))
+		}
+		t.Append(e.ID, duration.HumanDuration(at.Sub(e.Time)), e.Object, state, progress, batch, tally(e.Outcomes),
+			strings.TrimSuffix(e.Type, "-change"), orDash(e.TraceID))
 	}
 	return t.Write(w, f, width)
 }

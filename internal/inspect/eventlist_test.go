@@ -107,6 +107,12 @@ func TestEventsOutput(t *testing.T) {
 	golden(t, "events.wide.golden", buf.Bytes())
 
 	buf.Reset()
+	if err := WriteRollouts(&buf, list, printer.FormatTable, 0); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "rollouts.table.golden", buf.Bytes())
+
+	buf.Reset()
 	if err := WriteEvents(&buf, list, printer.FormatJSON, 0); err != nil {
 		t.Fatal(err)
 	}
