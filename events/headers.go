@@ -23,6 +23,8 @@ const (
 	HeaderTraceRoot = "Kvlive-Trace-Root"
 	// HeaderReplayOf on a replayed event names the event it replays.
 	HeaderReplayOf = "Kvlive-Replay-Of"
+	// HeaderRetryOf on a retry names the event whose failed VMs it retries.
+	HeaderRetryOf = "Kvlive-Retry-Of"
 	// HeaderDeadStream and HeaderDeadSequence locate the original message.
 	HeaderDeadStream   = "Kvlive-Dead-Stream"
 	HeaderDeadSequence = "Kvlive-Dead-Sequence"

@@ -65,6 +65,9 @@ type Changed struct {
 	OldSpec       json.RawMessage `json:"oldSpec,omitempty"`
 	NewSpec       json.RawMessage `json:"newSpec"`
 	ObservedAt    time.Time       `json:"observedAt"`
+	// Only, when set, limits the event to the VMs with these UIDs: a
+	// rollout retry of the VMs that failed.
+	Only []string `json:"only,omitempty"`
 }
 
 // Validate checks the fields every consumer relies on.
@@ -98,6 +101,9 @@ type SwitchRequest struct {
 	// Policy, when set, is how the switch rolls out (kvlive switch's
 	// flags); otherwise the planner's default policy applies.
 	Policy *Policy `json:"policy,omitempty"`
+	// Only, when set, limits the switch to the VMs with these UIDs: a
+	// rollout retry of the VMs that failed.
+	Only []string `json:"only,omitempty"`
 }
 
 // Validate checks the request names two distinct instance types of the same family.

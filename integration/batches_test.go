@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"kvlive/events"
 	"kvlive/internal/rollout"
@@ -192,5 +194,119 @@ func (e *env) annotate(name, policy string) {
 	it.Annotations[events.PolicyAnnotation] = policy
 	if _, err := its.Update(e.ctx, it, metav1.UpdateOptions{}); err != nil {
 		e.t.Fatal(err)
+	}
+}
+
+// TestRolloutRetry: a switch whose writes an admission policy refuses for
+// some VMs ends with those VMs failed; once the policy is gone, rollout
+// retry rolls exactly them out again as a new event linked to the first
+// (retry/…, Kvlive-Retry-Of), and they move.
+func TestRolloutRetry(t *testing.T) {
+	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itMedium: 12}})
+	web := e.selectShapes(func(s vmShape) bool { return s.instancetype == itMedium && s.tier == "web" })
+	if len(web) < 2 {
+		t.Fatalf("the fleet has %d web VMs, want at least 2", len(web))
+	}
+	frozen := web[:2]
+	for _, s := range frozen {
+		vm, err := e.clients.Virt.KubevirtV1().VirtualMachines(s.namespace).Get(e.ctx, s.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vm.Labels["frozen"] = "true"
+		if _, err := e.clients.Virt.KubevirtV1().VirtualMachines(s.namespace).Update(e.ctx, vm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removePolicy := e.freezeLabelledVMs()
+	e.runKvlive("all stages")
+	e.waitGenerations()
+
+	out := e.kvliveCommand(rolloutTimeout, "switch", "--nats-url", e.nats.URL, "--kubeconfig", e.kubeconfig, "-A", "--yes",
+		"--from", "clusterinstancetype/"+itMedium, "--to", "clusterinstancetype/"+itLarge, "-l", "tier=web")
+	m := regexp.MustCompile(`switch requested: (\S+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("kvlive switch printed %q", out)
+	}
+	p := e.follow(m[1])
+	if n := p.Counts()[events.ResultFailed]; n != len(frozen) {
+		t.Fatalf("%d VMs failed, want the %d frozen ones: %v", n, len(frozen), p.Counts())
+	}
+	removePolicy()
+	out = e.kvliveCommand(time.Minute, "rollout", "retry", m[1], "--nats-url", e.nats.URL, "--kubeconfig", e.kubeconfig)
+	r := regexp.MustCompile(`retrying 2 failed VMs of \S+ as (retry/\S+)`).FindStringSubmatch(out)
+	if r == nil {
+		t.Fatalf("kvlive rollout retry printed %q", out)
+	}
+	e.checkRollout(e.follow(r[1]), rolloutWant{eventID: r[1], shapes: frozen, action: vmShape.expected, clean: true})
+	large := e.instancetype(itLarge)
+	e.waitSettled("the retried VMs on "+itLarge, frozen, func(v clusterView, s vmShape) string { return pinProblem(v, s, large) })
+	if _, _, err := e.kvliveOnce(time.Minute, "rollout", "retry", r[1], "--nats-url", e.nats.URL, "--kubeconfig", e.kubeconfig); err == nil {
+		t.Error("retry of a rollout without failures succeeded")
+	}
+}
+
+// freezeLabelledVMs makes the API server refuse every update of a VM
+// labelled frozen (a ValidatingAdmissionPolicy), and returns what removes
+// the policy again.
+func (e *env) freezeLabelledVMs() func() {
+	e.t.Helper()
+	adm := e.clients.Kube.AdmissionregistrationV1()
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "freeze"},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Update},
+					Rule:       admissionv1.Rule{APIGroups: []string{"kubevirt.io"}, APIVersions: []string{"*"}, Resources: []string{"virtualmachines"}},
+				},
+			}}},
+			Validations: []admissionv1.Validation{{
+				Expression: "!has(object.metadata.labels) || !('frozen' in object.metadata.labels)",
+				Message:    "this VM is frozen for the test",
+			}},
+		},
+	}
+	if _, err := adm.ValidatingAdmissionPolicies().Create(e.ctx, policy, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "freeze"},
+		Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "freeze", ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
+	}
+	if _, err := adm.ValidatingAdmissionPolicyBindings().Create(e.ctx, binding, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	// The policy takes effect once the API server has loaded it: a frozen
+	// VM's update is refused.
+	e.waitFor("the admission policy to refuse updates of frozen VMs", time.Minute, func() (bool, string) {
+		list, err := e.clients.Virt.KubevirtV1().VirtualMachines("").List(e.ctx, metav1.ListOptions{LabelSelector: "frozen"})
+		if err != nil || len(list.Items) == 0 {
+			return false, fmt.Sprint(err)
+		}
+		vm := list.Items[0]
+		vm.Annotations = map[string]string{"probe": time.Now().String()}
+		_, err = e.clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Update(e.ctx, &vm, metav1.UpdateOptions{})
+		return err != nil && strings.Contains(err.Error(), "frozen for the test"), fmt.Sprint(err)
+	})
+	return func() {
+		e.t.Helper()
+		if err := adm.ValidatingAdmissionPolicyBindings().Delete(e.ctx, "freeze", metav1.DeleteOptions{}); err != nil {
+			e.t.Fatal(err)
+		}
+		if err := adm.ValidatingAdmissionPolicies().Delete(e.ctx, "freeze", metav1.DeleteOptions{}); err != nil {
+			e.t.Fatal(err)
+		}
+		e.waitFor("frozen VMs to take updates again", time.Minute, func() (bool, string) {
+			list, err := e.clients.Virt.KubevirtV1().VirtualMachines("").List(e.ctx, metav1.ListOptions{LabelSelector: "frozen"})
+			if err != nil || len(list.Items) == 0 {
+				return false, fmt.Sprint(err)
+			}
+			vm := list.Items[0]
+			vm.Annotations = map[string]string{"probe": time.Now().String()}
+			_, err = e.clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Update(e.ctx, &vm, metav1.UpdateOptions{})
+			return err == nil, fmt.Sprint(err)
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -191,6 +192,7 @@ func (p *Planner) resolveEnvelope(env *events.Envelope) (work, error) {
 		w.target = t
 		w.policy, w.policyError = p.policyOf(nil, c.Object)
 		w.vms, err = p.cfg.Fleet.Referencing(c.Object, "", nil)
+		w.vms = only(w.vms, c.Only)
 		return w, err
 	case events.TypeSwitchRequested:
 		var s events.SwitchRequest
@@ -204,9 +206,18 @@ func (p *Planner) resolveEnvelope(env *events.Envelope) (work, error) {
 		w.target = instancetype.SwitchTarget(p.cfg.Fleet, p.cfg.Fleet.Cluster(), s.From, s.To)
 		w.policy, w.policyError = p.policyOf(s.Policy, s.To)
 		w.vms, err = p.cfg.Fleet.Referencing(s.From, s.Namespace, sel)
+		w.vms = only(w.vms, s.Only)
 		return w, err
 	}
 	return w, &events.DecodeError{Reason: events.ReasonUnknownType, Err: fmt.Errorf("%s is not an event the planner handles", env.Type)}
+}
+
+// only keeps the VMs whose UID is in uids; every VM when uids is empty.
+func only(vms []*virtv1.VirtualMachine, uids []string) []*virtv1.VirtualMachine {
+	if len(uids) == 0 {
+		return vms
+	}
+	return slices.DeleteFunc(vms, func(vm *virtv1.VirtualMachine) bool { return !slices.Contains(uids, string(vm.UID)) })
 }
 
 // policyOf is the policy an event goes by: the request's own, else the

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,8 +15,11 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/inspect"
+	"kvlive/internal/kube"
 	"kvlive/internal/printer"
+	"kvlive/internal/replay"
 	"kvlive/internal/rollout"
+	"kvlive/internal/telemetry"
 )
 
 func newRolloutCmd(g *globals) *cobra.Command {
@@ -45,7 +49,83 @@ unaccounted for and since when.`,
 	for _, action := range []events.ControlAction{events.ActionPause, events.ActionResume, events.ActionAbort} {
 		cmd.AddCommand(rolloutActionCmd(g, action))
 	}
-	cmd.AddCommand(rolloutStatusCmd(g), rolloutPromoteCmd(g))
+	cmd.AddCommand(rolloutStatusCmd(g), rolloutPromoteCmd(g), rolloutRetryCmd(g))
+	return cmd
+}
+
+func rolloutRetryCmd(g *globals) *cobra.Command {
+	var store storeFlags
+	kubeFlags := kube.NewFlags()
+	cmd := &cobra.Command{
+		Use:   "retry EVENT-ID",
+		Short: "Roll a finished rollout's failed VMs out again, as a new event linked to it",
+		Long: `retry publishes the event again as a new one (retry/<id>, with the
+Kvlive-Retry-Of header and a trace linked to the original's), limited to the
+VMs whose latest outcome in it is failed. A change retries as its object's
+current generation, as a replay does; a switch as it was asked. The rollout
+must be finished (kvlive rollout status says complete, incomplete or aborted):
+retrying VMs still in flight would move them twice.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, _, err := kubeFlags.Load()
+			if err != nil {
+				return err
+			}
+			clients, err := kube.NewClients(cfg)
+			if err != nil {
+				return err
+			}
+			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
+				id, err := rollout.ResolveEventID(ctx, js, args[0])
+				if err != nil {
+					return err
+				}
+				a, err := rollout.AccountOf(ctx, js, id)
+				if err != nil {
+					return err
+				}
+				if !a.Done() {
+					return fmt.Errorf("rollout %s is %s with %d of %d VMs settled: retry it once it has finished", id, a.Phase, a.Settled(), a.Planned)
+				}
+				var failed []string
+				for uid, o := range a.Latest {
+					if o.Result == events.ResultFailed {
+						failed = append(failed, uid)
+					}
+				}
+				if len(failed) == 0 {
+					return fmt.Errorf("rollout %s has no failed VM to retry", id)
+				}
+				slices.Sort(failed)
+				stored, err := replay.Select(ctx, js, replay.Selection{EventID: id})
+				if err != nil {
+					return err
+				}
+				if len(stored) == 0 {
+					return fmt.Errorf("event %s is no longer in the events stream (older than its --max-age): nothing to retry from", id)
+				}
+				f, stop, err := kube.StartCache(ctx, clients, "", kube.DefaultSyncTimeout)
+				if err != nil {
+					return err
+				}
+				defer stop()
+				tp, err := telemetry.Setup(ctx, "kvlive-retry", js)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) }()
+				r, err := replay.Publisher{JetStream: js, Fleet: f, Tracer: tp}.Retry(ctx, stored[len(stored)-1], failed)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "retrying %d failed VMs of %s as %s\n", len(failed), id, r.EventID)
+				return nil
+			})
+		},
+	}
+	kubeFlags.AddFlags(cmd.Flags(), "")
+	store.bind(cmd)
+	cmd.ValidArgsFunction = store.completeEventIDs
 	return cmd
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -55,7 +56,7 @@ type Replayed struct {
 func (p Publisher) Apply(ctx context.Context, stored []Stored) ([]Replayed, error) {
 	var out []Replayed
 	for _, s := range stored {
-		r, err := p.apply(ctx, s)
+		r, err := p.apply(ctx, s, "replay", nil)
 		if err != nil {
 			return out, err
 		}
@@ -64,18 +65,31 @@ func (p Publisher) Apply(ctx context.Context, stored []Stored) ([]Replayed, erro
 	return out, nil
 }
 
-func (p Publisher) apply(ctx context.Context, s Stored) (Replayed, error) {
-	id := "replay/" + uuid.NewString()
+// Retry publishes s again as a new event limited to the VMs with the UIDs
+// only (those that failed in it): a fresh id, the Kvlive-Retry-Of header
+// naming the original, and a new trace linked to the original's. A change
+// retries as its object's current generation.
+func (p Publisher) Retry(ctx context.Context, s Stored, only []string) (Replayed, error) {
+	if len(only) == 0 {
+		return Replayed{}, fmt.Errorf("retry %s: no VM to retry", s.ID)
+	}
+	return p.apply(ctx, s, "retry", only)
+}
+
+// apply publishes s as a new event: a replay, or a retry (kind) of the VMs
+// only names.
+func (p Publisher) apply(ctx context.Context, s Stored, kind string, only []string) (Replayed, error) {
+	id := kind + "/" + uuid.NewString()
 	r := Replayed{Original: s.ID, EventID: id}
 	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attribute.String("kvlive.event.id", id), attribute.String("kvlive.replay.of", s.ID))}
+		trace.WithAttributes(attribute.String("kvlive.event.id", id), attribute.String("kvlive."+kind+".of", s.ID))}
 	if link := p.originalTrace(ctx, s); link.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: link, Attributes: []attribute.KeyValue{attribute.String("kvlive.link", "replay-of")}}))
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: link, Attributes: []attribute.KeyValue{attribute.String("kvlive.link", kind+"-of")}}))
 	}
-	ctx, span := p.Tracer.Tracer(tracerName).Start(ctx, "replay "+s.ID, opts...)
+	ctx, span := p.Tracer.Tracer(tracerName).Start(ctx, kind+" "+s.ID, opts...)
 	defer span.End()
 
-	typ, subject, payload, note, err := p.payload(s, id)
+	typ, subject, payload, note, err := p.payload(s, id, only)
 	if err != nil {
 		return r, err
 	}
@@ -85,7 +99,11 @@ func (p Publisher) apply(ctx context.Context, s Stored) (Replayed, error) {
 		return r, err
 	}
 	msg := events.NewMsg(subject, id, typ, body)
-	msg.Header.Set(events.HeaderReplayOf, s.ID)
+	header := events.HeaderReplayOf
+	if kind == "retry" {
+		header = events.HeaderRetryOf
+	}
+	msg.Header.Set(header, s.ID)
 	propagation.TraceContext{}.Inject(ctx, events.HeaderCarrier(msg.Header))
 	if _, err := p.JetStream.PublishMsg(ctx, msg); err != nil {
 		return r, fmt.Errorf("replay: publish %s: %w", id, err)
@@ -95,10 +113,10 @@ func (p Publisher) apply(ctx context.Context, s Stored) (Replayed, error) {
 
 // payload builds the replayed event's body: a switch as it was, a change
 // as its object's current generation.
-func (p Publisher) payload(s Stored, id string) (string, string, events.Payload, string, error) {
+func (p Publisher) payload(s Stored, id string, only []string) (string, string, events.Payload, string, error) {
 	if s.Switch != nil {
 		req := *s.Switch
-		req.ID, req.RequestedAt = id[len("replay/"):], p.now()
+		req.ID, req.RequestedAt, req.Only = id[strings.IndexByte(id, '/')+1:], p.now(), only
 		return events.TypeSwitchRequested, events.SwitchSubject(), &req, "", nil
 	}
 	c := *s.Change
@@ -113,7 +131,7 @@ func (p Publisher) payload(s Stored, id string) (string, string, events.Payload,
 	if err != nil {
 		return "", "", nil, "", err
 	}
-	c.UID, c.Generation, c.NewSpec, c.ObservedAt = string(m.GetUID()), m.GetGeneration(), raw, p.now()
+	c.UID, c.Generation, c.NewSpec, c.ObservedAt, c.Only = string(m.GetUID()), m.GetGeneration(), raw, p.now(), only
 	return s.Type, events.ChangedSubject(c.Object.Kind), &c, note, nil
 }
 
