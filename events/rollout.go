@@ -28,6 +28,10 @@ type Rollout struct {
 	// Batches are the sizes of the batches the moving VMs were split into,
 	// in release order; empty for a rollout in one batch.
 	Batches []int `json:"batches,omitempty"`
+	// Supersedes lists the rollouts of older generations of the object
+	// that were still running when this one was planned: this one took
+	// their remaining VMs over, and they were aborted saying so.
+	Supersedes []string `json:"supersedes,omitempty"`
 }
 
 // MarshalRollout encodes a rollout record for the KV bucket.

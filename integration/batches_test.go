@@ -310,3 +310,53 @@ func (e *env) freezeLabelledVMs() func() {
 		})
 	}
 }
+
+// TestSupersedingEditMidRollout: an edit while the previous generation's
+// batched rollout waits between batches takes its remaining VMs over: the
+// older rollout is aborted saying which rollout superseded it (its staged
+// VMs skipped with that reason), the newer one says what it supersedes,
+// and every VM ends on the newest generation, each moved by one rollout
+// or the other.
+func TestSupersedingEditMidRollout(t *testing.T) {
+	e := newEnv(t, fleetOptions{namespaces: 2, perIT: map[string]int{itMedium: 40}})
+	e.runKvlive("all stages", "--batch-size", "50%", "--pause", "manual")
+	e.waitGenerations()
+	edited := e.selectShapes(onInstancetype(itMedium))
+
+	_, older := e.editInstancetype(itMedium, 3, "6Gi")
+	e.waitFor("the first batch to wait for promote", rolloutTimeout, func() (bool, string) {
+		st := e.status(older)
+		return st.Phase == rollout.PhasePaused && st.Staged > 0, string(st.Phase)
+	})
+	it, newer := e.editInstancetype(itMedium, 4, "8Gi")
+	e.waitFor("the newer rollout's first batch to wait for promote", rolloutTimeout, func() (bool, string) {
+		st := e.status(newer)
+		return st.Phase == rollout.PhasePaused && st.Staged > 0, string(st.Phase)
+	})
+	e.rolloutCommand("promote", newer)
+	p := e.follow(newer)
+	if st := e.status(newer); !slices.Equal(st.Supersedes, []string{older}) {
+		t.Errorf("the newer rollout supersedes %v, want [%s]", st.Supersedes, older)
+	}
+	old := e.follow(older)
+	st := e.status(older)
+	if st.Phase != rollout.PhaseAborted || !strings.Contains(st.Control.Reason, "superseded by "+newer) {
+		t.Errorf("the older rollout is %s (%s), want aborted, superseded by %s", st.Phase, st.Control.Reason, newer)
+	}
+	skipped := 0
+	for _, o := range old.Outcomes {
+		if o.Result == events.ResultSkip {
+			skipped++
+			if !strings.Contains(o.Reason, "superseded by "+newer) {
+				t.Errorf("%s skipped for %q, want the superseding rollout named", o.VM, o.Reason)
+			}
+		}
+	}
+	if skipped == 0 {
+		t.Error("no VM of the older rollout was left to the newer one")
+	}
+	if len(p.Outcomes) != len(edited) {
+		t.Errorf("the newer rollout has %d outcomes, want every VM's (%d)", len(p.Outcomes), len(edited))
+	}
+	e.waitSettled("every VM on the newest generation", edited, func(v clusterView, s vmShape) string { return pinProblem(v, s, it) })
+}

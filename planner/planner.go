@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -133,6 +134,9 @@ func (p *Planner) handle(ctx context.Context, msg jetstream.Msg, _ consumer.Deli
 		trace.WithAttributes(attribute.String("kvlive.event.id", w.eventID), attribute.Int("kvlive.vms", len(w.vms))))
 	defer span.End()
 	err = p.holdForPolicy(ctx, w)
+	if err == nil {
+		w.supersedes, err = p.supersede(ctx, w)
+	}
 	var r rolloutPlan
 	if err == nil {
 		r, err = p.publishPlans(ctx, w)
@@ -164,6 +168,9 @@ type work struct {
 	vms          []*virtv1.VirtualMachine
 	policy       events.Policy
 	policyError  string
+	// generation is a change's; supersedes, the older rollouts it took over.
+	generation int64
+	supersedes []string
 }
 
 // resolve decodes an event into its work.
@@ -189,7 +196,7 @@ func (p *Planner) resolveEnvelope(env *events.Envelope) (work, error) {
 		if err != nil {
 			return w, err
 		}
-		w.target = t
+		w.target, w.generation = t, c.Generation
 		w.policy, w.policyError = p.policyOf(nil, c.Object)
 		w.vms, err = p.cfg.Fleet.Referencing(c.Object, "", nil)
 		w.vms = only(w.vms, c.Only)
@@ -210,6 +217,47 @@ func (p *Planner) resolveEnvelope(env *events.Envelope) (work, error) {
 		return w, err
 	}
 	return w, &events.DecodeError{Reason: events.ReasonUnknownType, Err: fmt.Errorf("%s is not an event the planner handles", env.Type)}
+}
+
+// supersede aborts the rollouts of older generations of a changed object
+// that are still running: the new rollout plans every VM of the object,
+// their remaining VMs included, straight to the newest generation. Each is
+// aborted with the reason, so its VMs not yet moved are skipped saying
+// why, and its staged batches are released to be skipped too.
+func (p *Planner) supersede(ctx context.Context, w work) ([]string, error) {
+	if w.generation == 0 || w.target.UID == "" {
+		return nil, nil
+	}
+	prefix := events.EventID(w.target.Object.Kind, w.target.UID, 0)
+	prefix = prefix[:len(prefix)-1]
+	ids, err := rollout.EventIDs(ctx, p.cfg.JetStream, prefix)
+	if err != nil {
+		return nil, err
+	}
+	var store *rollout.Store
+	var superseded []string
+	for _, id := range ids {
+		gen, err := strconv.ParseInt(strings.TrimPrefix(id, prefix), 10, 64)
+		if err != nil || gen >= w.generation {
+			continue
+		}
+		a, err := rollout.AccountOf(ctx, p.cfg.JetStream, id)
+		if err != nil || a.Done() || a.Phase == rollout.PhaseAborted {
+			continue
+		}
+		if store == nil {
+			if store, err = rollout.Open(ctx, p.cfg.JetStream); err != nil {
+				return nil, err
+			}
+		}
+		reason := "superseded by " + w.eventID + ", which moves its remaining VMs to generation " + strconv.FormatInt(w.generation, 10)
+		if _, _, err := store.Apply(ctx, id, events.ActionAbort, reason, "kvlive planner", p.cfg.Clock.Now(), false); err != nil {
+			return nil, err
+		}
+		superseded = append(superseded, id)
+		p.cfg.Log.Info("rollout superseded", "event", id, "by", w.eventID)
+	}
+	return superseded, nil
 }
 
 // only keeps the VMs whose UID is in uids; every VM when uids is empty.

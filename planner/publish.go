@@ -162,7 +162,7 @@ func (p *Planner) recordRollout(ctx context.Context, w work, plan rolloutPlan) e
 	r := events.Rollout{
 		EventID: w.eventID, Type: string(w.target.Move), Object: w.target.Object,
 		Planned: total, Counts: plan.counts, PlannedAt: p.cfg.Clock.Now().UTC(),
-		Policy: w.policy, PolicyError: w.policyError, Batches: plan.batches,
+		Policy: w.policy, PolicyError: w.policyError, Batches: plan.batches, Supersedes: w.supersedes,
 	}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		r.TraceID, r.SpanID = sc.TraceID().String(), sc.SpanID().String()

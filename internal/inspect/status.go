@@ -43,6 +43,9 @@ func WriteStatus(w io.Writer, a rollout.Account, f printer.Format) error {
 	}
 	_, err := fmt.Fprintf(w, "event:        %s\nstate:        %s\nplanned:      %s\noutcomes:     %s\ndead letters: %d\nheld:         %d\nin flight:    %d\n",
 		a.EventID, phase, planned, withCounts(total, a.Outcomes), a.DeadLetters, a.Held, a.InFlight)
+	if err == nil && len(a.Record.Supersedes) > 0 {
+		_, err = fmt.Fprintf(w, "supersedes:   %s\n", strings.Join(a.Record.Supersedes, ", "))
+	}
 	if err != nil || len(a.Batches) == 0 {
 		return err
 	}

@@ -63,6 +63,10 @@ type Account struct {
 	Staged  int   `json:"staged,omitempty"`
 	Batches []int `json:"batches,omitempty"`
 	Batch   int   `json:"batch,omitempty"`
+	// Supersedes and PolicyError come from the rollout record (see
+	// events.Rollout).
+	Supersedes  []string `json:"supersedes,omitempty"`
+	PolicyError string   `json:"policyError,omitempty"`
 	// Unaccounted is how many planned VMs are in none of the above;
 	// Since is the last thing that happened to the rollout.
 	Unaccounted int       `json:"unaccounted,omitempty"`
@@ -120,6 +124,7 @@ func AccountOf(ctx context.Context, js jetstream.JetStream, eventID string) (Acc
 		return a, err
 	}
 	a.Batches, a.Batch = rec.Batches, a.Control.Batch
+	a.Supersedes, a.PolicyError = rec.Supersedes, rec.PolicyError
 	a.Phase = a.phase()
 	return a, nil
 }
