@@ -360,3 +360,37 @@ func TestSupersedingEditMidRollout(t *testing.T) {
 	}
 	e.waitSettled("every VM on the newest generation", edited, func(v clusterView, s vmShape) string { return pinProblem(v, s, it) })
 }
+
+// TestTwoReplicasShareABatchedRollout runs two kvlive processes, the
+// watcher in one and a planner and an applier in each, on a batched
+// rollout: both step its gates, yet every batch is released once, every VM
+// has one outcome and was written once (the audit log), and the rollout
+// completes with each batch after the one before.
+func TestTwoReplicasShareABatchedRollout(t *testing.T) {
+	e := newEnv(t, fleetOptions{namespaces: 3, perIT: map[string]int{itMedium: 300}})
+	policy := []string{"--batch-size", "25%", "--canary", "3"}
+	e.runKvlive("replica a", policy...)
+	e.runKvlive("replica b", append([]string{"--stages", "planner,applier"}, policy...)...)
+	e.waitGenerations()
+
+	it, eventID := e.editInstancetype(itMedium, 3, "6Gi")
+	edited := e.selectShapes(onInstancetype(itMedium))
+	p := e.follow(eventID)
+	e.checkRollout(p, rolloutWant{eventID: eventID, shapes: edited, action: vmShape.expected, revision: revisionOf(it), clean: true})
+	e.checkWrites(edited, nil)
+	want := events.Policy{BatchSize: "25%", Canary: "3"}.Batches(len(edited))
+	sizes := make([]int, len(want))
+	for _, o := range p.Outcomes {
+		sizes[o.Batch]++
+	}
+	if !slices.Equal(sizes, want) {
+		t.Errorf("outcomes per batch %v, want %v", sizes, want)
+	}
+	released := 0
+	for _, proc := range e.procs {
+		released += strings.Count(proc.out.String(), `msg="batch released"`)
+	}
+	if released != len(want)-1 {
+		t.Errorf("%d batch releases logged by the two replicas, want %d (one per batch after the first)", released, len(want)-1)
+	}
+}
