@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -81,10 +82,14 @@ func TestSwitchPreviewsAsksAndRunsWhatItShowed(t *testing.T) {
 		t.Fatalf("declined, yet %d events were published", n)
 	}
 
-	screen, err = e.kvliveOnTerminal("y", cols, append(args, "--wait", "--timeout", "3s")...)
+	screen, err = e.kvliveOnTerminal("y", cols, append(args, "--wait", "--timeout", "3s", "--batch-size", "50%")...)
 	m := regexp.MustCompile(`switch requested: (\S+)`).FindStringSubmatch(screen)
 	if err == nil || m == nil || !strings.Contains(screen, "is queued and goes on") {
 		t.Fatalf("switch answered y with --wait and no kvlive running: %v\n%s", err, screen)
+	}
+	batches := events.Policy{BatchSize: "50%"}.Batches(len(want))
+	if !strings.Contains(screen, fmt.Sprintf("in %d batches of VMs that move", len(batches))) {
+		t.Errorf("the switch did not show its batches %v:\n%s", batches, screen)
 	}
 	e.runKvlive("all stages")
 	watched := e.kvliveCommand(rolloutTimeout, "rollout", "status", m[1], "--watch", "--timeout", rolloutTimeout.String(), "--nats-url", e.nats.URL)
@@ -92,6 +97,9 @@ func TestSwitchPreviewsAsksAndRunsWhatItShowed(t *testing.T) {
 		t.Errorf("rollout status --watch did not follow the switch to its end:\n%s", watched)
 	}
 	e.checkRollout(e.follow(m[1]), rolloutWant{eventID: m[1], shapes: want, action: vmShape.expected, clean: true})
+	if rec := e.waitPlanned(m[1]); !slices.Equal(rec.Batches, batches) {
+		t.Errorf("the switch rolled out in batches %v, want %v (its --batch-size)", rec.Batches, batches)
+	}
 }
 
 // kubeconfigIn writes the test's kubeconfig with its context's namespace

@@ -23,6 +23,9 @@ func TestBadFlagsAndUnknownCommandsAreErrors(t *testing.T) {
 		{"demo", "--running-percent", "150"},
 		{"rollout", "stats", "x"},
 		{"dlq", "shred"},
+		{"run", "--batch-size", "0"},
+		{"run", "--on-failure", "panic"},
+		{"switch", "--from", "clusterinstancetype/a", "--to", "clusterinstancetype/b", "--pause", "soon"},
 	} {
 		out, err := kvlive(t, args...)
 		if err == nil {
