@@ -135,6 +135,9 @@ func (p *Planner) handle(ctx context.Context, msg jetstream.Msg, _ consumer.Deli
 	defer span.End()
 	err = p.holdForPolicy(ctx, w)
 	if err == nil {
+		w.parked, err = p.pausedAhead(ctx, w)
+	}
+	if err == nil {
 		w.supersedes, err = p.supersede(ctx, w)
 	}
 	var r rolloutPlan
@@ -168,6 +171,9 @@ type work struct {
 	vms          []*virtv1.VirtualMachine
 	policy       events.Policy
 	policyError  string
+	// parked: the rollout is paused before its plans exist (its policy
+	// refused, or paused ahead), so its first batch is parked as held.
+	parked bool
 	// generation is a change's; supersedes, the older rollouts it took over.
 	generation int64
 	supersedes []string
@@ -217,6 +223,25 @@ func (p *Planner) resolveEnvelope(env *events.Envelope) (work, error) {
 		return w, err
 	}
 	return w, &events.DecodeError{Reason: events.ReasonUnknownType, Err: fmt.Errorf("%s is not an event the planner handles", env.Type)}
+}
+
+// pausedAhead reports whether the event's rollout is paused before it was
+// planned (by its refused policy, or rollout pause --ahead): its plans are
+// then parked as held, for resume to release, rather than sent to
+// appliers whose watch of the control records may not have seen the pause.
+func (p *Planner) pausedAhead(ctx context.Context, w work) (bool, error) {
+	if w.policyError != "" {
+		return true, nil
+	}
+	store, err := rollout.Open(ctx, p.cfg.JetStream)
+	if err != nil {
+		return false, err
+	}
+	c, _, err := store.Get(ctx, w.eventID)
+	if errors.Is(err, rollout.ErrUnreadable) {
+		return false, nil // its own event's business: the applier reports it
+	}
+	return c.State == events.StatePaused, err
 }
 
 // supersede aborts the rollouts of older generations of a changed object

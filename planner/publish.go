@@ -26,9 +26,9 @@ type rolloutPlan struct {
 // batches (in its order), and publishes the plans asynchronously: the
 // first batch's, and those of VMs that do not move, to the plans stream;
 // later batches' to the staged stream, where each waits for its batch to
-// be released. An event whose policy was refused is paused: its first
-// batch is parked in the held stream, for rollout resume to release. It
-// then waits for every publish ack. Plans carry
+// be released. An event paused ahead (its policy refused, or rollout pause
+// --ahead) has its first batch parked in the held stream, for rollout
+// resume to release. It then waits for every publish ack. Plans carry
 // deterministic Msg-Ids, so a retry after a partial failure or a crash is
 // deduplicated by the stream.
 func (p *Planner) publishPlans(ctx context.Context, w work) (rolloutPlan, error) {
@@ -54,7 +54,7 @@ func (p *Planner) publishPlans(ctx context.Context, w work) (rolloutPlan, error)
 		switch {
 		case plan.Batch > 0:
 			subject = events.StagedSubject(plan.Batch, w.eventID)
-		case w.policyError != "":
+		case w.parked:
 			// Paused ahead: parked as held plans, so no applier moves a VM
 			// before its watch of the control records sees the pause.
 			subject = events.HeldSubject(plan.VM.Namespace, w.eventID)
