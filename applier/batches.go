@@ -97,35 +97,50 @@ func (a *Applier) stagedBatches(ctx context.Context) (map[string][]int, error) {
 	return out, nil
 }
 
-// stepRollout takes one batched rollout one step further, if it can.
-func (a *Applier) stepRollout(ctx context.Context, store *rollout.Store, id string, staged []int) error {
-	c, _, err := store.Get(ctx, id)
-	if err != nil {
-		return err
-	}
+// stepKind is what a batched rollout's next step is.
+type stepKind int
+
+const (
+	stepNone         stepKind = iota // nothing to do now
+	stepSend                         // send released batches' staged plans (batches)
+	stepNote                         // record what the gate waits for (why)
+	stepTrip                         // pause or abort, as the policy says (result, why)
+	stepPassGate                     // record the released batch's gate as passed (why)
+	stepAwaitPromote                 // pause until promote or resume (why)
+	stepRelease                      // release the next batch (batches[0])
+)
+
+// step is a decision of the batch state machine.
+type step struct {
+	kind    stepKind
+	batches []int
+	result  string
+	why     string
+}
+
+// decide is the batch state machine: from the rollout's control record,
+// its staged batches, its record, the released batch's gate (asked only
+// when it matters) and the clock, the one step to take next.
+//   - aborted: send every staged batch, for the applier to skip its VMs;
+//   - a released batch still staged (a promote, a replica that stopped
+//     mid-way): send it;
+//   - paused: nothing;
+//   - the gate failed: trip; waiting: trip past the deadline, else note why;
+//   - passed: record it; then wait out the pause (manual: pause until
+//     promote or resume), then release the next batch.
+func decide(c events.Control, staged []int, rec events.Rollout, gate func() gateResult, now time.Time) step {
 	switch {
 	case c.State == events.StateAborted:
-		// Every staged plan goes to the applier, which records its VM skipped.
-		return a.releaseBatches(ctx, id, staged)
+		return step{kind: stepSend, batches: staged}
 	case staged[0] <= c.Batch:
-		// Released, not all sent: a promote, or a replica that stopped.
-		return a.releaseBatches(ctx, id, slices.DeleteFunc(staged, func(b int) bool { return b > c.Batch }))
-	case c.State == events.StatePaused:
-		return nil
+		return step{kind: stepSend, batches: slices.DeleteFunc(slices.Clone(staged), func(b int) bool { return b > c.Batch })}
+	case c.State == events.StatePaused || c.Batch+1 >= len(rec.Batches):
+		return step{}
 	}
-	rec, recorded, err := rollout.Record(ctx, a.cfg.JetStream, id)
-	if err != nil || !recorded || c.Batch >= len(rec.Batches) {
-		return err
-	}
-	acct, err := rollout.AccountOf(ctx, a.cfg.JetStream, id)
-	if err != nil {
-		return err
-	}
-	g := a.gate(rec, c.Batch, acct)
-	now := a.cfg.Clock.Now()
+	g := gate()
 	switch g.verdict {
 	case gateFailed:
-		return a.trip(ctx, store, rec, c, "failed", g.why)
+		return step{kind: stepTrip, result: "failed", why: g.why}
 	case gateWaiting:
 		since := c.BatchAt
 		if c.Batch == 0 || since.IsZero() {
@@ -136,34 +151,83 @@ func (a *Applier) stepRollout(ctx context.Context, store *rollout.Store, id stri
 			deadline = DefaultProgressDeadline
 		}
 		if now.Sub(since) > deadline {
-			return a.trip(ctx, store, rec, c, "deadline", fmt.Sprintf("progress deadline %s passed: %s", deadline, g.why))
+			return step{kind: stepTrip, result: "deadline", why: fmt.Sprintf("progress deadline %s passed: %s", deadline, g.why)}
 		}
-		return a.noteWaiting(ctx, store, id, c, "waiting: "+g.why)
+		return step{kind: stepNote, why: "waiting: " + g.why}
 	}
 	if c.GateAt.IsZero() {
-		passed, err := store.PassGate(ctx, id, c.Batch, g.why, now)
-		if err != nil || !passed {
-			return err
-		}
-		c.GateAt = now
-		a.batchSpan(ctx, rec, c, now, g.why, nil)
+		return step{kind: stepPassGate, why: g.why}
 	}
 	wait, manual := rec.Policy.PauseFor()
-	if manual {
-		if !c.At.After(c.GateAt) {
-			// No pause or resume since the gate passed: wait for one.
-			reason := fmt.Sprintf("batch %d of %d passed its gate; rollout promote (or resume) releases batch %d", c.Batch+1, len(rec.Batches), c.Batch+2)
-			if _, _, err := store.Apply(ctx, id, events.ActionPause, reason, gatedBy, now, false); err != nil {
+	switch {
+	case manual && !c.At.After(c.GateAt):
+		// No pause or resume since the gate passed: wait for one.
+		return step{kind: stepAwaitPromote, why: fmt.Sprintf("batch %d of %d passed its gate; rollout promote (or resume) releases batch %d",
+			c.Batch+1, len(rec.Batches), c.Batch+2)}
+	case !manual && now.Before(c.GateAt.Add(wait)):
+		return step{}
+	}
+	return step{kind: stepRelease, batches: []int{c.Batch + 1}}
+}
+
+// stepRollout takes one batched rollout one step further, if it can: it
+// decides, takes the step, and decides again after a gate it recorded.
+func (a *Applier) stepRollout(ctx context.Context, store *rollout.Store, id string, staged []int) error {
+	c, _, err := store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	rec, recorded, err := rollout.Record(ctx, a.cfg.JetStream, id)
+	if err != nil || !recorded {
+		return err
+	}
+	var gateErr error
+	gate := func() gateResult {
+		acct, err := rollout.AccountOf(ctx, a.cfg.JetStream, id)
+		if err != nil {
+			gateErr = err
+			return gateResult{gateWaiting, "the rollout's accounting is unreadable: " + err.Error()}
+		}
+		return a.gate(rec, c.Batch, acct)
+	}
+	now := a.cfg.Clock.Now()
+	for {
+		s := decide(c, staged, rec, gate, now)
+		if gateErr != nil {
+			return gateErr // decide nothing on an account not read
+		}
+		switch s.kind {
+		case stepSend:
+			return a.releaseBatches(ctx, id, s.batches)
+		case stepNote:
+			return a.noteWaiting(ctx, store, id, c, s.why)
+		case stepTrip:
+			return a.trip(ctx, store, rec, c, s.result, s.why)
+		case stepPassGate:
+			passed, err := store.PassGate(ctx, id, c.Batch, s.why, now)
+			if err != nil || !passed {
+				return err
+			}
+			c.GateAt = now
+			a.batchSpan(ctx, rec, c, now, s.why, nil)
+			continue // the pause, or the next batch, may follow at once
+		case stepAwaitPromote:
+			if _, _, err := store.Apply(ctx, id, events.ActionPause, s.why, gatedBy, now, false); err != nil {
 				return err
 			}
 			a.cfg.Metrics.Gate("passed", "waiting")
 			a.cfg.Log.Info("batch passed its gate; waiting for promote", "event", id, "batch", c.Batch+1)
 			return nil
+		case stepRelease:
+			return a.releaseNext(ctx, store, rec, s.batches[0], now)
 		}
-	} else if now.Before(c.GateAt.Add(wait)) {
 		return nil
 	}
-	next := c.Batch + 1
+}
+
+// releaseNext records batch as released and sends its staged plans.
+func (a *Applier) releaseNext(ctx context.Context, store *rollout.Store, rec events.Rollout, next int, now time.Time) error {
+	id := rec.EventID
 	opened, err := store.OpenBatch(ctx, id, next, now)
 	if err != nil {
 		return err

@@ -1,8 +1,10 @@
 package applier
 
 import (
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	k8scorev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -144,6 +146,73 @@ func TestGate(t *testing.T) {
 			g := a.gate(rec, tt.batch, acct)
 			if g.verdict != tt.verdict || !strings.Contains(g.why, tt.why) {
 				t.Errorf("gate = %d %q, want %d %q", g.verdict, g.why, tt.verdict, tt.why)
+			}
+		})
+	}
+}
+
+// TestDecide walks the batch state machine: what a batched rollout does
+// next, from its control record, staged batches, policy, gate and clock.
+func TestDecide(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	rec := func(p events.Policy) events.Rollout {
+		return events.Rollout{EventID: "E", Batches: []int{1, 4, 4}, Policy: p, PlannedAt: t0}
+	}
+	running := func(batch int, batchAt, gateAt time.Time) events.Control {
+		return events.Control{State: events.StateRunning, Batch: batch, BatchAt: batchAt, GateAt: gateAt, At: t0}
+	}
+	passed := gateResult{gatePassed, "all 4 VMs in their planned state"}
+	waiting := gateResult{gateWaiting, "2 of 4 VMs of the batch have an outcome"}
+	for _, tt := range []struct {
+		name   string
+		c      events.Control
+		staged []int
+		policy events.Policy
+		gate   gateResult
+		now    time.Time
+		want   step
+	}{
+		{name: "aborted: send every staged batch to be skipped", c: events.Control{State: events.StateAborted},
+			staged: []int{1, 2}, want: step{kind: stepSend, batches: []int{1, 2}}},
+		{name: "a released batch still staged is sent", c: running(1, t0, time.Time{}), staged: []int{1, 2},
+			want: step{kind: stepSend, batches: []int{1}}},
+		{name: "paused: nothing", c: events.Control{State: events.StatePaused}, staged: []int{1, 2}, gate: passed},
+		{name: "the last batch released: nothing", c: running(2, t0, time.Time{}), staged: []int{3}, gate: passed},
+		{name: "failed gate: trip", c: running(0, time.Time{}, time.Time{}), staged: []int{1, 2},
+			gate: gateResult{gateFailed, "2 VMs failed, the policy tolerates 1"},
+			want: step{kind: stepTrip, result: "failed", why: "2 VMs failed, the policy tolerates 1"}},
+		{name: "waiting within the deadline: note why", c: running(1, t0, time.Time{}), staged: []int{2}, gate: waiting,
+			policy: events.Policy{ProgressDeadline: "5m"}, now: t0.Add(4 * time.Minute),
+			want: step{kind: stepNote, why: "waiting: 2 of 4 VMs of the batch have an outcome"}},
+		{name: "waiting past the deadline: trip", c: running(1, t0, time.Time{}), staged: []int{2}, gate: waiting,
+			policy: events.Policy{ProgressDeadline: "5m"}, now: t0.Add(6 * time.Minute),
+			want: step{kind: stepTrip, result: "deadline", why: "progress deadline 5m0s passed: 2 of 4 VMs of the batch have an outcome"}},
+		{name: "the first batch's deadline runs from planning; the default is 10m", c: running(0, time.Time{}, time.Time{}),
+			staged: []int{1, 2}, gate: waiting, now: t0.Add(11 * time.Minute),
+			want: step{kind: stepTrip, result: "deadline", why: "progress deadline 10m0s passed: 2 of 4 VMs of the batch have an outcome"}},
+		{name: "passed: record it", c: running(0, time.Time{}, time.Time{}), staged: []int{1, 2}, gate: passed, now: t0,
+			want: step{kind: stepPassGate, why: "all 4 VMs in their planned state"}},
+		{name: "passed, no pause: release the next batch", c: running(0, time.Time{}, t0), staged: []int{1, 2}, gate: passed, now: t0,
+			want: step{kind: stepRelease, batches: []int{1}}},
+		{name: "passed, pausing: wait", c: running(1, t0, t0.Add(time.Minute)), staged: []int{2}, gate: passed,
+			policy: events.Policy{Pause: "2m"}, now: t0.Add(2 * time.Minute)},
+		{name: "passed, pause over: release", c: running(1, t0, t0.Add(time.Minute)), staged: []int{2}, gate: passed,
+			policy: events.Policy{Pause: "2m"}, now: t0.Add(3 * time.Minute), want: step{kind: stepRelease, batches: []int{2}}},
+		{name: "passed, manual: pause for promote", c: running(0, time.Time{}, t0), staged: []int{1, 2}, gate: passed,
+			policy: events.Policy{Pause: events.PauseManual}, now: t0.Add(time.Hour),
+			want: step{kind: stepAwaitPromote, why: "batch 1 of 3 passed its gate; rollout promote (or resume) releases batch 2"}},
+		{name: "passed, manual, resumed since: release", staged: []int{1, 2}, gate: passed, policy: events.Policy{Pause: events.PauseManual},
+			c:    events.Control{State: events.StateRunning, GateAt: t0, At: t0.Add(time.Minute)},
+			want: step{kind: stepRelease, batches: []int{1}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			asked := false
+			got := decide(tt.c, tt.staged, rec(tt.policy), func() gateResult { asked = true; return tt.gate }, tt.now)
+			if got.kind != tt.want.kind || got.result != tt.want.result || got.why != tt.want.why || !slices.Equal(got.batches, tt.want.batches) {
+				t.Errorf("decide = %+v, want %+v", got, tt.want)
+			}
+			if asked && (tt.c.State != events.StateRunning || tt.want.kind == stepSend) {
+				t.Error("the gate was asked where it does not matter")
 			}
 		})
 	}

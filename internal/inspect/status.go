@@ -80,6 +80,9 @@ func ProgressLine(a rollout.Account) string {
 	line := fmt.Sprintf("[%s] %d/%d settled · %s", bar, a.Settled(), a.Planned, a.Phase)
 	if len(a.Batches) > 0 {
 		line += fmt.Sprintf(" · batch %d/%d", a.Batch+1, len(a.Batches))
+		if a.Control.GateAt.IsZero() && a.Control.Gate != "" {
+			line += " (gate " + a.Control.Gate + ")"
+		}
 	}
 	if list := countList(a.Outcomes, false); list != "" {
 		line += " · " + list
