@@ -146,6 +146,9 @@ func decide(c events.Control, staged []int, rec events.Rollout, gate func() gate
 		if c.Batch == 0 || since.IsZero() {
 			since = rec.PlannedAt
 		}
+		if r := resumedAt(c); r.After(since) {
+			since = r // a resume gives the batch its deadline again
+		}
 		deadline := rec.Policy.Deadline()
 		if deadline == 0 {
 			deadline = DefaultProgressDeadline
@@ -170,6 +173,15 @@ func decide(c events.Control, staged []int, rec events.Rollout, gate func() gate
 	return step{kind: stepRelease, batches: []int{c.Batch + 1}}
 }
 
+// resumedAt is when an operator last resumed (or promoted) the running
+// rollout; zero when nobody did.
+func resumedAt(c events.Control) time.Time {
+	if c.State != events.StateRunning || c.By == "" {
+		return time.Time{}
+	}
+	return c.At
+}
+
 // stepRollout takes one batched rollout one step further, if it can: it
 // decides, takes the step, and decides again after a gate it recorded.
 func (a *Applier) stepRollout(ctx context.Context, store *rollout.Store, id string, staged []int) error {
@@ -188,7 +200,7 @@ func (a *Applier) stepRollout(ctx context.Context, store *rollout.Store, id stri
 			gateErr = err
 			return gateResult{gateWaiting, "the rollout's accounting is unreadable: " + err.Error()}
 		}
-		return a.gate(rec, c.Batch, acct)
+		return a.gate(rec, c.Batch, acct, resumedAt(c))
 	}
 	now := a.cfg.Clock.Now()
 	for {
@@ -338,8 +350,22 @@ const maxNamed = 3
 // gate checks the released batch: failures over the whole rollout within
 // the policy's threshold; every VM of the batch with an outcome; each in
 // the state KubeVirt reports for its result.
-func (a *Applier) gate(rec events.Rollout, batch int, acct rollout.Account) gateResult {
-	failed := acct.Outcomes[events.ResultFailed] + acct.DeadLetters
+//
+// An operator who resumes a rollout accepts the failures so far: only VMs
+// that failed after resumed (the control record's last change) count
+// against the threshold, so a resume after a tripped threshold goes on.
+func (a *Applier) gate(rec events.Rollout, batch int, acct rollout.Account, resumed time.Time) gateResult {
+	failed := acct.DeadLetters
+	if resumed.IsZero() {
+		failed += acct.Outcomes[events.ResultFailed]
+	} else {
+		failed = 0 // dead letters carry no time: a resume accepts them too
+		for _, o := range acct.Latest {
+			if o.Result == events.ResultFailed && o.FinishedAt.After(resumed) {
+				failed++
+			}
+		}
+	}
 	if tolerated := rec.Policy.Tolerated(rec.Planned); failed > tolerated {
 		return gateResult{gateFailed, fmt.Sprintf("%d VMs failed, the policy tolerates %d", failed, tolerated)}
 	}

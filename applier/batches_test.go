@@ -79,6 +79,7 @@ func TestGate(t *testing.T) {
 		outcomes []events.Outcome
 		vms      []*virtv1.VirtualMachine
 		vmis     map[string]*virtv1.VirtualMachineInstance
+		resumed  time.Time
 		verdict  int
 		why      string
 	}{
@@ -125,6 +126,9 @@ func TestGate(t *testing.T) {
 			outcomes: []events.Outcome{outcome("a", 1, events.ResultFailed), outcome("b", 0, events.ResultFailed)},
 			policy:   events.Policy{FailureThreshold: "1"},
 			verdict:  gateFailed, why: "2 VMs failed, the policy tolerates 1"},
+		{name: "a resume accepts the failures before it", batch: 1, resumed: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
+			outcomes: []events.Outcome{outcome("a", 1, events.ResultFailed), outcome("b", 0, events.ResultFailed)},
+			policy:   events.Policy{FailureThreshold: "1"}, verdict: gateWaiting, why: "1 of 2 VMs"},
 		{name: "failures within the threshold do not", batch: 1,
 			outcomes: []events.Outcome{outcome("a", 1, events.ResultFailed), outcome("b", 1, events.ResultRestart)},
 			policy:   events.Policy{FailureThreshold: "50%"}, vms: []*virtv1.VirtualMachine{gateVM("b", restartRequired)},
@@ -143,7 +147,7 @@ func TestGate(t *testing.T) {
 			}
 			rec := events.Rollout{Planned: 4, Batches: []int{1, 2, 1}, Policy: tt.policy,
 				Counts: map[events.Result]int{events.ResultNone: 1, events.ResultSkip: 1}}
-			g := a.gate(rec, tt.batch, acct)
+			g := a.gate(rec, tt.batch, acct, tt.resumed)
 			if g.verdict != tt.verdict || !strings.Contains(g.why, tt.why) {
 				t.Errorf("gate = %d %q, want %d %q", g.verdict, g.why, tt.verdict, tt.why)
 			}
@@ -187,6 +191,10 @@ func TestDecide(t *testing.T) {
 		{name: "waiting past the deadline: trip", c: running(1, t0, time.Time{}), staged: []int{2}, gate: waiting,
 			policy: events.Policy{ProgressDeadline: "5m"}, now: t0.Add(6 * time.Minute),
 			want: step{kind: stepTrip, result: "deadline", why: "progress deadline 5m0s passed: 2 of 4 VMs of the batch have an outcome"}},
+		{name: "a resume gives the batch its deadline again", staged: []int{2}, gate: waiting,
+			c:    events.Control{State: events.StateRunning, Batch: 1, BatchAt: t0, By: "alice", At: t0.Add(time.Hour)},
+			now:  t0.Add(time.Hour + 5*time.Minute),
+			want: step{kind: stepNote, why: "waiting: 2 of 4 VMs of the batch have an outcome"}},
 		{name: "the first batch's deadline runs from planning; the default is 10m", c: running(0, time.Time{}, time.Time{}),
 			staged: []int{1, 2}, gate: waiting, now: t0.Add(11 * time.Minute),
 			want: step{kind: stepTrip, result: "deadline", why: "progress deadline 10m0s passed: 2 of 4 VMs of the batch have an outcome"}},
