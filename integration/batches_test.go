@@ -278,16 +278,20 @@ func (e *env) freezeLabelledVMs() func() {
 	if _, err := adm.ValidatingAdmissionPolicyBindings().Create(e.ctx, binding, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
-	// The policy takes effect once the API server has loaded it: a frozen
-	// VM's update is refused.
-	e.waitFor("the admission policy to refuse updates of frozen VMs", time.Minute, func() (bool, string) {
+	// probe updates a frozen VM, as the API server sees policies now.
+	probe := func() error {
 		list, err := e.clients.Virt.KubevirtV1().VirtualMachines("").List(e.ctx, metav1.ListOptions{LabelSelector: "frozen"})
 		if err != nil || len(list.Items) == 0 {
-			return false, fmt.Sprint(err)
+			return fmt.Errorf("no frozen VM to probe with: %v", err)
 		}
 		vm := list.Items[0]
 		vm.Annotations = map[string]string{"probe": time.Now().String()}
 		_, err = e.clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Update(e.ctx, &vm, metav1.UpdateOptions{})
+		return err
+	}
+	// The policy takes effect once the API server has loaded it.
+	e.waitFor("the admission policy to refuse updates of frozen VMs", time.Minute, func() (bool, string) {
+		err := probe()
 		return err != nil && strings.Contains(err.Error(), "frozen for the test"), fmt.Sprint(err)
 	})
 	return func() {
@@ -299,13 +303,7 @@ func (e *env) freezeLabelledVMs() func() {
 			e.t.Fatal(err)
 		}
 		e.waitFor("frozen VMs to take updates again", time.Minute, func() (bool, string) {
-			list, err := e.clients.Virt.KubevirtV1().VirtualMachines("").List(e.ctx, metav1.ListOptions{LabelSelector: "frozen"})
-			if err != nil || len(list.Items) == 0 {
-				return false, fmt.Sprint(err)
-			}
-			vm := list.Items[0]
-			vm.Annotations = map[string]string{"probe": time.Now().String()}
-			_, err = e.clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Update(e.ctx, &vm, metav1.UpdateOptions{})
+			err := probe()
 			return err == nil, fmt.Sprint(err)
 		})
 	}
