@@ -18,7 +18,6 @@ import (
 
 	"kvlive/events"
 	"kvlive/instancetype"
-	"kvlive/internal/consumer"
 	"kvlive/internal/rollout"
 )
 
@@ -451,49 +450,12 @@ func (a *Applier) releaseBatches(ctx context.Context, eventID string, batches []
 	return errors.Join(errs...)
 }
 
-// releaseBatch runs the batch's shared consumer until nothing of it is
-// left staged.
+// releaseBatch sends the batch's staged plans to the plans stream until
+// none is left.
 func (a *Applier) releaseBatch(ctx context.Context, eventID string, batch int) error {
-	cfg := events.OpenBatchConsumer(eventID, batch)
-	cons, err := a.cfg.JetStream.CreateOrUpdateConsumer(ctx, events.StreamStaged, cfg)
-	if err != nil {
-		return fmt.Errorf("applier: release batch %d of %s: %w", batch, eventID, err)
-	}
-	rt, err := consumer.New(consumer.Config{
-		Stage: "releaser", Consumer: cons, JetStream: a.cfg.JetStream, Workers: 4, MaxDeliver: events.ReleaseMaxDeliver,
-		Backoff: consumer.DefaultBackoff(), Grace: a.cfg.Grace, Log: a.cfg.Log.With("event", eventID, "batch", batch), Metrics: a.cfg.Metrics,
-	})
-	if err != nil {
-		return fmt.Errorf("applier: release batch %d of %s: %w", batch, eventID, err)
-	}
-	rctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() {
-		tick := time.NewTicker(releasePoll)
-		defer tick.Stop()
-		for {
-			select {
-			case <-rctx.Done():
-				return
-			case <-tick.C:
-			}
-			if info, err := cons.Info(rctx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
-				stop()
-				return
-			}
-		}
-	}()
-	if err := rt.Run(rctx, func(ctx context.Context, msg jetstream.Msg, d consumer.Delivery) consumer.Fate {
-		return a.releaseOne(ctx, msg, d, events.OpenedID)
-	}); err != nil {
-		return fmt.Errorf("applier: release batch %d of %s: %w", batch, eventID, err)
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if err := a.cfg.JetStream.DeleteConsumer(context.WithoutCancel(ctx), events.StreamStaged, cfg.Durable); err != nil &&
-		!errors.Is(err, jetstream.ErrConsumerNotFound) {
-		a.cfg.Log.Debug("applier: batch consumer not deleted", "event", eventID, "err", err)
+	if _, err := a.drain(ctx, events.StreamStaged, events.OpenBatchConsumer(eventID, batch), events.OpenedID, nil,
+		"event", eventID, "batch", batch+1); err != nil {
+		return fmt.Errorf("applier: release batch %d of %s: %w", batch+1, eventID, err)
 	}
 	return nil
 }

@@ -131,69 +131,79 @@ func (a *Applier) heldEvents(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// releaseEvent runs the event's release consumer until it has nothing left.
+// releaseEvent sends the event's held plans back until none is left, or
+// its rollout is paused again.
 func (a *Applier) releaseEvent(ctx context.Context, eventID string) error {
-	cons, err := a.cfg.JetStream.CreateOrUpdateConsumer(ctx, events.StreamHeld, events.ReleaseConsumer(eventID))
-	if err != nil {
-		return fmt.Errorf("applier: release %s: %w", eventID, err)
-	}
-	rt, err := consumer.New(consumer.Config{
-		Stage: "releaser", Consumer: cons, JetStream: a.cfg.JetStream, Workers: 4, MaxDeliver: events.ReleaseMaxDeliver,
-		Backoff: consumer.DefaultBackoff(), Grace: a.cfg.Grace, Log: a.cfg.Log.With("event", eventID), Metrics: a.cfg.Metrics,
-	})
-	if err != nil {
-		return fmt.Errorf("applier: release %s: %w", eventID, err)
-	}
-	rctx, stop := context.WithCancel(ctx)
-	defer stop()
-	var released atomic.Int64
-	go a.stopWhenReleased(rctx, stop, cons, eventID)
-	if err := rt.Run(rctx, func(ctx context.Context, msg jetstream.Msg, d consumer.Delivery) consumer.Fate {
-		f := a.releaseOne(ctx, msg, d, events.ReleasedID)
-		if f.IsDone() {
-			released.Add(1)
-		}
-		return f
-	}); err != nil {
-		return fmt.Errorf("applier: release %s: %w", eventID, err)
-	}
-	if n := released.Load(); n > 0 {
-		a.cfg.Metrics.Released(int(n))
+	n, err := a.drain(ctx, events.StreamHeld, events.ReleaseConsumer(eventID), events.ReleasedID,
+		func() bool { return a.watch.Of(eventID).State == events.StatePaused }, "event", eventID)
+	if n > 0 {
+		a.cfg.Metrics.Released(n)
 		a.cfg.Log.Info("applier: released held plans", "event", eventID, "plans", n)
 	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	// Done: the server would drop the idle consumer anyway; another replica
-	// still draining it starts over on a fresh one.
-	if err := a.cfg.JetStream.DeleteConsumer(context.WithoutCancel(ctx), events.StreamHeld, events.ReleaseConsumer(eventID).Durable); err != nil &&
-		!errors.Is(err, jetstream.ErrConsumerNotFound) {
-		a.cfg.Log.Debug("applier: release consumer not deleted", "event", eventID, "err", err)
+	if err != nil {
+		return fmt.Errorf("applier: release %s: %w", eventID, err)
 	}
 	return nil
 }
 
-// stopWhenReleased ends a release once nothing of the event is pending or
-// in flight, or its rollout was paused again.
-func (a *Applier) stopWhenReleased(ctx context.Context, stop context.CancelFunc, cons jetstream.Consumer, eventID string) {
-	tick := time.NewTicker(releasePoll)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		if a.watch.Of(eventID).State == events.StatePaused {
-			stop()
-			return
-		}
-		info, err := cons.Info(ctx)
-		if err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
-			stop()
-			return
-		}
+// drain runs a durable consumer on stream that every replica shares,
+// sending each plan it delivers back to the plans stream under the id idOf
+// gives it, until nothing is pending or in flight, or halt says to stop.
+// It returns how many plans this call sent. Once done it deletes the
+// consumer: the server would drop the idle consumer anyway, and another
+// replica still draining it starts over on a fresh one.
+func (a *Applier) drain(ctx context.Context, stream string, cfg jetstream.ConsumerConfig, idOf func(string, uint64) string,
+	halt func() bool, logArgs ...any) (int, error) {
+	cons, err := a.cfg.JetStream.CreateOrUpdateConsumer(ctx, stream, cfg)
+	if err != nil {
+		return 0, err
 	}
+	rt, err := consumer.New(consumer.Config{
+		Stage: "releaser", Consumer: cons, JetStream: a.cfg.JetStream, Workers: 4, MaxDeliver: events.ReleaseMaxDeliver,
+		Backoff: consumer.DefaultBackoff(), Grace: a.cfg.Grace, Log: a.cfg.Log.With(logArgs...), Metrics: a.cfg.Metrics,
+	})
+	if err != nil {
+		return 0, err
+	}
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		tick := time.NewTicker(releasePoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-tick.C:
+			}
+			if halt != nil && halt() {
+				stop()
+				return
+			}
+			if info, err := cons.Info(rctx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+				stop()
+				return
+			}
+		}
+	}()
+	var sent atomic.Int64
+	if err := rt.Run(rctx, func(ctx context.Context, msg jetstream.Msg, d consumer.Delivery) consumer.Fate {
+		f := a.releaseOne(ctx, msg, d, idOf)
+		if f.IsDone() {
+			sent.Add(1)
+		}
+		return f
+	}); err != nil {
+		return int(sent.Load()), err
+	}
+	if ctx.Err() != nil {
+		return int(sent.Load()), ctx.Err()
+	}
+	if err := a.cfg.JetStream.DeleteConsumer(context.WithoutCancel(ctx), stream, cfg.Durable); err != nil &&
+		!errors.Is(err, jetstream.ErrConsumerNotFound) {
+		a.cfg.Log.Debug("applier: drained consumer not deleted", "consumer", cfg.Durable, "err", err)
+	}
+	return int(sent.Load()), nil
 }
 
 // releaseOne publishes a held (or staged) plan back to the plans stream,
