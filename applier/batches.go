@@ -59,11 +59,19 @@ func (a *Applier) runGates(ctx context.Context, store *rollout.Store) {
 			a.cfg.Log.Warn("applier: cannot list staged batches", "err", err)
 			continue
 		}
+		phases := map[events.RolloutState]int{}
 		for id, batches := range staged {
-			if err := a.stepRollout(ctx, store, id, batches); err != nil && ctx.Err() == nil {
+			state, err := a.stepRollout(ctx, store, id, batches)
+			if err != nil && ctx.Err() == nil {
 				a.cfg.Log.Warn("applier: batched rollout not stepped", "event", id, "err", err)
 			}
+			phases[state]++
 		}
+		a.cfg.Metrics.BatchedRollouts(map[string]int{
+			string(events.StateRunning): phases[events.StateRunning],
+			string(events.StatePaused):  phases[events.StatePaused],
+			string(events.StateAborted): phases[events.StateAborted],
+		})
 	}
 }
 
@@ -182,12 +190,18 @@ func resumedAt(c events.Control) time.Time {
 }
 
 // stepRollout takes one batched rollout one step further, if it can: it
-// decides, takes the step, and decides again after a gate it recorded.
-func (a *Applier) stepRollout(ctx context.Context, store *rollout.Store, id string, staged []int) error {
+// decides, takes the step, and decides again after a gate it recorded. It
+// returns the state the rollout was found in.
+func (a *Applier) stepRollout(ctx context.Context, store *rollout.Store, id string, staged []int) (events.RolloutState, error) {
 	c, _, err := store.Get(ctx, id)
 	if err != nil {
-		return err
+		return c.State, err
 	}
+	return c.State, a.step(ctx, store, id, staged, c)
+}
+
+// step takes the steps decide gives for the rollout found at c.
+func (a *Applier) step(ctx context.Context, store *rollout.Store, id string, staged []int, c events.Control) error {
 	rec, recorded, err := rollout.Record(ctx, a.cfg.JetStream, id)
 	if err != nil || !recorded {
 		return err

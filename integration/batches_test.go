@@ -26,7 +26,7 @@ import (
 // each gated batch as a span.
 func TestBatchedRolloutCanaryThenTenPercent(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 4, perIT: map[string]int{itMedium: 1000}})
-	e.runKvlive("all stages", "--batch-size", "10%", "--canary", "5")
+	proc := e.runKvlive("all stages", "--batch-size", "10%", "--canary", "5")
 	e.waitGenerations()
 
 	it, eventID := e.editInstancetype(itMedium, 3, "6Gi")
@@ -76,6 +76,30 @@ func TestBatchedRolloutCanaryThenTenPercent(t *testing.T) {
 	if st := e.status(eventID); st.Phase != rollout.PhaseComplete || st.Staged != 0 || st.Batch != len(want)-1 {
 		t.Errorf("status: %s, %d staged, batch %d; want complete, none staged, the last batch released", st.Phase, st.Staged, st.Batch+1)
 	}
+	metrics := e.metricsOf(proc)
+	for _, line := range []string{
+		fmt.Sprintf("kvlive_rollout_batches_released_total %d", len(want)-1),
+		fmt.Sprintf(`kvlive_rollout_gates_total{phase="running",result="passed"} %d`, len(want)-1),
+	} {
+		if !strings.Contains(metrics, line+"\n") {
+			t.Errorf("/metrics lacks %q", line)
+		}
+	}
+}
+
+// metricsOf scrapes the /metrics of a kvlive process, at the address it
+// logged.
+func (e *env) metricsOf(p *kvliveProc) string {
+	e.t.Helper()
+	m := regexp.MustCompile(`serving /metrics, /healthz and /readyz" addr=(\S+)`).FindStringSubmatch(p.out.String())
+	if m == nil {
+		e.t.Fatalf("kvlive logged no metrics address")
+	}
+	_, body, err := httpGet("http://" + m[1] + "/metrics")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return body
 }
 
 // TestRealKubeVirtGateHoldsOnAPendingHotplug rolls an edit out to three

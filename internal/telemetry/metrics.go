@@ -30,6 +30,7 @@ type Metrics struct {
 	observed      *prometheus.CounterVec
 	gates         *prometheus.CounterVec
 	batches       prometheus.Counter
+	batched       *prometheus.GaugeVec
 }
 
 // New registers kvlive's metrics, and the Go and process collectors, in a
@@ -71,11 +72,14 @@ func New() *Metrics {
 			Name: "kvlive_rollout_gates_total",
 			Help: "Batch gates of batched rollouts decided, by result: passed, failed (failure threshold), deadline (progress deadline passed), and the phase it left the rollout in (running, waiting for promote, paused, aborted).",
 		}, []string{"result", "phase"}),
+		batched: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kvlive_batched_rollouts", Help: "Batched rollouts with batches still staged, by state (running, paused, aborted), as this applier last stepped them.",
+		}, []string{"state"}),
 		batches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvlive_rollout_batches_released_total", Help: "Batches of batched rollouts released to the applier (the first, released by the planner, not counted).",
 		}),
 	}
-	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.observed, m.gates, m.batches,
+	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.observed, m.gates, m.batches, m.batched,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -136,6 +140,15 @@ func (m *Metrics) Observed(what string) {
 func (m *Metrics) Gate(result, phase string) {
 	if m != nil {
 		m.gates.WithLabelValues(result, phase).Inc()
+	}
+}
+
+// BatchedRollouts sets how many batched rollouts are in each state.
+func (m *Metrics) BatchedRollouts(byState map[string]int) {
+	if m != nil {
+		for state, n := range byState {
+			m.batched.WithLabelValues(state).Set(float64(n))
+		}
 	}
 }
 
