@@ -87,3 +87,18 @@ func TestEveryOutputFlagTakesTheSameFormats(t *testing.T) {
 		t.Errorf("%d commands have -o, want every listing command's (10)", seen)
 	}
 }
+
+// TestListenersDefaultToLoopback: what kvlive run serves (metrics and
+// health, the embedded NATS server) listens on loopback unless told
+// otherwise.
+func TestListenersDefaultToLoopback(t *testing.T) {
+	run, _, err := newRoot().Find([]string{"run"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"metrics-addr", "listen"} {
+		if def := run.Flags().Lookup(name).DefValue; !strings.HasPrefix(def, "127.0.0.1:") {
+			t.Errorf("--%s defaults to %q, want a loopback address", name, def)
+		}
+	}
+}

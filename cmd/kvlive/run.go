@@ -91,7 +91,7 @@ subset, so planners and appliers can scale out as replicas on a NATS cluster.`,
 	f.IntVar(&o.workers, "workers", 16, "applier workers: VMs moved at once")
 	f.IntVar(&o.plannerWorkers, "planner-workers", 2, "planner workers: events planned at once")
 	f.Float64Var(&o.rate, "rate", 0, "cap on VM moves per second; 0 leaves only --qps/--burst")
-	f.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "address serving /metrics, /healthz and /readyz; empty turns it off")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:8080", "address serving /metrics, /healthz and /readyz (loopback by default; in a pod, its IP); empty turns it off")
 	f.DurationVar(&o.observeTimeout, "observe-timeout", 2*time.Minute, "how long each moved VM is watched for KubeVirt's reaction (recorded on its span); 0 turns it off")
 	f.IntVar(&o.traceFanout, "trace-fanout-limit", planner.DefaultTraceFanout, "above this many VMs, each VM's span roots its own trace, linked to the plan span")
 	bindPolicyFlags(f, &o.policy)
