@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -52,10 +54,15 @@ type env struct {
 	// extraEnv is added to the environment of kvlive processes started
 	// after it is set (e.g. OTEL_* to export to a test's Jaeger).
 	extraEnv []string
+	// natsArgs are the flags that reach a secured NATS (TLS, a user).
+	natsArgs []string
 
 	mu    sync.Mutex
 	procs []*kvliveProc
 }
+
+// natsPassword is the kvlive user's password on a secured test NATS.
+const natsPassword = "kvlive-test-password"
 
 // newEnv starts the servers and the stand-in, seeds the fleet, and waits
 // until the stand-in pinned every VM and recorded every VMI's boot pins.
@@ -69,8 +76,18 @@ func newEnv(t *testing.T, o fleetOptions) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, ctx: t.Context(), kubeconfig: kubeconfig, auditLog: auditLog, clients: clients, shapes: o.shapes()}
-	e.nats = testenv.StartNATS(t)
-	e.js = connect(t, e.nats.URL)
+	if o.secureNATS {
+		password := filepath.Join(t.TempDir(), "password")
+		if err := os.WriteFile(password, []byte(natsPassword+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		e.nats = testenv.StartSecureNATS(t, map[string]string{"kvlive": natsPassword})
+		e.natsArgs = []string{"--nats-ca", e.nats.CAFile, "--nats-user", "kvlive", "--nats-password-file", password}
+		e.js = connect(t, e.nats.URL, nats.RootCAs(e.nats.CAFile), nats.UserInfo("kvlive", natsPassword))
+	} else {
+		e.nats = testenv.StartNATS(t)
+		e.js = connect(t, e.nats.URL)
+	}
 	e.plansTap = tapPlans(t, e.js)
 	e.startStandin()
 	seed(e.ctx, t, clients, o, e.shapes)
@@ -127,9 +144,9 @@ func (tp *planTap) all() [][]byte {
 // connect opens the test's own JetStream connection, which reconnects for
 // ever, so a NATS restart only pauses the test's reads. It is built here,
 // not with kvlive's helpers, so a fault in those cannot hide in the test.
-func connect(t *testing.T, url string) jetstream.JetStream {
+func connect(t *testing.T, url string, extra ...nats.Option) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.Name("kvlive-integration"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("kvlive-integration"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

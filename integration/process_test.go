@@ -35,7 +35,8 @@ type kvliveProc struct {
 func (e *env) runKvlive(name string, extra ...string) *kvliveProc {
 	e.t.Helper()
 	args := append([]string{"run", "--kubeconfig", e.kubeconfig, "--nats-url", e.nats.URL,
-		"--qps", "1000", "--burst", "2000", "--metrics-addr", "127.0.0.1:0"}, extra...)
+		"--qps", "1000", "--burst", "2000", "--metrics-addr", "127.0.0.1:0"}, e.natsArgs...)
+	args = append(args, extra...)
 	p := &kvliveProc{name: name, cmd: exec.Command(kvliveBin, args...), exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	p.cmd.Env = append(kvliveEnv(), e.extraEnv...)

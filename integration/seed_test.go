@@ -52,6 +52,9 @@ func itSpec(vcpus uint32, mem string) v1beta1.VirtualMachineInstancetypeSpec {
 type fleetOptions struct {
 	namespaces int
 	perIT      map[string]int
+	// secureNATS runs NATS with TLS and users; kvlive processes the env
+	// starts get the flags that reach it (env.natsArgs).
+	secureNATS bool
 }
 
 // vmShape is how a VM was built; what kvlive must do with it follows from it.

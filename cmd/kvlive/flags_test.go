@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"kvlive/internal/bus"
 )
 
 // TestBadFlagsAndUnknownCommandsAreErrors: values that would run a broken
@@ -99,6 +101,53 @@ func TestListenersDefaultToLoopback(t *testing.T) {
 	for _, name := range []string{"metrics-addr", "listen"} {
 		if def := run.Flags().Lookup(name).DefValue; !strings.HasPrefix(def, "127.0.0.1:") {
 			t.Errorf("--%s defaults to %q, want a loopback address", name, def)
+		}
+	}
+}
+
+// TestEmbeddedNATSRefusesToListenBeyondLoopback: the embedded server has no
+// authentication, so kvlive run will not expose it; and credentials meant
+// for --nats-url are refused rather than silently unused.
+func TestEmbeddedNATSRefusesToListenBeyondLoopback(t *testing.T) {
+	for _, o := range []*runOptions{
+		{listen: "0.0.0.0:4222", dataDir: t.TempDir()},
+		{listen: "192.0.2.7:4222", dataDir: t.TempDir()},
+		{listen: "127.0.0.1:0", dataDir: t.TempDir(), nats: natsFlags{auth: natsAuthFlags{Auth: bus.Auth{User: "kvlive"}}}},
+	} {
+		_, _, closeAll, err := o.connect(nil)
+		if err == nil {
+			_ = closeAll()
+			t.Errorf("--listen %s with %+v: started", o.listen, o.nats.auth.Auth)
+			continue
+		}
+		if !errors.Is(err, errUsage) {
+			t.Errorf("--listen %s: %v, want a usage error", o.listen, err)
+		}
+	}
+}
+
+// TestNATSAuthFlags: one way to authenticate, secrets from files or the
+// environment, a certificate with its key.
+func TestNATSAuthFlags(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "password")
+	if err := os.WriteFile(secret, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := natsAuthFlags{Auth: bus.Auth{User: "kvlive"}, passwordFile: secret}
+	if _, err := a.options(); err != nil {
+		t.Errorf("user with a password file: %v", err)
+	}
+	t.Setenv(envNATSToken, "tok")
+	for _, bad := range []natsAuthFlags{
+		{Auth: bus.Auth{User: "kvlive"}},                           // the token from the environment too: two ways
+		{passwordFile: secret},                                     // a password without a user
+		{Auth: bus.Auth{CertFile: "cert.pem"}},                     // a certificate without its key
+		{Auth: bus.Auth{CredsFile: "a.creds", NKeyFile: "a.nk"}},   // two ways
+		{Auth: bus.Auth{User: "kvlive"}, passwordFile: dir + "/x"}, // an unreadable secret
+	} {
+		if _, err := bad.options(); err == nil {
+			t.Errorf("%+v: accepted", bad)
 		}
 	}
 }

@@ -27,6 +27,7 @@ import (
 type storeFlags struct {
 	url     string
 	dataDir string
+	auth    natsAuthFlags
 }
 
 func (s *storeFlags) bind(cmd *cobra.Command) {
@@ -35,6 +36,7 @@ func (s *storeFlags) bind(cmd *cobra.Command) {
 	f.StringVar(&s.dataDir, "data-dir", "", "open this JetStream store in-process instead of --nats-url, e.g. after kvlive demo --data-dir DIR "+
 		"(never while a kvlive process is using it)")
 	cmd.MarkFlagsMutuallyExclusive("nats-url", "data-dir")
+	s.auth.bind(f)
 }
 
 // completionTimeout bounds how long completing an event id may take.
@@ -90,7 +92,11 @@ func (s *storeFlags) withReader(cmd *cobra.Command, g *globals, fn func(context.
 // --data-dir's store.
 func (s *storeFlags) connect(log *slog.Logger) (*nats.Conn, func() error, error) {
 	if s.dataDir == "" {
-		nc, err := bus.Connect("kvlive-inspect", log, s.url)
+		auth, err := s.auth.options()
+		if err != nil {
+			return nil, nil, err
+		}
+		nc, err := bus.Connect("kvlive-inspect", log, s.url, auth...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w (is kvlive run up? after kvlive demo --data-dir DIR, pass --data-dir DIR)", err)
 		}

@@ -31,6 +31,7 @@ import (
 
 // natsFlags are how a command reaches NATS.
 type natsFlags struct {
+	auth     natsAuthFlags
 	url      string
 	replicas int
 	maxAge   time.Duration
@@ -39,6 +40,7 @@ type natsFlags struct {
 
 func (n *natsFlags) bind(f *pflag.FlagSet, urlHelp string) {
 	f.StringVar(&n.url, "nats-url", n.url, urlHelp)
+	n.auth.bind(f)
 	f.IntVar(&n.replicas, "replicas", 1, "JetStream stream replicas (3 on a NATS cluster)")
 	f.DurationVar(&n.maxAge, "max-age", events.DefaultStreamOptions().MaxAge, "how long streams keep messages: the replay horizon")
 	f.Int64Var(&n.maxBytes, "max-bytes", 0, "size limit of each stream in bytes; 0 means unlimited")
@@ -239,13 +241,27 @@ func (o *runOptions) leaderElection() (*pipeline.LeaderElection, error) {
 	return &le, nil
 }
 
+// isLoopback reports whether host (a --listen host) is a loopback address
+// or localhost.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // connect reaches the external NATS server, or starts the embedded one. The
 // returned ready func reports whether NATS is connected, for /readyz.
 func (o *runOptions) connect(log *slog.Logger) (js jetstream.JetStream, ready func() error, closeAll func() error, err error) {
 	var nc *nats.Conn
 	var closers []func() error
 	if o.nats.url != "" {
-		if nc, err = bus.Connect("kvlive", log, o.nats.url); err != nil {
+		auth, err := o.nats.auth.options()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if nc, err = bus.Connect("kvlive", log, o.nats.url, auth...); err != nil {
 			return nil, nil, nil, err
 		}
 	} else {
@@ -256,6 +272,13 @@ func (o *runOptions) connect(log *slog.Logger) (js jetstream.JetStream, ready fu
 		port, err := strconv.Atoi(portStr)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("%w: --listen port %q", errUsage, portStr)
+		}
+		if !isLoopback(host) {
+			return nil, nil, nil, fmt.Errorf("%w: --listen %s: the embedded NATS server has no authentication, so it listens on loopback only; "+
+				"to share kvlive's bus, run a NATS server with authentication (and TLS) and point --nats-url at it", errUsage, o.listen)
+		}
+		if !o.nats.auth.IsZero() || o.nats.auth.passwordFile != "" || o.nats.auth.tokenFile != "" {
+			return nil, nil, nil, fmt.Errorf("%w: NATS credentials and TLS are for --nats-url; the embedded server takes none", errUsage)
 		}
 		store, err := bus.OpenStore(o.dataDir)
 		if err != nil {

@@ -24,6 +24,7 @@ import (
 
 type switchOptions struct {
 	fleet   *fleetFlags
+	auth    natsAuthFlags
 	policy  events.Policy
 	url     string
 	yes     bool
@@ -52,6 +53,7 @@ of nothing.`,
 	o.fleet.bind(cmd, "KIND/[NS/]NAME the VMs reference now", "KIND/[NS/]NAME the VMs should reference")
 	f := cmd.Flags()
 	f.StringVar(&o.url, "nats-url", "nats://127.0.0.1:4222", "NATS server kvlive run uses")
+	o.auth.bind(f)
 	f.BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
 	f.BoolVar(&o.wait, "wait", false, "wait for every VM's outcome and print the counts")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Minute, "with --wait, how long to wait before giving up (the switch itself goes on)")
@@ -119,7 +121,11 @@ func (o *switchOptions) run(cmd *cobra.Command, g *globals) error {
 			return errNotConfirmed
 		}
 	}
-	nc, err := bus.Connect("kvlive-switch", g.logger(), o.url)
+	auth, err := o.auth.options()
+	if err != nil {
+		return err
+	}
+	nc, err := bus.Connect("kvlive-switch", g.logger(), o.url, auth...)
 	if err != nil {
 		return err
 	}

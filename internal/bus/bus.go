@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -70,7 +71,10 @@ func Connect(name string, log *slog.Logger, url string, extra ...nats.Option) (*
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrl()) }),
 	}, extra...)
 	nc, err := nats.Connect(url, opts...)
-	if err != nil {
+	switch {
+	case errors.Is(err, nats.ErrAuthorization), err != nil && strings.Contains(strings.ToLower(err.Error()), "authorization violation"):
+		return nil, fmt.Errorf("nats: %s refused kvlive's credentials (check --nats-creds, --nats-nkey, --nats-user with its password, or the token): %w", url, err)
+	case err != nil:
 		return nil, fmt.Errorf("nats: connect %s: %w", url, err)
 	}
 	return nc, nil

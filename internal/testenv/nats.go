@@ -3,11 +3,13 @@ package testenv
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,6 +36,9 @@ type NATSServer struct {
 	URL string
 	// Name is the server_name, unique within a cluster.
 	Name string
+	// CAFile, for a server started by StartSecureNATS, is the certificate
+	// its clients verify it with.
+	CAFile string
 
 	t          testing.TB
 	binary     string
@@ -64,6 +69,10 @@ type natsNode struct {
 	monitorPort int
 	clusterPort int // 0 outside a cluster
 	storeDir    string
+	// certFile and keyFile, when set, make clients use TLS; users, when
+	// set, are the only ones let in (name to password).
+	certFile, keyFile string
+	users             map[string]string
 }
 
 // StartNATS starts a single nats-server from .bin/ with JetStream on free
@@ -80,6 +89,32 @@ func StartNATS(t testing.TB) *NATSServer {
 		storeDir:    t.TempDir(),
 	}
 	s := newNATSServer(t, bin, node, "", nil)
+	s.Start()
+	return s
+}
+
+// StartSecureNATS starts a single nats-server like StartNATS that requires
+// TLS (a self-signed certificate for 127.0.0.1, in CAFile) and lets in only
+// users, by name and password.
+func StartSecureNATS(t testing.TB, users map[string]string) *NATSServer {
+	t.Helper()
+	bin := binaries(t, "nats-server")[0]
+	ports := freePorts(t, 2)
+	dir := t.TempDir()
+	node := natsNode{
+		name:        "kvlive-test",
+		clientPort:  ports[0],
+		monitorPort: ports[1],
+		storeDir:    t.TempDir(),
+		certFile:    filepath.Join(dir, "nats.crt"),
+		keyFile:     filepath.Join(dir, "nats.key"),
+		users:       users,
+	}
+	if err := writeServingCert(node.certFile, node.keyFile); err != nil {
+		t.Fatalf("testenv: nats certificate: %v", err)
+	}
+	s := newNATSServer(t, bin, node, "", nil)
+	s.CAFile = node.certFile
 	s.Start()
 	return s
 }
@@ -172,6 +207,16 @@ func natsConfig(n natsNode, cluster string, routes []string) string {
 	fmt.Fprintf(&b, "listen: \"127.0.0.1:%d\"\n", n.clientPort)
 	fmt.Fprintf(&b, "http: \"127.0.0.1:%d\"\n", n.monitorPort)
 	fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n  max_memory_store: 256MB\n  max_file_store: 2GB\n}\n", n.storeDir)
+	if n.certFile != "" {
+		fmt.Fprintf(&b, "tls {\n  cert_file: %q\n  key_file: %q\n}\n", n.certFile, n.keyFile)
+	}
+	if len(n.users) > 0 {
+		b.WriteString("authorization {\n  users: [\n")
+		for _, user := range slices.Sorted(maps.Keys(n.users)) {
+			fmt.Fprintf(&b, "    {user: %q, password: %q}\n", user, n.users[user])
+		}
+		b.WriteString("  ]\n}\n")
+	}
 	if cluster != "" {
 		fmt.Fprintf(&b, "cluster {\n  name: %q\n  listen: \"127.0.0.1:%d\"\n  routes: [\n", cluster, n.clusterPort)
 		for _, r := range routes {
