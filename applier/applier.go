@@ -84,6 +84,9 @@ type Applier struct {
 	// gateNotes is when each batched rollout's waiting gate was last noted.
 	gateNotesMu sync.Mutex
 	gateNotes   map[string]time.Time
+	// known is the object of each event whose rollout record was read.
+	knownMu sync.Mutex
+	known   map[string]events.Ref
 }
 
 // New builds an Applier; nothing runs until Run.
@@ -106,7 +109,7 @@ func New(cfg Config) (*Applier, error) {
 		limiter = rate.NewLimiter(rate.Limit(cfg.Rate), max(int(cfg.Rate), 1))
 	}
 	return &Applier{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}, limiter: limiter,
-		observers: make(chan struct{}, maxObservers), gateNotes: map[string]time.Time{}}, nil
+		observers: make(chan struct{}, maxObservers), gateNotes: map[string]time.Time{}, known: map[string]events.Ref{}}, nil
 }
 
 // Run consumes plans until ctx ends. The fleet must be running.
@@ -160,6 +163,13 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg, d consumer.Deli
 	if _, err := events.Decode(msg.Data(), events.TypePlan, &plan); err != nil {
 		return consumer.Poison(err.Error())
 	}
+	if err := a.checkPlanned(ctx, plan); err != nil {
+		if errors.Is(err, errNotPlanned) {
+			a.cfg.Log.Warn("applier: a plan no planner made, dead-lettered", "event", plan.EventID, "vm", plan.VM.String(), "err", err)
+			return consumer.Poison(err.Error())
+		}
+		return consumer.Retry(err)
+	}
 	held, aborted := a.controlled(ctx, msg, plan, d)
 	if held != nil {
 		return *held
@@ -186,6 +196,42 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg, d consumer.Deli
 		return consumer.Poison(out.Reason + ": " + out.Error)
 	}
 	return consumer.Done()
+}
+
+// errNotPlanned marks a plan that kvlive's planner did not make.
+var errNotPlanned = errors.New("not a plan of kvlive's planner")
+
+// maxKnownRollouts bounds the rollout records the applier remembers.
+const maxKnownRollouts = 4096
+
+// checkPlanned makes sure a plan comes from kvlive's planner: its event has
+// a rollout record (the planner writes it before any plan) whose object is
+// the plan's target. Anything else, published by whoever can reach the
+// plans subjects, is dead-lettered and writes nothing.
+func (a *Applier) checkPlanned(ctx context.Context, plan events.Plan) error {
+	a.knownMu.Lock()
+	object, known := a.known[plan.EventID]
+	a.knownMu.Unlock()
+	if !known {
+		rec, ok, err := rollout.Record(ctx, a.cfg.JetStream, plan.EventID)
+		switch {
+		case err != nil:
+			return err
+		case !ok:
+			return fmt.Errorf("%w: event %s has no rollout record (forged, or recorded longer ago than the replay horizon)", errNotPlanned, plan.EventID)
+		}
+		object = rec.Object
+		a.knownMu.Lock()
+		if len(a.known) >= maxKnownRollouts {
+			clear(a.known)
+		}
+		a.known[plan.EventID] = object
+		a.knownMu.Unlock()
+	}
+	if object != plan.Target.Object {
+		return fmt.Errorf("%w: event %s rolls %s out, the plan targets %s", errNotPlanned, plan.EventID, object, plan.Target.Object)
+	}
+	return nil
 }
 
 // carryOut moves the VM, or records why not. A plan whose rollout was

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -140,12 +141,12 @@ func (p *Planner) handle(ctx context.Context, msg jetstream.Msg, _ consumer.Deli
 	if err == nil {
 		w.supersedes, err = p.supersede(ctx, w)
 	}
-	var r rolloutPlan
-	if err == nil {
-		r, err = p.publishPlans(ctx, w)
-	}
+	plans, r := p.planAll(w)
 	if err == nil {
 		err = p.recordRollout(ctx, w, r)
+	}
+	if err == nil {
+		err = p.publishPlans(ctx, w, plans)
 	}
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
@@ -200,6 +201,9 @@ func (p *Planner) resolveEnvelope(env *events.Envelope) (work, error) {
 		}
 		t, err := instancetype.ChangeTarget(p.cfg.Fleet, p.cfg.Fleet.Cluster(), c)
 		if err != nil {
+			return w, err
+		}
+		if err := checkChange(p.cfg.Fleet.Object(c.Object), c, t); err != nil {
 			return w, err
 		}
 		w.target, w.generation = t, c.Generation
@@ -283,6 +287,29 @@ func (p *Planner) supersede(ctx context.Context, w work) ([]string, error) {
 		p.cfg.Log.Info("rollout superseded", "event", id, "by", w.eventID)
 	}
 	return superseded, nil
+}
+
+// checkChange refuses a change event the cluster does not bear out, before
+// anything is planned: a generation the object has not reached is retried
+// (the cache may lag the watcher that saw it) until the planner's delivery
+// budget dead-letters it with the reason; a spec that is not the object's
+// at that very generation is dead-lettered at once. An object deleted (or
+// re-created) since is no forgery: its VMs get skip outcomes saying so.
+func checkChange(live any, c events.Changed, t instancetype.Target) error {
+	m, ok := live.(metav1.Object)
+	if !ok || string(m.GetUID()) != c.UID {
+		return nil
+	}
+	switch {
+	case m.GetGeneration() < c.Generation:
+		return fmt.Errorf("%s is at generation %d, not at the event's %d: the event is ahead of the cluster (or forged)", c.Object, m.GetGeneration(), c.Generation)
+	case m.GetGeneration() == c.Generation:
+		if spec, ok := instancetype.SpecOf(live); ok && !equality.Semantic.DeepEqual(spec, t.Spec) {
+			return &events.DecodeError{Reason: events.ReasonInvalid,
+				Err: fmt.Errorf("the event's spec is not %s's at generation %d: not an event of this cluster", c.Object, c.Generation)}
+		}
+	}
+	return nil
 }
 
 // only keeps the VMs whose UID is in uids; every VM when uids is empty.

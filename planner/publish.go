@@ -22,33 +22,40 @@ type rolloutPlan struct {
 	batches []int
 }
 
-// publishPlans plans every VM, splits the VMs that move into the policy's
-// batches (in its order), and publishes the plans asynchronously: the
-// first batch's, and those of VMs that do not move, to the plans stream;
-// later batches' to the staged stream, where each waits for its batch to
-// be released. An event paused ahead (its policy refused, or rollout pause
-// --ahead) has its first batch parked in the held stream, for rollout
-// resume to release. It then waits for every publish ack. Plans carry
-// deterministic Msg-Ids, so a retry after a partial failure or a crash is
-// deduplicated by the stream.
-func (p *Planner) publishPlans(ctx context.Context, w work) (rolloutPlan, error) {
-	ctx, span := p.tracer.Start(ctx, "publish plans", trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attribute.String("messaging.destination.name", events.StreamPlans), attribute.Int("messaging.batch.message_count", len(w.vms))))
-	defer span.End()
+// planAll plans every VM and splits the VMs that move into the policy's
+// batches, in its order.
+func (p *Planner) planAll(w work) ([]events.Plan, rolloutPlan) {
 	plans := make([]events.Plan, 0, len(w.vms))
 	for _, vm := range w.vms {
 		plans = append(plans, WithPolicy(instancetype.PlanVM(p.cfg.Fleet, w.eventID, w.target, vm), w.policy))
 	}
 	r := rolloutPlan{counts: map[events.Result]int{}, batches: assignBatches(plans, w.vms, w.policy)}
+	for _, plan := range plans {
+		r.counts[plan.Action]++
+	}
+	return plans, r
+}
+
+// publishPlans publishes the plans asynchronously: the first batch's, and
+// those of VMs that do not move, to the plans stream; later batches' to
+// the staged stream, where each waits for its batch to be released. An
+// event paused ahead (its policy refused, or rollout pause --ahead) has
+// its first batch parked in the held stream, for rollout resume to
+// release. It then waits for every publish ack. Plans carry deterministic
+// Msg-Ids, so a retry after a partial failure or a crash is deduplicated
+// by the stream.
+func (p *Planner) publishPlans(ctx context.Context, w work, plans []events.Plan) error {
+	ctx, span := p.tracer.Start(ctx, "publish plans", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("messaging.destination.name", events.StreamPlans), attribute.Int("messaging.batch.message_count", len(plans))))
+	defer span.End()
 	futures := make([]jetstream.PubAckFuture, 0, len(plans))
 	now := p.cfg.Clock.Now()
 	ownTraces := len(plans) > p.cfg.TraceFanout
 	for _, plan := range plans {
-		r.counts[plan.Action]++
 		id := events.PlanID(w.eventID, plan.VM.UID)
 		body, err := events.Encode(events.TypePlan, id, "kvlive/planner", plan.VM.String(), now, &plan)
 		if err != nil {
-			return r, err
+			return err
 		}
 		subject := events.PlanSubject(plan.VM.Namespace, w.eventID)
 		switch {
@@ -66,7 +73,7 @@ func (p *Planner) publishPlans(ctx context.Context, w work) (rolloutPlan, error)
 		}
 		f, err := p.cfg.JetStream.PublishMsgAsync(m)
 		if err != nil {
-			return r, fmt.Errorf("planner: publish plan %s: %w", id, err)
+			return fmt.Errorf("planner: publish plan %s: %w", id, err)
 		}
 		futures = append(futures, f)
 	}
@@ -74,12 +81,12 @@ func (p *Planner) publishPlans(ctx context.Context, w work) (rolloutPlan, error)
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			return r, fmt.Errorf("planner: plan %s not stored: %w", f.Msg().Header.Get(jetstream.MsgIDHeader), err)
+			return fmt.Errorf("planner: plan %s not stored: %w", f.Msg().Header.Get(jetstream.MsgIDHeader), err)
 		case <-ctx.Done():
-			return r, ctx.Err()
+			return ctx.Err()
 		}
 	}
-	return r, nil
+	return nil
 }
 
 // WithPolicy applies what the policy says of a plan by itself: with
@@ -147,9 +154,10 @@ func rank(p events.Plan) int {
 	return 1
 }
 
-// recordRollout stores how many plans the event produced, by result, its
+// recordRollout stores how many plans the event produces, by result, its
 // policy and batches, so progress, gates and completion can be read
-// without scanning the plans stream.
+// without scanning the plans stream. It is written before the plans: an
+// applier moves a VM only for a plan whose rollout is recorded.
 func (p *Planner) recordRollout(ctx context.Context, w work, plan rolloutPlan) error {
 	kv, err := p.cfg.JetStream.KeyValue(ctx, events.BucketRollouts)
 	if err != nil {
