@@ -16,11 +16,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
@@ -37,6 +39,7 @@ func TestShippedManifestsAreEnough(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 2, perIT: map[string]int{itMedium: 40}})
 	sa := e.installManifests(filepath.Join(testenv.RepoRoot(t), "deploy", "kvlive"))
 	e.kubeconfig = e.serviceAccountKubeconfig(sa)
+	e.checkFlowSchema(e.kubeconfig, "kvlive")
 	proc := e.runKvlive("all stages, as the shipped ServiceAccount", "--leader-elect", "--leader-elect-resource-namespace", sa.Namespace)
 	e.waitFor("kvlive to hold the watcher's Lease", time.Minute, func() (bool, string) {
 		l, err := e.clients.Kube.CoordinationV1().Leases(sa.Namespace).Get(e.ctx, "kvlive-watcher", metav1.GetOptions{})
@@ -66,6 +69,34 @@ func TestShippedManifestsAreEnough(t *testing.T) {
 	if log := proc.out.String(); strings.Contains(strings.ToLower(log), "forbidden") {
 		t.Errorf("kvlive was refused something with the shipped RBAC:\n%s", proc.out.Tail(outputTail))
 	}
+}
+
+// checkFlowSchema makes a request with kubeconfig and checks that API
+// Priority and Fairness put it in the flow schema named schema (the
+// X-Kubernetes-PF-FlowSchema-UID response header).
+func (e *env) checkFlowSchema(kubeconfig, schema string) {
+	e.t.Helper()
+	fs, err := e.clients.Kube.FlowcontrolV1().FlowSchemas().Get(e.ctx, schema, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitFor("the API server to classify kvlive's requests into flow schema "+schema, time.Minute, func() (bool, string) {
+		resp, err := client.Get(cfg.Host + "/apis/kubevirt.io/v1/virtualmachines?limit=1")
+		if err != nil {
+			return false, err.Error()
+		}
+		_ = resp.Body.Close()
+		got := resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID")
+		return got == string(fs.UID), fmt.Sprintf("%s: flow schema %q, want %q", resp.Status, got, fs.UID)
+	})
 }
 
 // installManifests creates every object of the kustomization in dir (its
@@ -149,6 +180,10 @@ func (e *env) create(obj runtime.Object) error {
 		_, err = kc.RbacV1().Roles(o.Namespace).Create(e.ctx, o, opts)
 	case *rbacv1.RoleBinding:
 		_, err = kc.RbacV1().RoleBindings(o.Namespace).Create(e.ctx, o, opts)
+	case *flowcontrolv1.PriorityLevelConfiguration:
+		_, err = kc.FlowcontrolV1().PriorityLevelConfigurations().Create(e.ctx, o, opts)
+	case *flowcontrolv1.FlowSchema:
+		_, err = kc.FlowcontrolV1().FlowSchemas().Create(e.ctx, o, opts)
 	default:
 		err = fmt.Errorf("no create for %T", obj)
 	}
