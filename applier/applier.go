@@ -84,9 +84,17 @@ type Applier struct {
 	// gateNotes is when each batched rollout's waiting gate was last noted.
 	gateNotesMu sync.Mutex
 	gateNotes   map[string]time.Time
-	// known is the object of each event whose rollout record was read.
+	// known is what each event's rollout record says, once read.
 	knownMu sync.Mutex
-	known   map[string]events.Ref
+	known   map[string]knownRollout
+	// slots cap each rollout's VMs in flight in this applier (MaxInFlight).
+	slots *rolloutSlots
+}
+
+// knownRollout is what the applier keeps of a rollout record.
+type knownRollout struct {
+	object      events.Ref
+	maxInFlight int
 }
 
 // New builds an Applier; nothing runs until Run.
@@ -109,7 +117,7 @@ func New(cfg Config) (*Applier, error) {
 		limiter = rate.NewLimiter(rate.Limit(cfg.Rate), max(int(cfg.Rate), 1))
 	}
 	return &Applier{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}, limiter: limiter,
-		observers: make(chan struct{}, maxObservers), gateNotes: map[string]time.Time{}, known: map[string]events.Ref{}}, nil
+		observers: make(chan struct{}, maxObservers), gateNotes: map[string]time.Time{}, known: map[string]knownRollout{}, slots: newRolloutSlots()}, nil
 }
 
 // Run consumes plans until ctx ends. The fleet must be running.
@@ -163,13 +171,19 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg, d consumer.Deli
 	if _, err := events.Decode(msg.Data(), events.TypePlan, &plan); err != nil {
 		return consumer.Poison(err.Error())
 	}
-	if err := a.checkPlanned(ctx, plan); err != nil {
+	known, err := a.checkPlanned(ctx, plan)
+	if err != nil {
 		if errors.Is(err, errNotPlanned) {
 			a.cfg.Log.Warn("applier: a plan no planner made, dead-lettered", "event", plan.EventID, "vm", plan.VM.String(), "err", err)
 			return consumer.Poison(err.Error())
 		}
 		return consumer.Retry(err)
 	}
+	release, err := a.slots.take(ctx, plan.EventID, known.maxInFlight)
+	if err != nil {
+		return consumer.Retry(fmt.Errorf("waiting for one of rollout %s's %d slots: %w", plan.EventID, known.maxInFlight, err))
+	}
+	defer release()
 	held, aborted := a.controlled(ctx, msg, plan, d)
 	if held != nil {
 		return *held
@@ -208,30 +222,30 @@ const maxKnownRollouts = 4096
 // a rollout record (the planner writes it before any plan) whose object is
 // the plan's target. Anything else, published by whoever can reach the
 // plans subjects, is dead-lettered and writes nothing.
-func (a *Applier) checkPlanned(ctx context.Context, plan events.Plan) error {
+func (a *Applier) checkPlanned(ctx context.Context, plan events.Plan) (knownRollout, error) {
 	a.knownMu.Lock()
-	object, known := a.known[plan.EventID]
+	r, known := a.known[plan.EventID]
 	a.knownMu.Unlock()
 	if !known {
 		rec, ok, err := rollout.Record(ctx, a.cfg.JetStream, plan.EventID)
 		switch {
 		case err != nil:
-			return err
+			return r, err
 		case !ok:
-			return fmt.Errorf("%w: event %s has no rollout record (forged, or recorded longer ago than the replay horizon)", errNotPlanned, plan.EventID)
+			return r, fmt.Errorf("%w: event %s has no rollout record (forged, or recorded longer ago than the replay horizon)", errNotPlanned, plan.EventID)
 		}
-		object = rec.Object
+		r = knownRollout{object: rec.Object, maxInFlight: rec.Policy.MaxInFlight}
 		a.knownMu.Lock()
 		if len(a.known) >= maxKnownRollouts {
 			clear(a.known)
 		}
-		a.known[plan.EventID] = object
+		a.known[plan.EventID] = r
 		a.knownMu.Unlock()
 	}
-	if object != plan.Target.Object {
-		return fmt.Errorf("%w: event %s rolls %s out, the plan targets %s", errNotPlanned, plan.EventID, object, plan.Target.Object)
+	if r.object != plan.Target.Object {
+		return r, fmt.Errorf("%w: event %s rolls %s out, the plan targets %s", errNotPlanned, plan.EventID, r.object, plan.Target.Object)
 	}
-	return nil
+	return r, nil
 }
 
 // carryOut moves the VM, or records why not. A plan whose rollout was

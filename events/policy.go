@@ -43,6 +43,10 @@ type Policy struct {
 	// the default), "stopped-first", or "label=KEY" (by that label's value,
 	// then name).
 	Order string `json:"order,omitempty"`
+	// MaxInFlight caps how many of the rollout's VMs each applier replica
+	// moves at once (its --workers cap every rollout together). Zero: no
+	// cap of the rollout's own.
+	MaxInFlight int `json:"maxInFlight,omitempty"`
 	// Restart is what becomes of VMs whose change needs a restart: "move"
 	// (the default; the pin moves and KubeVirt flags RestartRequired) or
 	// "skip" (their pin stays; the outcome says so).
@@ -119,6 +123,9 @@ func (p Policy) Validate() error {
 	case "", RestartMove, RestartSkip:
 	default:
 		check("restart", fmt.Errorf("%q: want move or skip", p.Restart))
+	}
+	if p.MaxInFlight < 0 {
+		check("maxInFlight", fmt.Errorf("%d: want 0 (no cap) or more", p.MaxInFlight))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%s%w", policyFieldsPrefix, err)

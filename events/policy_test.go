@@ -97,6 +97,7 @@ restart: skip
 		`order: random`:                `order: "random"`,
 		`order: "label="`:              `order: "label="`,
 		`restart: maybe`:               `restart: "maybe"`,
+		`maxInFlight: -1`:              "maxInFlight: -1",
 		`batch: 10%`:                   `unknown field "batch"`,
 		`[1, 2]`:                       "cannot unmarshal",
 		`{batchSize: 0, canary: nope}`: "batchSize", // both named

@@ -3,7 +3,9 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -415,4 +417,60 @@ func TestTwoReplicasShareABatchedRollout(t *testing.T) {
 	if released != len(want)-1 {
 		t.Errorf("%d batch releases logged by the two replicas, want %d (one per batch after the first)", released, len(want)-1)
 	}
+}
+
+// TestMaxInFlight: with --max-in-flight 2 the applier, for all its 16
+// workers, never has more than two of the rollout's VMs in flight: no
+// three of kvlive's VM writes overlap in the API server's audit log.
+func TestMaxInFlight(t *testing.T) {
+	e := newEnv(t, fleetOptions{namespaces: 2, perIT: map[string]int{itMedium: 60}})
+	e.runKvlive("all stages", "--max-in-flight", "2")
+	e.waitGenerations()
+
+	it, eventID := e.editInstancetype(itMedium, 3, "6Gi")
+	edited := e.selectShapes(onInstancetype(itMedium))
+	e.checkRollout(e.follow(eventID), rolloutWant{eventID: eventID, shapes: edited, action: vmShape.expected, revision: revisionOf(it), clean: true})
+	e.checkWrites(edited, nil)
+	if n := e.maxConcurrentVMWrites(); n > 2 || n == 0 {
+		t.Errorf("%d of kvlive's VM writes overlapped, want at most 2 (and some writes)", n)
+	}
+}
+
+// maxConcurrentVMWrites is the most of kvlive's VM patches the API server
+// was handling at once, from the audit log's received and completed times.
+func (e *env) maxConcurrentVMWrites() int {
+	e.t.Helper()
+	raw, err := os.ReadFile(e.auditLog)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for line := range strings.Lines(string(raw)) {
+		var ev struct {
+			auditEvent
+			Received time.Time `json:"requestReceivedTimestamp"`
+			Done     time.Time `json:"stageTimestamp"`
+		}
+		if json.Unmarshal([]byte(line), &ev) != nil || ev.Stage != "ResponseComplete" || ev.Verb != "patch" ||
+			ev.ObjectRef.Resource != "virtualmachines" || !strings.HasPrefix(ev.UserAgent, kvliveUserAgent) {
+			continue
+		}
+		edges = append(edges, edge{ev.Received, 1}, edge{ev.Done, -1})
+	}
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta // an end before a start at the same instant
+	})
+	most, now := 0, 0
+	for _, x := range edges {
+		now += x.delta
+		most = max(most, now)
+	}
+	return most
 }

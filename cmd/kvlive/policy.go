@@ -19,6 +19,7 @@ func bindPolicyFlags(f *pflag.FlagSet, p *events.Policy) {
 	f.StringVar(&p.ProgressDeadline, "progress-deadline", "", "how long each batch may take to pass its gate (default 10m)")
 	f.StringVar(&p.Order, "order", "", "order VMs are taken in: name (default), stopped-first, or label=KEY")
 	f.StringVar(&p.Restart, "restart", "", "VMs whose change needs a restart: move (default) or skip")
+	f.IntVar(&p.MaxInFlight, "max-in-flight", 0, "VMs of one rollout each applier replica moves at once; 0: only --workers caps them")
 }
 
 // checkPolicy turns a policy flag's mistake into a usage error.
