@@ -81,7 +81,7 @@ func newEnv(t *testing.T, o fleetOptions) *env {
 		if err := os.WriteFile(password, []byte(natsPassword+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		e.nats = testenv.StartSecureNATS(t, map[string]string{"kvlive": natsPassword})
+		e.nats = testenv.StartSecureNATS(t, testenv.NATSUsers{Passwords: map[string]string{"kvlive": natsPassword}, NKeys: o.natsNKeys})
 		e.natsArgs = []string{"--nats-ca", e.nats.CAFile, "--nats-user", "kvlive", "--nats-password-file", password}
 		e.js = connect(t, e.nats.URL, nats.RootCAs(e.nats.CAFile), nats.UserInfo("kvlive", natsPassword))
 	} else {

@@ -8,14 +8,26 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nkeys"
 )
 
 // TestKvliveOnASecuredNATS runs kvlive against a nats-server that requires
 // TLS and a user: kvlive run rolls an edit out and the read commands see
-// it, with the CA and the user's password from a file. A wrong password
+// it, with the CA and the user's password from a file, or an NKey seed. A wrong password
 // and a missing CA fail at once, saying why, for run and the CLI alike.
 func TestKvliveOnASecuredNATS(t *testing.T) {
-	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itMedium: 10}, secureNATS: true})
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	public, _ := user.PublicKey()
+	seed, _ := user.Seed()
+	seedFile := filepath.Join(t.TempDir(), "user.nk")
+	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itMedium: 10}, secureNATS: true, natsNKeys: []string{public}})
 	e.runKvlive("all stages")
 	e.waitGenerations()
 
@@ -25,6 +37,10 @@ func TestKvliveOnASecuredNATS(t *testing.T) {
 	out := e.kvliveCommand(time.Minute, append([]string{"rollout", "status", eventID, "--nats-url", e.nats.URL}, e.natsArgs...)...)
 	if !strings.Contains(out, "complete") {
 		t.Errorf("rollout status over TLS as kvlive:\n%s", out)
+	}
+	out = e.kvliveCommand(time.Minute, "events", "--nats-url", e.nats.URL, "--nats-ca", e.nats.CAFile, "--nats-nkey", seedFile)
+	if !strings.Contains(out, eventID) {
+		t.Errorf("kvlive events as an NKey user:\n%s", out)
 	}
 
 	wrong := filepath.Join(t.TempDir(), "wrong")

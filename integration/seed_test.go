@@ -55,6 +55,8 @@ type fleetOptions struct {
 	// secureNATS runs NATS with TLS and users; kvlive processes the env
 	// starts get the flags that reach it (env.natsArgs).
 	secureNATS bool
+	// natsNKeys are public keys of further users a secured NATS lets in.
+	natsNKeys []string
 }
 
 // vmShape is how a VM was built; what kvlive must do with it follows from it.

@@ -73,6 +73,7 @@ type natsNode struct {
 	// set, are the only ones let in (name to password).
 	certFile, keyFile string
 	users             map[string]string
+	nkeys             []string
 }
 
 // StartNATS starts a single nats-server from .bin/ with JetStream on free
@@ -93,10 +94,17 @@ func StartNATS(t testing.TB) *NATSServer {
 	return s
 }
 
+// NATSUsers are who a secured test NATS lets in: users by name and
+// password, and users by NKey (their public keys).
+type NATSUsers struct {
+	Passwords map[string]string
+	NKeys     []string
+}
+
 // StartSecureNATS starts a single nats-server like StartNATS that requires
 // TLS (a self-signed certificate for 127.0.0.1, in CAFile) and lets in only
-// users, by name and password.
-func StartSecureNATS(t testing.TB, users map[string]string) *NATSServer {
+// users.
+func StartSecureNATS(t testing.TB, users NATSUsers) *NATSServer {
 	t.Helper()
 	bin := binaries(t, "nats-server")[0]
 	ports := freePorts(t, 2)
@@ -108,7 +116,8 @@ func StartSecureNATS(t testing.TB, users map[string]string) *NATSServer {
 		storeDir:    t.TempDir(),
 		certFile:    filepath.Join(dir, "nats.crt"),
 		keyFile:     filepath.Join(dir, "nats.key"),
-		users:       users,
+		users:       users.Passwords,
+		nkeys:       users.NKeys,
 	}
 	if err := writeServingCert(node.certFile, node.keyFile); err != nil {
 		t.Fatalf("testenv: nats certificate: %v", err)
@@ -210,10 +219,13 @@ func natsConfig(n natsNode, cluster string, routes []string) string {
 	if n.certFile != "" {
 		fmt.Fprintf(&b, "tls {\n  cert_file: %q\n  key_file: %q\n}\n", n.certFile, n.keyFile)
 	}
-	if len(n.users) > 0 {
+	if len(n.users)+len(n.nkeys) > 0 {
 		b.WriteString("authorization {\n  users: [\n")
 		for _, user := range slices.Sorted(maps.Keys(n.users)) {
 			fmt.Fprintf(&b, "    {user: %q, password: %q}\n", user, n.users[user])
+		}
+		for _, key := range n.nkeys {
+			fmt.Fprintf(&b, "    {nkey: %q}\n", key)
 		}
 		b.WriteString("  ]\n}\n")
 	}
