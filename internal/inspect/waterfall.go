@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"kvlive/events"
+	"kvlive/internal/printer"
 )
 
 // WaterfallOptions say how Tree.Render draws a trace.
@@ -81,7 +82,7 @@ func (t *Tree) Render(w io.Writer, o WaterfallOptions) error {
 		o.BarWidth = max(minBarWidth, min(o.BarWidth, o.Width-fixed-2-resultRoom))
 	}
 	bw := bufio.NewWriter(w)
-	fmt.Fprintln(bw, cut(fmt.Sprintf("trace %s · %d spans · %s · from %s", t.TraceID, t.size, formatDuration(t.End.Sub(t.Start)),
+	fmt.Fprintln(bw, printer.Cut(fmt.Sprintf("trace %s · %d spans · %s · from %s", t.TraceID, t.size, formatDuration(t.End.Sub(t.Start)),
 		t.Start.UTC().Format("2006-01-02T15:04:05.000Z07:00")), o.Width))
 	fmt.Fprintf(bw, "%-*s  %8s  %s\n", width, "", "", ruler(o.BarWidth, t.End.Sub(t.Start)))
 	for _, l := range lines {
@@ -94,7 +95,7 @@ func (t *Tree) Render(w io.Writer, o WaterfallOptions) error {
 func (t *Tree) lines(maxDepth, labelCap int) []line {
 	lines := make([]line, 0, t.size)
 	t.Walk(func(n *Node, depth int) bool {
-		l := line{node: n, depth: depth, label: cut(label(n, depth), labelCap)}
+		l := line{node: n, depth: depth, label: printer.Cut(label(n, depth), labelCap)}
 		deeper := maxDepth <= 0 || depth+1 < maxDepth
 		if !deeper {
 			l.hidden = subtreeSize(n) - 1
@@ -111,14 +112,6 @@ func label(n *Node, depth int) string {
 		s += "↪ "
 	}
 	return s + n.Span.Name
-}
-
-// cut shortens s to n characters, the last one "…".
-func cut(s string, n int) string {
-	if n <= 0 || utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	return string([]rune(s)[:n-1]) + "…"
 }
 
 func subtreeSize(n *Node) int {
@@ -144,7 +137,7 @@ func (t *Tree) writeLine(w *bufio.Writer, l line, width int, o WaterfallOptions)
 		tail = strings.TrimPrefix(fmt.Sprintf("%s  (+%d spans)", result, l.hidden), "  ")
 	}
 	if tail != "" {
-		tail = cut(tail, room)
+		tail = printer.Cut(tail, room)
 		if result != "" && strings.HasPrefix(tail, result) {
 			tail = paint(result, colour, o.Color) + tail[len(result):]
 		}
@@ -153,7 +146,7 @@ func (t *Tree) writeLine(w *bufio.Writer, l line, width int, o WaterfallOptions)
 	fmt.Fprintln(w)
 	indent := strings.Repeat("  ", l.depth+1)
 	for _, e := range s.Events {
-		fmt.Fprintln(w, cut(fmt.Sprintf("%s· %s +%s", indent, e.Name, formatDuration(e.Time.Sub(s.Start))), o.Width))
+		fmt.Fprintln(w, printer.Cut(fmt.Sprintf("%s· %s +%s", indent, e.Name, formatDuration(e.Time.Sub(s.Start))), o.Width))
 	}
 }
 

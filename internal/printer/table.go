@@ -61,7 +61,7 @@ func (t *Table) Write(w io.Writer, f Format, width int) error {
 	line := func(text func(i int) string) {
 		var b strings.Builder
 		for j, i := range shown {
-			s := cut(text(i), widths[j])
+			s := Cut(text(i), widths[j])
 			b.WriteString(s)
 			if j < len(shown)-1 {
 				b.WriteString(strings.Repeat(" ", widths[j]-runes(s)) + gap)
@@ -106,9 +106,9 @@ func cell(row []string, i int) string {
 	return ""
 }
 
-// cut shortens s to n characters, the last one "…".
-func cut(s string, n int) string {
-	if runes(s) <= n {
+// Cut shortens s to n characters, the last one "…"; n <= 0 keeps s whole.
+func Cut(s string, n int) string {
+	if n <= 0 || runes(s) <= n {
 		return s
 	}
 	return string([]rune(s)[:n-1]) + "…"
