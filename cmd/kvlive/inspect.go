@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -202,48 +203,50 @@ func outcomeFilter(eventID, vm, result string) (inspect.OutcomeFilter, error) {
 }
 
 func newRolloutsCmd(g *globals) *cobra.Command {
-	var store storeFlags
-	var limit int
-	var output printer.Format
-	cmd := &cobra.Command{
-		Use:   "rollouts [--limit N]",
-		Short: "List rollouts, newest first, with their state, progress and batch",
-		Long: `rollouts lists the most recent events' rollouts, newest first: the state
+	return newEventListCmd(g, eventList{
+		use:   "rollouts",
+		short: "List rollouts, newest first, with their state, progress and batch",
+		long: `rollouts lists the most recent events' rollouts, newest first: the state
 (pending, running, paused, aborted, complete, incomplete), how many planned VMs
 have settled, the batch a batched rollout is at, and the outcomes so far.
 kvlive rollout status ID shows one in full.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return store.withReader(cmd, g, func(ctx context.Context, r *inspect.Reader) error {
-				list, err := r.Events(ctx, limit)
-				if err != nil {
-					return err
-				}
-				out := cmd.OutOrStdout()
-				return inspect.WriteRollouts(out, list, output, printer.Width(out))
-			})
-		},
-	}
-	cmd.Flags().IntVar(&limit, "limit", 20, "how many of the newest rollouts to list; 0 lists all")
-	printer.AddFlag(cmd, &output, printer.Formats...)
-	store.bind(cmd)
-	return cmd
+		noun:  "rollouts",
+		write: inspect.WriteRollouts,
+	})
 }
 
 func newEventsCmd(g *globals) *cobra.Command {
+	return newEventListCmd(g, eventList{
+		use:   "events",
+		short: "List recent instance type changes and switches, with planned and recorded results",
+		long: `events lists the most recent events, newest last: the id (for kvlive outcomes
+--event and kvlive trace), when it happened, what changed (or what a switch
+moves VMs from and to), the generation, how many VMs the planner planned per
+result, and how many outcomes per result have been recorded so far.`,
+		example: `  kvlive events
+  kvlive events --limit 5 -o json`,
+		noun:  "events",
+		write: inspect.WriteEvents,
+	})
+}
+
+// eventList is one of the commands that list the newest events: how it is
+// described and how it prints them.
+type eventList struct {
+	use, short, long, example, noun string
+	write                           func(io.Writer, []inspect.EventSummary, printer.Format, int) error
+}
+
+func newEventListCmd(g *globals, l eventList) *cobra.Command {
 	var store storeFlags
 	var limit int
 	var output printer.Format
 	cmd := &cobra.Command{
-		Use:   "events [--limit N]",
-		Short: "List recent instance type changes and switches, with planned and recorded results",
-		Long: `events lists the most recent events, newest last: the id (for kvlive outcomes
---event and kvlive trace), when it happened, what changed (or what a switch
-moves VMs from and to), the generation, how many VMs the planner planned per
-result, and how many outcomes per result have been recorded so far.`,
-		Example: `  kvlive events
-  kvlive events --limit 5 -o json`,
-		Args: cobra.NoArgs,
+		Use:     l.use + " [--limit N]",
+		Short:   l.short,
+		Long:    l.long,
+		Example: l.example,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return store.withReader(cmd, g, func(ctx context.Context, r *inspect.Reader) error {
 				list, err := r.Events(ctx, limit)
@@ -251,12 +254,11 @@ result, and how many outcomes per result have been recorded so far.`,
 					return err
 				}
 				out := cmd.OutOrStdout()
-				return inspect.WriteEvents(out, list, output, printer.Width(out))
+				return l.write(out, list, output, printer.Width(out))
 			})
 		},
 	}
-	f := cmd.Flags()
-	f.IntVar(&limit, "limit", 20, "how many of the newest events to list; 0 lists all")
+	cmd.Flags().IntVar(&limit, "limit", 20, "how many of the newest "+l.noun+" to list; 0 lists all")
 	printer.AddFlag(cmd, &output, printer.Formats...)
 	store.bind(cmd)
 	return cmd
