@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -81,10 +82,14 @@ func (c Control) Next(action ControlAction) (next RolloutState, changed bool, er
 	case next:
 		return current, false, nil
 	case StateAborted:
-		return current, false, fmt.Errorf("the rollout was aborted; an aborted rollout cannot %s (replay the event to run it again)", action)
+		return current, false, fmt.Errorf("%w; an aborted rollout cannot %s (replay the event to run it again)", ErrAborted, action)
 	}
 	return next, true, nil
 }
+
+// ErrAborted marks an action asked of a rollout that was aborted, which is
+// final.
+var ErrAborted = errors.New("the rollout was aborted")
 
 // MarshalControl encodes a control record for the KV bucket.
 func MarshalControl(c Control) ([]byte, error) { return json.Marshal(c) }

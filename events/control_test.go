@@ -1,6 +1,7 @@
 package events
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -40,5 +41,18 @@ func TestUnmarshalControlRejectsUnknownStates(t *testing.T) {
 	c, err := UnmarshalControl([]byte(`{"state":"paused","by":"ops@host","reason":"why"}`))
 	if err != nil || c.State != StatePaused || c.Describe() != "by ops@host: why" {
 		t.Errorf("got %+v, %v", c, err)
+	}
+}
+
+// TestAbortedIsFinalAndSaysSo: every action on an aborted rollout is an
+// error callers can tell apart (errors.Is ErrAborted), not by its words.
+func TestAbortedIsFinalAndSaysSo(t *testing.T) {
+	for _, a := range []ControlAction{ActionPause, ActionResume} {
+		if _, _, err := (Control{State: StateAborted}).Next(a); !errors.Is(err, ErrAborted) {
+			t.Errorf("%s of an aborted rollout: %v, want ErrAborted", a, err)
+		}
+	}
+	if id := EventID(KindClusterInstancetype, "u", 12); !strings.HasPrefix(id, EventIDPrefix(KindClusterInstancetype, "u")) || id != "VirtualMachineClusterInstancetype/u/12" {
+		t.Errorf("EventID %q and its prefix disagree", id)
 	}
 }

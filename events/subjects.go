@@ -171,8 +171,12 @@ func SpanSubject(traceID string) string { return subjectSpans + "." + traceID }
 // EventID is the id, and Nats-Msg-Id, of the change event for generation of
 // the object with uid: a watcher that emits it twice is deduplicated.
 func EventID(kind, uid string, generation int64) string {
-	return kind + "/" + uid + "/" + strconv.FormatInt(generation, 10)
+	return EventIDPrefix(kind, uid) + strconv.FormatInt(generation, 10)
 }
+
+// EventIDPrefix is what the ids of every generation's event of the object
+// kind/uid start with; the generation follows it.
+func EventIDPrefix(kind, uid string) string { return kind + "/" + uid + "/" }
 
 // SwitchEventID is the id of a switch request.
 func SwitchEventID(requestID string) string { return "switch/" + requestID }

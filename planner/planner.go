@@ -257,8 +257,7 @@ func (p *Planner) supersede(ctx context.Context, w work) ([]string, error) {
 	if w.generation == 0 || w.target.UID == "" {
 		return nil, nil
 	}
-	prefix := events.EventID(w.target.Object.Kind, w.target.UID, 0)
-	prefix = prefix[:len(prefix)-1]
+	prefix := events.EventIDPrefix(w.target.Object.Kind, w.target.UID)
 	ids, err := rollout.EventIDs(ctx, p.cfg.JetStream, prefix)
 	if err != nil {
 		return nil, err
@@ -354,7 +353,7 @@ func (p *Planner) holdForPolicy(ctx context.Context, w work) error {
 		return err
 	}
 	if _, _, err := store.Apply(ctx, w.eventID, events.ActionPause, w.policyError+"; fix it and replay the event, or resume to go on with the default policy",
-		"kvlive planner", p.cfg.Clock.Now(), false); err != nil && !strings.Contains(err.Error(), "aborted") {
+		"kvlive planner", p.cfg.Clock.Now(), false); err != nil && !errors.Is(err, events.ErrAborted) {
 		return err
 	}
 	p.cfg.Log.Warn("event paused: its rollout policy was refused", "event", w.eventID, "err", w.policyError)
