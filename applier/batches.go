@@ -208,7 +208,7 @@ func (a *Applier) step(ctx context.Context, store *rollout.Store, id string, sta
 	}
 	var gateErr error
 	gate := func() gateResult {
-		acct, err := rollout.AccountOf(ctx, a.cfg.JetStream, id)
+		acct, err := rollout.AccountWith(ctx, a.cfg.JetStream, rec, c)
 		if err != nil {
 			gateErr = err
 			return gateResult{gateWaiting, "the rollout's accounting is unreadable: " + err.Error()}

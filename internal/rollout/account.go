@@ -108,25 +108,44 @@ func AccountOf(ctx context.Context, js jetstream.JetStream, eventID string) (Acc
 	if !recorded && !controlled {
 		return a, fmt.Errorf("%w %q: no event with that id was planned (kvlive events lists them)", ErrNoRollout, eventID)
 	}
+	err = a.tally(ctx, js)
+	return a, err
+}
+
+// AccountWith is AccountOf for a caller that has just read the event's
+// rollout record and control record itself (the applier's gates, every
+// second): only the rest is read.
+func AccountWith(ctx context.Context, js jetstream.JetStream, rec events.Rollout, c events.Control) (Account, error) {
+	a := Account{EventID: rec.EventID, Outcomes: map[events.Result]int{}, Latest: map[string]events.Outcome{},
+		Recorded: true, Record: rec, Planned: rec.Planned, Since: rec.PlannedAt, Control: c}
+	err := a.tally(ctx, js)
+	return a, err
+}
+
+// tally reads, by subject filter, the event's outcomes, dead letters, held
+// plans, plans in flight and staged plans, and derives the phase.
+func (a *Account) tally(ctx context.Context, js jetstream.JetStream) error {
+	eventID, rec := a.EventID, a.Record
+	var err error
 	if err := a.readOutcomes(ctx, js); err != nil {
-		return a, err
+		return err
 	}
 	if err := a.readDeadLetters(ctx, js); err != nil {
-		return a, err
+		return err
 	}
 	if a.Held, err = CountSubjects(ctx, js, events.StreamHeld, events.HeldOf(eventID)); err != nil {
-		return a, err
+		return err
 	}
 	if a.InFlight, err = CountSubjects(ctx, js, events.StreamPlans, events.PlansOf(eventID)); err != nil {
-		return a, err
+		return err
 	}
 	if a.Staged, err = CountSubjects(ctx, js, events.StreamStaged, events.StagedOf(eventID)); err != nil {
-		return a, err
+		return err
 	}
 	a.Batches, a.Batch = rec.Batches, a.Control.Batch
 	a.Supersedes, a.PolicyError = rec.Supersedes, rec.PolicyError
 	a.Phase = a.phase()
-	return a, nil
+	return nil
 }
 
 func (a *Account) phase() Phase {

@@ -98,6 +98,12 @@ func TestAccountingArithmetic(t *testing.T) {
 		a.DeadLetters != 0 || a.Held != 1 || a.InFlight != 1 || a.Settled() != 3 {
 		t.Fatalf("running account = %+v", a)
 	}
+	// The gates' way, with the records already read, counts the same.
+	with, err := AccountWith(ctx, js, a.Record, a.Control)
+	if err != nil || with.Phase != a.Phase || with.Settled() != a.Settled() || with.Held != a.Held || with.InFlight != a.InFlight ||
+		with.Outcomes[events.ResultLive] != 2 {
+		t.Fatalf("AccountWith = %+v, %v; AccountOf = %+v", with, err, a)
+	}
 
 	// The in-flight plan is gone without an outcome (say, lost), and the
 	// held plan is dead-lettered: nothing moves any more, one VM is missing.
