@@ -32,6 +32,9 @@ type auditEvent struct {
 	ResponseStatus *struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
+	// Received and Done bound the request in the API server.
+	Received time.Time `json:"requestReceivedTimestamp"`
+	Done     time.Time `json:"stageTimestamp"`
 }
 
 // vmWrites are kvlive's patches of one VM (or its status) by how the API
@@ -60,16 +63,16 @@ func (w vmWrites) applied() int {
 	return w.ok
 }
 
-// kvliveWrites reads kvlive's patches of VMs and their status from the
-// audit log, per VM (namespace/name).
-func (e *env) kvliveWrites() map[string]vmWrites {
+// kvlivePatches reads kvlive's answered patches of VMs and their status
+// from the audit log, in the order the API server logged them.
+func (e *env) kvlivePatches() []auditEvent {
 	e.t.Helper()
 	f, err := os.Open(e.auditLog)
 	if err != nil {
 		e.t.Fatalf("audit log: %v", err)
 	}
 	defer func() { _ = f.Close() }()
-	writes := map[string]vmWrites{}
+	var patches []auditEvent
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
 	for sc.Scan() {
@@ -77,10 +80,23 @@ func (e *env) kvliveWrites() map[string]vmWrites {
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			continue // the last line may be half written while the server runs
 		}
-		if ev.Stage != "ResponseComplete" || ev.Verb != "patch" || ev.ObjectRef.Resource != "virtualmachines" ||
-			ev.ResponseStatus == nil || !strings.HasPrefix(ev.UserAgent, kvliveUserAgent) {
-			continue
+		if ev.Stage == "ResponseComplete" && ev.Verb == "patch" && ev.ObjectRef.Resource == "virtualmachines" &&
+			ev.ResponseStatus != nil && strings.HasPrefix(ev.UserAgent, kvliveUserAgent) {
+			patches = append(patches, ev)
 		}
+	}
+	if err := sc.Err(); err != nil {
+		e.t.Fatalf("audit log: %v", err)
+	}
+	return patches
+}
+
+// kvliveWrites reads kvlive's patches of VMs and their status from the
+// audit log, per VM (namespace/name).
+func (e *env) kvliveWrites() map[string]vmWrites {
+	e.t.Helper()
+	writes := map[string]vmWrites{}
+	for _, ev := range e.kvlivePatches() {
 		key := ev.ObjectRef.Namespace + "/" + ev.ObjectRef.Name
 		w := writes[key]
 		switch {
@@ -93,9 +109,6 @@ func (e *env) kvliveWrites() map[string]vmWrites {
 			w.cutOff++
 		}
 		writes[key] = w
-	}
-	if err := sc.Err(); err != nil {
-		e.t.Fatalf("audit log: %v", err)
 	}
 	return writes
 }

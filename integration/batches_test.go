@@ -3,9 +3,7 @@
 package integration
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -440,25 +438,12 @@ func TestMaxInFlight(t *testing.T) {
 // was handling at once, from the audit log's received and completed times.
 func (e *env) maxConcurrentVMWrites() int {
 	e.t.Helper()
-	raw, err := os.ReadFile(e.auditLog)
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	type edge struct {
 		at    time.Time
 		delta int
 	}
 	var edges []edge
-	for line := range strings.Lines(string(raw)) {
-		var ev struct {
-			auditEvent
-			Received time.Time `json:"requestReceivedTimestamp"`
-			Done     time.Time `json:"stageTimestamp"`
-		}
-		if json.Unmarshal([]byte(line), &ev) != nil || ev.Stage != "ResponseComplete" || ev.Verb != "patch" ||
-			ev.ObjectRef.Resource != "virtualmachines" || !strings.HasPrefix(ev.UserAgent, kvliveUserAgent) {
-			continue
-		}
+	for _, ev := range e.kvlivePatches() {
 		edges = append(edges, edge{ev.Received, 1}, edge{ev.Done, -1})
 	}
 	slices.SortFunc(edges, func(a, b edge) int {
