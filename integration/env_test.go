@@ -81,7 +81,14 @@ func newEnv(t *testing.T, o fleetOptions) *env {
 		if err := os.WriteFile(password, []byte(natsPassword+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		e.nats = testenv.StartSecureNATS(t, testenv.NATSUsers{Passwords: map[string]string{"kvlive": natsPassword}, NKeys: o.natsNKeys})
+		users := testenv.NATSUsers{Passwords: map[string]string{"kvlive": natsPassword}, NKeys: o.natsNKeys, Roles: o.natsRoles}
+		for user := range o.natsRoles {
+			users.Passwords[user] = user + "-" + natsPassword
+		}
+		if len(o.natsRoles) > 0 {
+			users.Permissions = filepath.Join(testenv.RepoRoot(t), "deploy", "nats", "kvlive-permissions.conf")
+		}
+		e.nats = testenv.StartSecureNATS(t, users)
 		e.natsArgs = []string{"--nats-ca", e.nats.CAFile, "--nats-user", "kvlive", "--nats-password-file", password}
 		e.js = connect(t, e.nats.URL, nats.RootCAs(e.nats.CAFile), nats.UserInfo("kvlive", natsPassword))
 	} else {
@@ -97,6 +104,17 @@ func newEnv(t *testing.T, o fleetOptions) *env {
 		e.uids[key] = string(vm.UID)
 	}
 	return e
+}
+
+// natsUser returns the flags that connect to the secured NATS as user, one
+// of fleetOptions.natsRoles; given after env.natsArgs, they take over.
+func (e *env) natsUser(user string) []string {
+	e.t.Helper()
+	password := filepath.Join(e.t.TempDir(), user+"-password")
+	if err := os.WriteFile(password, []byte(user+"-"+natsPassword), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	return []string{"--nats-ca", e.nats.CAFile, "--nats-user", user, "--nats-password-file", password}
 }
 
 // planTap records every plan published, keeping the first body per

@@ -3,13 +3,17 @@
 package integration
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"kvlive/events"
 )
 
 // TestKvliveOnASecuredNATS runs kvlive against a nats-server that requires
@@ -60,4 +64,95 @@ func TestKvliveOnASecuredNATS(t *testing.T) {
 	if !strings.Contains(stderr, "certificate") && !strings.Contains(stderr, "tls") && !strings.Contains(stderr, "TLS") {
 		t.Errorf("kvlive events without the CA said %q, want a TLS error", stderr)
 	}
+}
+
+// busRoles are the users TestLeastPrivilegeOnTheBus connects as, each with
+// its role in deploy/nats/kvlive-permissions.conf.
+var busRoles = map[string]string{
+	"kvlive-watcher":  "KVLIVE_WATCHER",
+	"kvlive-planner":  "KVLIVE_PLANNER",
+	"kvlive-applier":  "KVLIVE_APPLIER",
+	"kvlive-reader":   "KVLIVE_READER",
+	"kvlive-operator": "KVLIVE_OPERATOR",
+}
+
+// TestLeastPrivilegeOnTheBus runs each stage as its own NATS user with the
+// shipped permissions (deploy/nats): an edit and a batched switch roll out
+// with nothing refused, the reader reads every record, and the reader can
+// neither publish a plan nor request a switch.
+func TestLeastPrivilegeOnTheBus(t *testing.T) {
+	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itMedium: 20}, secureNATS: true, natsRoles: busRoles})
+	for _, stage := range []string{"watcher", "planner", "applier"} {
+		e.runKvlive(stage, append([]string{"--stages", stage}, e.natsUser("kvlive-"+stage)...)...)
+	}
+	e.waitGenerations()
+
+	it, eventID := e.editInstancetype(itMedium, 3, "6Gi")
+	edited := e.selectShapes(onInstancetype(itMedium))
+	e.checkRollout(e.follow(eventID), rolloutWant{eventID: eventID, shapes: edited, action: vmShape.expected, revision: revisionOf(it), clean: true})
+
+	operator, reader := e.natsUser("kvlive-operator"), e.natsUser("kvlive-reader")
+	out := e.kvliveCommand(rolloutTimeout, append([]string{"switch", "--nats-url", e.nats.URL, "--kubeconfig", e.kubeconfig, "-A",
+		"--from", "clusterinstancetype/" + itMedium, "--to", "clusterinstancetype/" + itLarge, "-l", "tier=web",
+		"--batch-size", "50%", "--wait"}, operator...)...)
+	m := switchOutput.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("kvlive switch as the operator printed %q", out)
+	}
+	web := e.selectShapes(func(s vmShape) bool { return s.instancetype == itMedium && s.tier == "web" })
+	e.checkRollout(e.follow(m[1]), rolloutWant{eventID: m[1], shapes: web, action: vmShape.expected, clean: true})
+
+	for _, args := range [][]string{
+		{"events"}, {"rollouts"}, {"rollout", "status", m[1]}, {"outcomes", "--event", eventID}, {"trace", eventID}, {"dlq", "list"},
+	} {
+		e.kvliveCommand(time.Minute, append(append(args, "--nats-url", e.nats.URL), reader...)...)
+	}
+	if log := e.nats.Log(); strings.Contains(log, "Violation") {
+		t.Errorf("nats-server refused a kvlive stage or the reader something:\n%s", violations(log))
+	}
+
+	stderr := e.kvliveFails(time.Minute, append([]string{"switch", "--nats-url", e.nats.URL, "--kubeconfig", e.kubeconfig, "-A",
+		"--from", "clusterinstancetype/" + itLarge, "--to", "clusterinstancetype/" + itMedium, "--yes"}, reader...)...)
+	if !strings.Contains(stderr, "permission") {
+		t.Errorf("kvlive switch as the reader said %q, want a permissions error", stderr)
+	}
+	readerJS := connect(t, e.nats.URL, nats.RootCAs(e.nats.CAFile), nats.UserInfo("kvlive-reader", "kvlive-reader-"+natsPassword))
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	before := e.lastSequence(events.StreamPlans)
+	_, err := readerJS.PublishMsg(ctx, events.NewMsg(events.PlanSubject("default", "forged"), "forged/vm", events.TypePlan, []byte("{}")))
+	if err == nil {
+		t.Error("the reader published a plan")
+	}
+	if after := e.lastSequence(events.StreamPlans); after != before {
+		t.Errorf("the plans stream's last sequence went from %d to %d after the reader's publish", before, after)
+	}
+	if !strings.Contains(violations(e.nats.Log()), `user:kvlive-reader" - Publish Violation - Subject "kvlive.plans.`) {
+		t.Errorf("nats-server did not refuse the reader's plan:\n%s", violations(e.nats.Log()))
+	}
+}
+
+// lastSequence is the sequence of the last message a stream stored.
+func (e *env) lastSequence(stream string) uint64 {
+	e.t.Helper()
+	s, err := e.js.Stream(e.ctx, stream)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info, err := s.Info(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return info.State.LastSeq
+}
+
+// violations returns the permission violations in a nats-server log.
+func violations(log string) string {
+	var b strings.Builder
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, "Violation") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }

@@ -57,6 +57,10 @@ type fleetOptions struct {
 	secureNATS bool
 	// natsNKeys are public keys of further users a secured NATS lets in.
 	natsNKeys []string
+	// natsRoles are further users of a secured NATS, each limited to a
+	// role of deploy/nats/kvlive-permissions.conf (user to role variable);
+	// env.natsUser gives the flags that connect as one.
+	natsRoles map[string]string
 }
 
 // vmShape is how a VM was built; what kvlive must do with it follows from it.

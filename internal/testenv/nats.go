@@ -74,6 +74,10 @@ type natsNode struct {
 	certFile, keyFile string
 	users             map[string]string
 	nkeys             []string
+	// roles gives users a permissions variable defined in include, a
+	// configuration file copied next to the node's and included by it.
+	roles   map[string]string
+	include string
 }
 
 // StartNATS starts a single nats-server from .bin/ with JetStream on free
@@ -99,6 +103,12 @@ func StartNATS(t testing.TB) *NATSServer {
 type NATSUsers struct {
 	Passwords map[string]string
 	NKeys     []string
+	// Roles limits users of Passwords to a permissions variable (user to
+	// variable name, e.g. KVLIVE_PLANNER) defined in Permissions, a NATS
+	// configuration file the server includes (deploy/nats's). Users
+	// without a role may do anything.
+	Roles       map[string]string
+	Permissions string
 }
 
 // StartSecureNATS starts a single nats-server like StartNATS that requires
@@ -118,9 +128,21 @@ func StartSecureNATS(t testing.TB, users NATSUsers) *NATSServer {
 		keyFile:     filepath.Join(dir, "nats.key"),
 		users:       users.Passwords,
 		nkeys:       users.NKeys,
+		roles:       users.Roles,
 	}
 	if err := writeServingCert(node.certFile, node.keyFile); err != nil {
 		t.Fatalf("testenv: nats certificate: %v", err)
+	}
+	if users.Permissions != "" {
+		// nats-server includes files relative to the including one.
+		raw, err := os.ReadFile(users.Permissions)
+		if err != nil {
+			t.Fatalf("testenv: nats permissions: %v", err)
+		}
+		node.include = filepath.Base(users.Permissions)
+		if err := os.WriteFile(filepath.Join(dir, node.include), raw, 0o600); err != nil {
+			t.Fatalf("testenv: nats permissions: %v", err)
+		}
 	}
 	s := newNATSServer(t, bin, node, "", nil)
 	s.CAFile = node.certFile
@@ -189,7 +211,11 @@ func (c *NATSCluster) Stop() {
 
 func newNATSServer(t testing.TB, bin string, node natsNode, cluster string, routes []string) *NATSServer {
 	t.Helper()
-	configPath := filepath.Join(t.TempDir(), node.name+".conf")
+	dir := t.TempDir()
+	if node.certFile != "" {
+		dir = filepath.Dir(node.certFile) // next to what it includes
+	}
+	configPath := filepath.Join(dir, node.name+".conf")
 	if err := os.WriteFile(configPath, []byte(natsConfig(node, cluster, routes)), 0o600); err != nil {
 		t.Fatalf("testenv: write nats config: %v", err)
 	}
@@ -220,8 +246,15 @@ func natsConfig(n natsNode, cluster string, routes []string) string {
 		fmt.Fprintf(&b, "tls {\n  cert_file: %q\n  key_file: %q\n}\n", n.certFile, n.keyFile)
 	}
 	if len(n.users)+len(n.nkeys) > 0 {
+		if n.include != "" {
+			fmt.Fprintf(&b, "include %q\n", n.include)
+		}
 		b.WriteString("authorization {\n  users: [\n")
 		for _, user := range slices.Sorted(maps.Keys(n.users)) {
+			if role, ok := n.roles[user]; ok {
+				fmt.Fprintf(&b, "    {user: %q, password: %q, permissions: $%s}\n", user, n.users[user], role)
+				continue
+			}
 			fmt.Fprintf(&b, "    {user: %q, password: %q}\n", user, n.users[user])
 		}
 		for _, key := range n.nkeys {
@@ -250,6 +283,9 @@ func (s *NATSServer) Start() {
 	s.launch()
 	s.waitHealthy()
 }
+
+// Log returns what the server has written so far.
+func (s *NATSServer) Log() string { return s.log.String() }
 
 // Stop shuts the server down gracefully (SIGTERM) and waits for it to exit,
 // killing it after a timeout. Stopping a stopped server does nothing.
