@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the servers kvlive's integration tests run, and the linter, into
+# Builds the servers kvlive's integration tests run, kubectl (for
+# `kubectl apply --dry-run=server -k` of deploy/'s overlays) and the linter, into
 # .bin/ at the repository root, from the versions pinned in tools/go.mod and
 # tools/lint/go.mod. Needs only Go; modules come through the Go module proxy.
 #
@@ -13,7 +14,7 @@
 # clone, keyed by that stamp ($KVLIVE_TOOLS_CACHE, default
 # ~/.cache/kvlive/tools), so a later clean clone on the same machine copies
 # them instead of building. Cold on 2 cores kube-apiserver takes about 8
-# minutes, golangci-lint about 3, jaeger about 8, etcd and nats-server about a
+# minutes, kubectl about 4, golangci-lint about 3, jaeger about 8, etcd and nats-server about a
 # minute each, virt-controller 12 to 18.
 #
 # virt-controller (KubeVirt v1.9.0) is optional: the tests that need it skip
@@ -31,6 +32,7 @@ cache="${KVLIVE_TOOLS_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/kvlive/tools}"
 # name | tools module dir | module that pins the version | package | extra ldflags
 tools=(
   "kube-apiserver|tools|k8s.io/kubernetes|k8s.io/kubernetes/cmd/kube-apiserver|k8s"
+  "kubectl|tools|k8s.io/kubernetes|k8s.io/kubernetes/cmd/kubectl|k8s"
   "etcd|tools|go.etcd.io/etcd/server/v3|go.etcd.io/etcd/server/v3|"
   "nats-server|tools|github.com/nats-io/nats-server/v2|github.com/nats-io/nats-server/v2|"
   "golangci-lint|tools/lint|github.com/golangci/golangci-lint/v2|github.com/golangci/golangci-lint/v2/cmd/golangci-lint|"
