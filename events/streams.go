@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -158,25 +161,88 @@ func KVConfigs(o StreamOptions) []jetstream.KeyValueConfig {
 	}
 }
 
+// Setup timing: a JetStream cluster that has just elected its meta leader,
+// or lost a node, answers stream and consumer requests with timeouts or
+// "unavailable" for a while, and nats-server (2.15.2) never answers the
+// losers of concurrent creates of one replicated stream, which is what
+// several kvlive replicas starting together send: the stream exists, but
+// their requests time out. Setup gives each request setupAttemptTimeout and
+// retries (the retry finds the stream and updates it) for up to
+// SetupTimeout.
+const (
+	SetupTimeout        = 2 * time.Minute
+	setupAttemptTimeout = 5 * time.Second
+	setupRetryWait      = 250 * time.Millisecond
+)
+
 // Setup creates or updates every stream, consumer and KV bucket kvlive uses.
-// It is idempotent, so every process runs it at start.
-func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
+// It is idempotent, so every process runs it at start. A JetStream that is
+// not ready yet is waited for (SetupTimeout), each retry logged to log
+// (which may be nil).
+func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	deadline := time.Now().Add(SetupTimeout)
+	step := func(what string, do func(context.Context) error) error {
+		for {
+			actx, cancel := context.WithTimeout(ctx, setupAttemptTimeout)
+			err := do(actx)
+			cancel()
+			if err == nil || !Transient(err) || ctx.Err() != nil {
+				return err
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("JetStream did not answer for %s within %v: %w", what, SetupTimeout, err)
+			}
+			log.Warn("JetStream not ready; retrying", "for", what, "err", err)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(setupRetryWait):
+			}
+		}
+	}
 	for _, cfg := range StreamConfigs(o) {
-		if err := setupStream(ctx, js, cfg); err != nil {
+		if err := step("stream "+cfg.Name, func(ctx context.Context) error { return setupStream(ctx, js, cfg) }); err != nil {
 			return err
 		}
 	}
 	for stream, cfg := range map[string]jetstream.ConsumerConfig{StreamEvents: PlannerConsumer(), StreamPlans: ApplierConsumer()} {
-		if _, err := js.CreateOrUpdateConsumer(ctx, stream, cfg); err != nil {
+		err := step("consumer "+cfg.Durable, func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("events: consumer %s on %s: %w", cfg.Durable, stream, err)
 		}
 	}
 	for _, cfg := range KVConfigs(o) {
-		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+		err := step("kv "+cfg.Bucket, func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("events: kv %s: %w", cfg.Bucket, err)
 		}
 	}
 	return nil
+}
+
+// Transient reports whether a JetStream request failed in a way that goes
+// away by itself: no answer in time, no responders (JetStream not up yet, a
+// stream between leaders), or a 503 (no meta leader, cluster temporarily
+// unavailable).
+func Transient(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, jetstream.ErrNoStreamResponse):
+		return true
+	case errors.As(err, &apiErr):
+		return apiErr.Code == 503
+	}
+	return false
 }
 
 // setupStream creates or updates one stream. JetStream cannot change a

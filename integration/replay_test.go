@@ -186,7 +186,7 @@ func TestDLQRetryAfterATransientFailure(t *testing.T) {
 	if out := e.kvliveCommand(time.Minute, "dlq", "show", seq, "--nats-url", e.nats.URL); !strings.Contains(out, "gave up after 5 deliveries") || !strings.Contains(out, eventID) {
 		t.Errorf("dlq show %s:\n%s", seq, out)
 	}
-	if err := events.Setup(e.ctx, e.js, events.DefaultStreamOptions()); err != nil {
+	if err := events.Setup(e.ctx, e.js, events.DefaultStreamOptions(), nil); err != nil {
 		t.Fatal(err)
 	}
 	out := e.kvliveCommand(time.Minute, "dlq", "retry", "--all", "--nats-url", e.nats.URL)

@@ -36,7 +36,7 @@ import (
 // are moved.
 func TestSwitchPreviewsAsksAndRunsWhatItShowed(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 3, perIT: map[string]int{itMedium: 30}})
-	if err := events.Setup(e.ctx, e.js, events.DefaultStreamOptions()); err != nil {
+	if err := events.Setup(e.ctx, e.js, events.DefaultStreamOptions(), nil); err != nil {
 		t.Fatal(err)
 	}
 	ns := e.shapes[0].namespace

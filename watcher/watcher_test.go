@@ -206,7 +206,7 @@ func TestWatcherNeverGivesUpOnAChange(t *testing.T) {
 	testenv.Eventually(t, 2*time.Minute, "more failed attempts than the watcher used to make before giving up", func() bool {
 		return strings.Count(log.String(), "sync failed") > 20
 	})
-	if err := events.Setup(ctx, js, events.DefaultStreamOptions()); err != nil {
+	if err := events.Setup(ctx, js, events.DefaultStreamOptions(), nil); err != nil {
 		t.Fatal(err)
 	}
 	got := changes(t, js, 1)

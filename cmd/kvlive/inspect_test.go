@@ -27,7 +27,7 @@ func recordedStore(t *testing.T) string {
 	js, closeStore := openStore(t, dir)
 	defer closeStore()
 	ctx := t.Context()
-	if err := events.Setup(ctx, js, events.DefaultStreamOptions()); err != nil {
+	if err := events.Setup(ctx, js, events.DefaultStreamOptions(), nil); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)

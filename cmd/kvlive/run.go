@@ -161,7 +161,7 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 		return err
 	}
 	defer func() { err = errors.Join(err, closeNATS()) }()
-	if err := events.Setup(ctx, js, o.nats.streamOptions()); err != nil {
+	if err := events.Setup(ctx, js, o.nats.streamOptions(), log); err != nil {
 		return err
 	}
 	tp, err := telemetry.Setup(ctx, "kvlive", js)

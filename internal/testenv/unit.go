@@ -41,7 +41,7 @@ func JetStream(t testing.TB, configure ...func(*events.StreamOptions)) jetstream
 	for _, c := range configure {
 		c(&o)
 	}
-	if err := events.Setup(context.Background(), js, o); err != nil {
+	if err := events.Setup(context.Background(), js, o, nil); err != nil {
 		t.Fatal(err)
 	}
 	return js

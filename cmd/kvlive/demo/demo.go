@@ -127,7 +127,7 @@ func start(ctx context.Context, cfg Config) (*env, error) {
 	if e.js, err = jetstream.New(nc); err != nil {
 		return e, fmt.Errorf("demo: jetstream: %w", err)
 	}
-	if err := events.Setup(ctx, e.js, events.DefaultStreamOptions()); err != nil {
+	if err := events.Setup(ctx, e.js, events.DefaultStreamOptions(), nil); err != nil {
 		return e, err
 	}
 	tp, err := telemetry.Setup(ctx, "kvlive-demo", e.js)
