@@ -372,6 +372,12 @@ func changeStrings(changes []events.Change) []string {
 	return out
 }
 
+// outcomeRetryBudget bounds how long the applier keeps storing one outcome
+// through a NATS failover (a stream leader lost, its successor not elected
+// yet) before it gives the delivery back: a failover should not cost the
+// plan a delivery and the record its "wrote: true".
+const outcomeRetryBudget = time.Minute
+
 func (a *Applier) publishOutcome(ctx context.Context, out events.Outcome) error {
 	id := events.OutcomeID(out.EventID, out.VM.UID, out.Attempt)
 	body, err := events.Encode(events.TypeOutcome, id, "kvlive/applier", out.VM.String(), out.FinishedAt, &out)
@@ -380,8 +386,24 @@ func (a *Applier) publishOutcome(ctx context.Context, out events.Outcome) error 
 	}
 	m := events.NewMsg(events.OutcomeSubject(out.VM.Namespace, out.EventID), id, events.TypeOutcome, body)
 	a.prop.Inject(ctx, events.HeaderCarrier(m.Header))
-	if _, err := a.cfg.JetStream.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("applier: publish outcome %s: %w", id, err)
+	deadline := a.cfg.Clock.Now().Add(outcomeRetryBudget)
+	backoff := consumer.DefaultBackoff()
+	for attempt := 1; ; attempt++ {
+		// The same Nats-Msg-Id each time: a publish that was stored but
+		// not acknowledged is not stored twice.
+		_, err := a.cfg.JetStream.PublishMsg(ctx, m)
+		if err == nil {
+			return nil
+		}
+		if !events.Transient(err) || ctx.Err() != nil || a.cfg.Clock.Now().After(deadline) {
+			return fmt.Errorf("applier: publish outcome %s: %w", id, err)
+		}
+		a.cfg.Log.Warn("applier: storing an outcome failed, retrying", "outcome", id, "attempt", attempt, "err", err)
+		a.cfg.Metrics.OutcomeRetry()
+		select {
+		case <-time.After(backoff.Delay(attempt)):
+		case <-ctx.Done():
+			return fmt.Errorf("applier: publish outcome %s: %w", id, ctx.Err())
+		}
 	}
-	return nil
 }

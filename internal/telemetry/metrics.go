@@ -31,6 +31,7 @@ type Metrics struct {
 	gates         *prometheus.CounterVec
 	batches       prometheus.Counter
 	batched       *prometheus.GaugeVec
+	outcomeRetry  prometheus.Counter
 }
 
 // New registers kvlive's metrics, and the Go and process collectors, in a
@@ -78,8 +79,11 @@ func New() *Metrics {
 		batches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvlive_rollout_batches_released_total", Help: "Batches of batched rollouts released to the applier (the first, released by the planner, not counted).",
 		}),
+		outcomeRetry: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvlive_outcome_publish_retries_total", Help: "Outcomes whose storing failed transiently (a NATS failover) and was tried again within the same delivery.",
+		}),
 	}
-	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.observed, m.gates, m.batches, m.batched,
+	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.observed, m.gates, m.batches, m.batched, m.outcomeRetry,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -164,6 +168,13 @@ func (m *Metrics) Outcome(r events.Result, took time.Duration) {
 	if m != nil {
 		m.outcomes.WithLabelValues(string(r)).Inc()
 		m.applyDuration.WithLabelValues(string(r)).Observe(took.Seconds())
+	}
+}
+
+// OutcomeRetry counts one retry of storing an outcome.
+func (m *Metrics) OutcomeRetry() {
+	if m != nil {
+		m.outcomeRetry.Inc()
 	}
 }
 
