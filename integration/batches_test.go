@@ -69,7 +69,7 @@ func TestBatchedRolloutCanaryThenTenPercent(t *testing.T) {
 		}
 		return len(names) == len(want)-1, strings.Join(names, ", ")
 	})
-	list := e.kvliveCommand(time.Minute, "rollouts", "--nats-url", e.nats.URL)
+	list := e.kvliveCommand(time.Minute, "rollouts", "--nats-url", e.natsURL)
 	if row := regexp.MustCompile(fmt.Sprintf(`complete\s+%d/%d\s+%d/%d\s`, len(edited), len(edited), len(want), len(want))); !row.MatchString(list) {
 		t.Errorf("kvlive rollouts lacks %s:\n%s", row, list)
 	}
@@ -132,7 +132,7 @@ func TestRealKubeVirtGateHoldsOnAPendingHotplug(t *testing.T) {
 	if st.Staged != 2 || st.Outcomes[events.ResultLive] != 1 || st.Control.By != "kvlive gate" {
 		t.Errorf("paused with %d staged, outcomes %v, by %q; want 2 staged, 1 live, by the gate", st.Staged, st.Outcomes, st.Control.By)
 	}
-	if out := e.kvliveCommand(time.Minute, "rollout", "status", id, "--nats-url", e.nats.URL); !strings.Contains(out, "batches:      1 of 3 released") {
+	if out := e.kvliveCommand(time.Minute, "rollout", "status", id, "--nats-url", e.natsURL); !strings.Contains(out, "batches:      1 of 3 released") {
 		t.Errorf("rollout status does not show the batches:\n%s", out)
 	}
 
@@ -143,7 +143,7 @@ func TestRealKubeVirtGateHoldsOnAPendingHotplug(t *testing.T) {
 	p := e.follow(id)
 	e.checkResults(p, map[string]events.Result{names[0]: events.ResultLive, names[1]: events.ResultLive, names[2]: events.ResultLive})
 	e.checkAgainstKubeVirt(p, names)
-	if _, _, err := e.kvliveOnce(time.Minute, "rollout", "promote", id, "--nats-url", e.nats.URL); err == nil {
+	if _, _, err := e.kvliveOnce(time.Minute, "rollout", "promote", id, "--nats-url", e.natsURL); err == nil {
 		t.Error("promote of a rollout with every batch released succeeded")
 	}
 }
@@ -182,7 +182,7 @@ func TestPolicyAnnotation(t *testing.T) {
 	if !strings.Contains(st.Control.Reason, want) || st.Outcomes[events.ResultLive]+st.Outcomes[events.ResultRestart]+st.Outcomes[events.ResultNextBoot] != 0 {
 		t.Errorf("paused for %q with outcomes %v; want %q and nothing moved", st.Control.Reason, st.Outcomes, want)
 	}
-	if out := e.kvliveCommand(time.Minute, "events", "-o", "json", "--nats-url", e.nats.URL); !strings.Contains(out, `"policyError": "`+strings.ReplaceAll(want, `"`, `\"`)) {
+	if out := e.kvliveCommand(time.Minute, "events", "-o", "json", "--nats-url", e.natsURL); !strings.Contains(out, `"policyError": "`+strings.ReplaceAll(want, `"`, `\"`)) {
 		t.Errorf("kvlive events does not say the policy was refused:\n%s", out)
 	}
 	e.waitFor("a RolloutPolicyRefused Event on the instance type", time.Minute, func() (bool, string) {
@@ -246,7 +246,7 @@ func TestRolloutRetry(t *testing.T) {
 	e.runKvlive("all stages")
 	e.waitGenerations()
 
-	out := e.kvliveCommand(rolloutTimeout, "switch", "--nats-url", e.nats.URL, "--kubeconfig", e.kubeconfig, "-A", "--yes",
+	out := e.kvliveCommand(rolloutTimeout, "switch", "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig, "-A", "--yes",
 		"--from", "clusterinstancetype/"+itMedium, "--to", "clusterinstancetype/"+itLarge, "-l", "tier=web")
 	m := regexp.MustCompile(`switch requested: (\S+)`).FindStringSubmatch(out)
 	if m == nil {
@@ -257,7 +257,7 @@ func TestRolloutRetry(t *testing.T) {
 		t.Fatalf("%d VMs failed, want the %d frozen ones: %v", n, len(frozen), p.Counts())
 	}
 	removePolicy()
-	out = e.kvliveCommand(time.Minute, "rollout", "retry", m[1], "--nats-url", e.nats.URL, "--kubeconfig", e.kubeconfig)
+	out = e.kvliveCommand(time.Minute, "rollout", "retry", m[1], "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig)
 	r := regexp.MustCompile(`retrying 2 failed VMs of \S+ as (retry/\S+)`).FindStringSubmatch(out)
 	if r == nil {
 		t.Fatalf("kvlive rollout retry printed %q", out)
@@ -265,7 +265,7 @@ func TestRolloutRetry(t *testing.T) {
 	e.checkRollout(e.follow(r[1]), rolloutWant{eventID: r[1], shapes: frozen, action: vmShape.expected, clean: true})
 	large := e.instancetype(itLarge)
 	e.waitSettled("the retried VMs on "+itLarge, frozen, func(v clusterView, s vmShape) string { return pinProblem(v, s, large) })
-	if _, _, err := e.kvliveOnce(time.Minute, "rollout", "retry", r[1], "--nats-url", e.nats.URL, "--kubeconfig", e.kubeconfig); err == nil {
+	if _, _, err := e.kvliveOnce(time.Minute, "rollout", "retry", r[1], "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig); err == nil {
 		t.Error("retry of a rollout without failures succeeded")
 	}
 }

@@ -263,7 +263,7 @@ func standinWorld(t *testing.T) *conformanceWorld {
 	}
 	e := &env{t: t, ctx: t.Context(), kubeconfig: kubeconfig, clients: clients, uids: map[string]string{}}
 	e.nats = testenv.StartNATS(t)
-	e.js = connect(t, e.nats.URL)
+	e.js = connect(t, e.natsURL)
 	e.plansTap = tapPlans(t, e.js)
 	for _, ns := range []string{testenv.KubeVirtNamespace, kvNamespace} {
 		if _, err := clients.Kube.CoreV1().Namespaces().Create(e.ctx, &k8scorev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {

@@ -18,7 +18,7 @@ import (
 func (e *env) status(eventID string) rollout.Account {
 	e.t.Helper()
 	var st rollout.Account
-	out := e.kvliveCommand(time.Minute, "rollout", "status", eventID, "--nats-url", e.nats.URL, "-o", "json")
+	out := e.kvliveCommand(time.Minute, "rollout", "status", eventID, "--nats-url", e.natsURL, "-o", "json")
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		e.t.Fatalf("kvlive rollout status: %v\n%s", err, out)
 	}
@@ -27,7 +27,7 @@ func (e *env) status(eventID string) rollout.Account {
 
 func (e *env) rolloutCommand(action, eventID string, extra ...string) string {
 	e.t.Helper()
-	return e.kvliveCommand(time.Minute, append([]string{"rollout", action, eventID, "--nats-url", e.nats.URL}, extra...)...)
+	return e.kvliveCommand(time.Minute, append([]string{"rollout", action, eventID, "--nats-url", e.natsURL}, extra...)...)
 }
 
 // TestPauseResumeAndAbort drives rollouts with `kvlive rollout` against the
@@ -88,7 +88,7 @@ func TestPauseResumeAndAbort(t *testing.T) {
 		t.Errorf("status after resume: %+v", st)
 	}
 	e.waitFor("the held VMs' hold spans in kvlive trace", time.Minute, func() (bool, string) {
-		tree := e.kvliveCommand(time.Minute, "trace", eventID, "--nats-url", e.nats.URL, "--color", "never")
+		tree := e.kvliveCommand(time.Minute, "trace", eventID, "--nats-url", e.natsURL, "--color", "never")
 		n := strings.Count(tree, "applier.hold ")
 		return n >= stillOld, fmt.Sprintf("%d hold spans, %d VMs were held", n, stillOld)
 	})
@@ -114,11 +114,11 @@ func TestPauseResumeAndAbort(t *testing.T) {
 	e.waitSettled("aborted VMs still on their old pin", smalls, func(v clusterView, s vmShape) string {
 		return pinProblem(v, s, small)
 	})
-	if out := e.kvliveCommand(time.Minute, "events", "--nats-url", e.nats.URL); !strings.Contains(out, "skip), aborted") {
+	if out := e.kvliveCommand(time.Minute, "events", "--nats-url", e.natsURL); !strings.Contains(out, "skip), aborted") {
 		t.Errorf("kvlive events does not mark the aborted rollout:\n%s", out)
 	}
 	e.checkWrites(medium, smalls)
-	out, err := exec.CommandContext(e.ctx, kvliveBin, "rollout", "resume", next, "--nats-url", e.nats.URL).CombinedOutput()
+	out, err := exec.CommandContext(e.ctx, kvliveBin, "rollout", "resume", next, "--nats-url", e.natsURL).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "aborted rollout cannot resume") {
 		t.Errorf("resuming an aborted rollout: %v, %q; want a refusal", err, out)
 	}

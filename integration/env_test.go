@@ -44,9 +44,13 @@ type env struct {
 	auditLog   string
 	plansTap   *planTap
 	clients    kube.Clients
-	nats       *testenv.NATSServer
-	js         jetstream.JetStream
-	shapes     []vmShape
+	// nats is the test's nats-server, or nil with natsCluster, whose
+	// nodes run instead; natsURL reaches either.
+	nats        *testenv.NATSServer
+	natsCluster *testenv.NATSCluster
+	natsURL     string
+	js          jetstream.JetStream
+	shapes      []vmShape
 	// uids are the seeded VMs' UIDs by namespace/name, which plans and
 	// outcomes are keyed by; they outlive a VM the test deletes.
 	uids map[string]string
@@ -89,11 +93,17 @@ func newEnv(t *testing.T, o fleetOptions) *env {
 			users.Permissions = filepath.Join(testenv.RepoRoot(t), "deploy", "nats", "kvlive-permissions.conf")
 		}
 		e.nats = testenv.StartSecureNATS(t, users)
+		e.natsURL = e.nats.URL
 		e.natsArgs = []string{"--nats-ca", e.nats.CAFile, "--nats-user", "kvlive", "--nats-password-file", password}
-		e.js = connect(t, e.nats.URL, nats.RootCAs(e.nats.CAFile), nats.UserInfo("kvlive", natsPassword))
+		e.js = connect(t, e.natsURL, nats.RootCAs(e.nats.CAFile), nats.UserInfo("kvlive", natsPassword))
+	} else if o.natsCluster > 0 {
+		e.natsCluster = testenv.StartNATSCluster(t, o.natsCluster)
+		e.natsURL = e.natsCluster.URL
+		e.js = connect(t, e.natsURL)
 	} else {
 		e.nats = testenv.StartNATS(t)
-		e.js = connect(t, e.nats.URL)
+		e.natsURL = e.nats.URL
+		e.js = connect(t, e.natsURL)
 	}
 	e.plansTap = tapPlans(t, e.js)
 	e.startStandin()

@@ -132,7 +132,7 @@ func TestCorruptControlRecordConcernsOneEvent(t *testing.T) {
 	if _, err := kv.Put(context.WithoutCancel(e.ctx), events.ControlKey(medium), []byte("{garbage")); err != nil {
 		t.Fatal(err)
 	}
-	out := e.kvliveCommand(time.Minute, "events", "--nats-url", e.nats.URL)
+	out := e.kvliveCommand(time.Minute, "events", "--nats-url", e.natsURL)
 	if !strings.Contains(out, medium) || !strings.Contains(out, small) || !strings.Contains(out, "control record unreadable") {
 		t.Fatalf("kvlive events with one corrupt control record:\n%s", out)
 	}

@@ -56,7 +56,7 @@ func newKubeVirtEnv(t *testing.T) *kvEnv {
 	kv := testenv.StartKubeVirt(t)
 	e := &env{t: t, ctx: t.Context(), kubeconfig: kv.Kubeconfig, auditLog: kv.AuditLog, clients: kv.Clients, uids: map[string]string{}}
 	e.nats = testenv.StartNATS(t)
-	e.js = connect(t, e.nats.URL)
+	e.js = connect(t, e.natsURL)
 	e.plansTap = tapPlans(t, e.js)
 	if _, err := e.clients.Kube.CoreV1().Namespaces().Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kvNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -313,7 +313,7 @@ func TestRealKubeVirtEditAndSwitch(t *testing.T) {
 		}
 	}
 
-	out := e.kvliveCommand(rolloutTimeout, "switch", "--nats-url", e.nats.URL, "--kubeconfig", e.kubeconfig, "-n", kvNamespace,
+	out := e.kvliveCommand(rolloutTimeout, "switch", "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig, "-n", kvNamespace,
 		"--from", "clusterinstancetype/u1.medium", "--to", "clusterinstancetype/u1.large", "--wait")
 	m := switchOutput.FindStringSubmatch(out)
 	if m == nil {
@@ -346,7 +346,7 @@ func (e *kvEnv) waitSpanEvents(eventID, vm string, want ...string) {
 // spanEvents returns the events of the named span in eventID's trace, as
 // `kvlive trace -o json` prints them (an error until the spans are stored).
 func (e *kvEnv) spanEvents(eventID, span string) ([]string, error) {
-	out, _, err := e.kvliveOnce(time.Minute, "trace", eventID, "-o", "json", "--nats-url", e.nats.URL)
+	out, _, err := e.kvliveOnce(time.Minute, "trace", eventID, "-o", "json", "--nats-url", e.natsURL)
 	if err != nil {
 		return nil, fmt.Errorf("kvlive trace: %w", err)
 	}

@@ -38,11 +38,11 @@ func TestKvliveOnASecuredNATS(t *testing.T) {
 	it, eventID := e.editInstancetype(itMedium, 3, "6Gi")
 	edited := e.selectShapes(onInstancetype(itMedium))
 	e.checkRollout(e.follow(eventID), rolloutWant{eventID: eventID, shapes: edited, action: vmShape.expected, revision: revisionOf(it), clean: true})
-	out := e.kvliveCommand(time.Minute, append([]string{"rollout", "status", eventID, "--nats-url", e.nats.URL}, e.natsArgs...)...)
+	out := e.kvliveCommand(time.Minute, append([]string{"rollout", "status", eventID, "--nats-url", e.natsURL}, e.natsArgs...)...)
 	if !strings.Contains(out, "complete") {
 		t.Errorf("rollout status over TLS as kvlive:\n%s", out)
 	}
-	out = e.kvliveCommand(time.Minute, "events", "--nats-url", e.nats.URL, "--nats-ca", e.nats.CAFile, "--nats-nkey", seedFile)
+	out = e.kvliveCommand(time.Minute, "events", "--nats-url", e.natsURL, "--nats-ca", e.nats.CAFile, "--nats-nkey", seedFile)
 	if !strings.Contains(out, eventID) {
 		t.Errorf("kvlive events as an NKey user:\n%s", out)
 	}
@@ -53,14 +53,14 @@ func TestKvliveOnASecuredNATS(t *testing.T) {
 	}
 	badPassword := []string{"--nats-ca", e.nats.CAFile, "--nats-user", "kvlive", "--nats-password-file", wrong}
 	for _, args := range [][]string{
-		append([]string{"events", "--nats-url", e.nats.URL}, badPassword...),
-		append([]string{"run", "--kubeconfig", e.kubeconfig, "--metrics-addr", "", "--nats-url", e.nats.URL}, badPassword...),
+		append([]string{"events", "--nats-url", e.natsURL}, badPassword...),
+		append([]string{"run", "--kubeconfig", e.kubeconfig, "--metrics-addr", "", "--nats-url", e.natsURL}, badPassword...),
 	} {
 		if stderr := e.kvliveFails(time.Minute, args...); !strings.Contains(stderr, "refused kvlive's credentials") {
 			t.Errorf("kvlive %s with a wrong password said %q", args[0], stderr)
 		}
 	}
-	stderr := e.kvliveFails(time.Minute, "events", "--nats-url", e.nats.URL, "--nats-user", "kvlive", "--nats-password-file", wrong)
+	stderr := e.kvliveFails(time.Minute, "events", "--nats-url", e.natsURL, "--nats-user", "kvlive", "--nats-password-file", wrong)
 	if !strings.Contains(stderr, "certificate") && !strings.Contains(stderr, "tls") && !strings.Contains(stderr, "TLS") {
 		t.Errorf("kvlive events without the CA said %q, want a TLS error", stderr)
 	}
@@ -92,7 +92,7 @@ func TestLeastPrivilegeOnTheBus(t *testing.T) {
 	e.checkRollout(e.follow(eventID), rolloutWant{eventID: eventID, shapes: edited, action: vmShape.expected, revision: revisionOf(it), clean: true})
 
 	operator, reader := e.natsUser("kvlive-operator"), e.natsUser("kvlive-reader")
-	out := e.kvliveCommand(rolloutTimeout, append([]string{"switch", "--nats-url", e.nats.URL, "--kubeconfig", e.kubeconfig, "-A",
+	out := e.kvliveCommand(rolloutTimeout, append([]string{"switch", "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig, "-A",
 		"--from", "clusterinstancetype/" + itMedium, "--to", "clusterinstancetype/" + itLarge, "-l", "tier=web",
 		"--batch-size", "50%", "--wait"}, operator...)...)
 	m := switchOutput.FindStringSubmatch(out)
@@ -105,18 +105,18 @@ func TestLeastPrivilegeOnTheBus(t *testing.T) {
 	for _, args := range [][]string{
 		{"events"}, {"rollouts"}, {"rollout", "status", m[1]}, {"outcomes", "--event", eventID}, {"trace", eventID}, {"dlq", "list"},
 	} {
-		e.kvliveCommand(time.Minute, append(append(args, "--nats-url", e.nats.URL), reader...)...)
+		e.kvliveCommand(time.Minute, append(append(args, "--nats-url", e.natsURL), reader...)...)
 	}
 	if log := e.nats.Log(); strings.Contains(log, "Violation") {
 		t.Errorf("nats-server refused a kvlive stage or the reader something:\n%s", violations(log))
 	}
 
-	stderr := e.kvliveFails(time.Minute, append([]string{"switch", "--nats-url", e.nats.URL, "--kubeconfig", e.kubeconfig, "-A",
+	stderr := e.kvliveFails(time.Minute, append([]string{"switch", "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig, "-A",
 		"--from", "clusterinstancetype/" + itLarge, "--to", "clusterinstancetype/" + itMedium, "--yes"}, reader...)...)
 	if !strings.Contains(stderr, "permission") {
 		t.Errorf("kvlive switch as the reader said %q, want a permissions error", stderr)
 	}
-	readerJS := connect(t, e.nats.URL, nats.RootCAs(e.nats.CAFile), nats.UserInfo("kvlive-reader", "kvlive-reader-"+natsPassword))
+	readerJS := connect(t, e.natsURL, nats.RootCAs(e.nats.CAFile), nats.UserInfo("kvlive-reader", "kvlive-reader-"+natsPassword))
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 	defer cancel()
 	before := e.lastSequence(events.StreamPlans)

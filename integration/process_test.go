@@ -34,7 +34,7 @@ type kvliveProc struct {
 // test failed.
 func (e *env) runKvlive(name string, extra ...string) *kvliveProc {
 	e.t.Helper()
-	args := append([]string{"run", "--kubeconfig", e.kubeconfig, "--nats-url", e.nats.URL,
+	args := append([]string{"run", "--kubeconfig", e.kubeconfig, "--nats-url", e.natsURL,
 		"--qps", "1000", "--burst", "2000", "--metrics-addr", "127.0.0.1:0"}, e.natsArgs...)
 	args = append(args, extra...)
 	p := &kvliveProc{name: name, cmd: exec.Command(kvliveBin, args...), exited: make(chan struct{})}

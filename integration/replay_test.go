@@ -23,7 +23,7 @@ var replayedAs = regexp.MustCompile(`replayed \S+ as (replay/\S+)`)
 func (e *env) replay(eventID string) string {
 	e.t.Helper()
 	out := e.kvliveCommand(rolloutTimeout, "replay", "--event", eventID, "--apply", "--wait",
-		"--nats-url", e.nats.URL, "--kubeconfig", e.kubeconfig)
+		"--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig)
 	m := replayedAs.FindStringSubmatch(out)
 	if m == nil {
 		e.t.Fatalf("kvlive replay printed no replayed event:\n%s", out)
@@ -38,7 +38,7 @@ func (e *env) replay(eventID string) string {
 // callers' write checks show it wrote nothing.
 func (e *env) checkDryRun(eventID string, cut rollout.Progress, edited []vmShape) {
 	e.t.Helper()
-	out := e.kvliveCommand(time.Minute, "replay", "--event", eventID, "-o", "json", "--nats-url", e.nats.URL, "--kubeconfig", e.kubeconfig)
+	out := e.kvliveCommand(time.Minute, "replay", "--event", eventID, "-o", "json", "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig)
 	var preview []struct {
 		EventID string `json:"eventId"`
 		Plan    struct {
@@ -180,16 +180,16 @@ func TestDLQRetryAfterATransientFailure(t *testing.T) {
 		t.Fatalf("dead letter reason %q", reason)
 	}
 	seq := strconv.FormatUint(letters[0].Sequence, 10)
-	if out := e.kvliveCommand(time.Minute, "dlq", "list", "--nats-url", e.nats.URL); !strings.Contains(out, "1 dead letters") || !strings.Contains(out, "gave up after 5 deliveries") {
+	if out := e.kvliveCommand(time.Minute, "dlq", "list", "--nats-url", e.natsURL); !strings.Contains(out, "1 dead letters") || !strings.Contains(out, "gave up after 5 deliveries") {
 		t.Errorf("dlq list:\n%s", out)
 	}
-	if out := e.kvliveCommand(time.Minute, "dlq", "show", seq, "--nats-url", e.nats.URL); !strings.Contains(out, "gave up after 5 deliveries") || !strings.Contains(out, eventID) {
+	if out := e.kvliveCommand(time.Minute, "dlq", "show", seq, "--nats-url", e.natsURL); !strings.Contains(out, "gave up after 5 deliveries") || !strings.Contains(out, eventID) {
 		t.Errorf("dlq show %s:\n%s", seq, out)
 	}
 	if err := events.Setup(e.ctx, e.js, events.DefaultStreamOptions(), nil); err != nil {
 		t.Fatal(err)
 	}
-	out := e.kvliveCommand(time.Minute, "dlq", "retry", "--all", "--nats-url", e.nats.URL)
+	out := e.kvliveCommand(time.Minute, "dlq", "retry", "--all", "--nats-url", e.natsURL)
 	if !strings.Contains(out, "retried") {
 		t.Fatalf("dlq retry: %s", out)
 	}
@@ -205,7 +205,7 @@ func TestDLQRetryAfterATransientFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.deadLetters(1)
-	if out := e.kvliveCommand(time.Minute, "dlq", "purge", "--all", "--nats-url", e.nats.URL); !strings.Contains(out, "purged") {
+	if out := e.kvliveCommand(time.Minute, "dlq", "purge", "--all", "--nats-url", e.natsURL); !strings.Contains(out, "purged") {
 		t.Errorf("dlq purge printed %q", out)
 	}
 	e.deadLetters(0)

@@ -57,6 +57,9 @@ type fleetOptions struct {
 	secureNATS bool
 	// natsNKeys are public keys of further users a secured NATS lets in.
 	natsNKeys []string
+	// natsCluster, when set, runs a JetStream cluster of that many
+	// nats-server nodes instead of one server.
+	natsCluster int
 	// natsRoles are further users of a secured NATS, each limited to a
 	// role of deploy/nats/kvlive-permissions.conf (user to role variable);
 	// env.natsUser gives the flags that connect as one.

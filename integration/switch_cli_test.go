@@ -57,12 +57,12 @@ func TestSwitchPreviewsAsksAndRunsWhatItShowed(t *testing.T) {
 	}
 
 	stderr := e.kvliveFails(time.Minute, "switch", "--from", from, "--to", "clusterinstancetype/u1.nope", "--yes",
-		"--kubeconfig", kubeconfig, "--nats-url", e.nats.URL)
+		"--kubeconfig", kubeconfig, "--nats-url", e.natsURL)
 	if !strings.Contains(stderr, "clusterinstancetype/u1.nope does not exist") {
 		t.Errorf("switch --to a typo said %q", stderr)
 	}
 
-	args := []string{"switch", "--from", from, "--to", to, "-l", "tier=web", "--kubeconfig", kubeconfig, "--nats-url", e.nats.URL}
+	args := []string{"switch", "--from", from, "--to", to, "-l", "tier=web", "--kubeconfig", kubeconfig, "--nats-url", e.natsURL}
 	const cols = 100
 	screen, err := e.kvliveOnTerminal("n", cols, args...)
 	if err == nil || !strings.Contains(screen, "not confirmed: nothing was requested") {
@@ -92,7 +92,7 @@ func TestSwitchPreviewsAsksAndRunsWhatItShowed(t *testing.T) {
 		t.Errorf("the switch did not show its batches %v:\n%s", batches, screen)
 	}
 	e.runKvlive("all stages")
-	watched := e.kvliveCommand(rolloutTimeout, "rollout", "status", m[1], "--watch", "--timeout", rolloutTimeout.String(), "--nats-url", e.nats.URL)
+	watched := e.kvliveCommand(rolloutTimeout, "rollout", "status", m[1], "--watch", "--timeout", rolloutTimeout.String(), "--nats-url", e.natsURL)
 	if !strings.Contains(watched, fmt.Sprintf("%d/%d settled · complete", len(want), len(want))) {
 		t.Errorf("rollout status --watch did not follow the switch to its end:\n%s", watched)
 	}

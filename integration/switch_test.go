@@ -23,7 +23,7 @@ func TestSwitchMovesOnlySelectedVMs(t *testing.T) {
 	e.runKvlive("all stages")
 	e.waitGenerations()
 
-	out := e.kvliveCommand(rolloutTimeout, "switch", "--nats-url", e.nats.URL, "--kubeconfig", e.kubeconfig, "-A",
+	out := e.kvliveCommand(rolloutTimeout, "switch", "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig, "-A",
 		"--from", "clusterinstancetype/"+itMedium, "--to", "clusterinstancetype/"+itLarge, "-l", "tier=web", "--wait")
 	m := switchOutput.FindStringSubmatch(out)
 	if m == nil {

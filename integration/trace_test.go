@@ -105,7 +105,7 @@ func testTracesReachJaeger(t *testing.T, protocol string) {
 
 	var tree string
 	e.waitFor("every VM's span in kvlive trace", time.Minute, func() (bool, string) {
-		tree = e.kvliveCommand(time.Minute, "trace", eventID, "--nats-url", e.nats.URL, "--color", "never")
+		tree = e.kvliveCommand(time.Minute, "trace", eventID, "--nats-url", e.natsURL, "--color", "never")
 		return strings.Count(tree, "applier.apply ") == len(edited), fmt.Sprintf("%d apply spans", strings.Count(tree, "applier.apply "))
 	})
 	for _, s := range edited {
@@ -116,7 +116,7 @@ func testTracesReachJaeger(t *testing.T, protocol string) {
 	if !strings.Contains(tree, "pin moved") {
 		t.Errorf("kvlive trace shows no span events:\n%s", tree)
 	}
-	outcomes := e.kvliveCommand(time.Minute, "outcomes", "--event", eventID, "--nats-url", e.nats.URL)
+	outcomes := e.kvliveCommand(time.Minute, "outcomes", "--event", eventID, "--nats-url", e.natsURL)
 	for _, s := range edited {
 		if !strings.Contains(outcomes, " "+s.name+" ") {
 			t.Errorf("kvlive outcomes lacks %s", s.key())
