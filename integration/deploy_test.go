@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +27,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/yaml"
 
 	"kvlive/internal/testenv"
 )
@@ -54,7 +55,7 @@ func TestShippedManifestsAreEnough(t *testing.T) {
 		return pinProblem(v, s, it)
 	})
 
-	out := e.kvliveCommand(rolloutTimeout, "switch", "--nats-url", e.nats.URL, "--kubeconfig", e.kubeconfig, "-A",
+	out := e.kvliveCommand(rolloutTimeout, "switch", "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig, "-A",
 		"--from", "clusterinstancetype/"+itMedium, "--to", "clusterinstancetype/"+itLarge, "-l", "tier=web", "--wait")
 	m := switchOutput.FindStringSubmatch(out)
 	if m == nil {
@@ -99,30 +100,21 @@ func (e *env) checkFlowSchema(kubeconfig, schema string) {
 	})
 }
 
-// installManifests creates every object of the kustomization in dir (its
-// resources list; kvlive's manifests use no other kustomize feature) and
-// returns the ServiceAccount among them.
+// installManifests creates every object the kustomization in dir builds
+// (`kubectl kustomize`) and returns the ServiceAccount among them.
 func (e *env) installManifests(dir string) *corev1.ServiceAccount {
 	e.t.Helper()
-	var k struct {
-		Resources []string `json:"resources"`
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
-	if err == nil {
-		err = yaml.Unmarshal(raw, &k)
-	}
-	if err != nil || len(k.Resources) == 0 {
-		e.t.Fatalf("%s/kustomization.yaml: %v (%d resources)", dir, err, len(k.Resources))
+	out, err := exec.CommandContext(e.ctx, testenv.Binary(e.t, "kubectl"), "kustomize", dir).Output()
+	if err != nil {
+		e.t.Fatalf("kubectl kustomize %s: %v", dir, commandError(err))
 	}
 	var sa *corev1.ServiceAccount
-	for _, file := range k.Resources {
-		for _, obj := range decodeManifests(e.t, filepath.Join(dir, file)) {
-			if err := e.create(obj); err != nil {
-				e.t.Fatalf("%s: %v", file, err)
-			}
-			if s, ok := obj.(*corev1.ServiceAccount); ok {
-				sa = s
-			}
+	for _, obj := range decodeManifests(e.t, dir, out) {
+		if err := e.create(obj); err != nil {
+			e.t.Fatalf("%s: %v", dir, err)
+		}
+		if s, ok := obj.(*corev1.ServiceAccount); ok {
+			sa = s
 		}
 	}
 	if sa == nil {
@@ -131,12 +123,16 @@ func (e *env) installManifests(dir string) *corev1.ServiceAccount {
 	return sa
 }
 
-func decodeManifests(t *testing.T, path string) []runtime.Object {
-	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
+// commandError adds what a failed command wrote to standard error.
+func commandError(err error) error {
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok && len(ee.Stderr) > 0 {
+		return fmt.Errorf("%w: %s", err, bytes.TrimSpace(ee.Stderr))
 	}
+	return err
+}
+
+func decodeManifests(t *testing.T, path string, raw []byte) []runtime.Object {
+	t.Helper()
 	var objs []runtime.Object
 	docs := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
 	for {
@@ -215,4 +211,104 @@ func (e *env) serviceAccountKubeconfig(sa *corev1.ServiceAccount) string {
 		e.t.Fatal(err)
 	}
 	return path
+}
+
+// TestEveryKustomizationPassesServerDryRun applies every kustomization under
+// deploy/ with `kubectl apply --dry-run=server -k` on the real API server,
+// which validates and admits each object as it would store it, and checks
+// the bundled NATS's configuration with `nats-server -t` and against the
+// stages that connect to it.
+func TestEveryKustomizationPassesServerDryRun(t *testing.T) {
+	_, kubeconfig := testenv.StartAPIServer(t)
+	deploy := filepath.Join(testenv.RepoRoot(t), "deploy")
+	kubectl := func(args ...string) string {
+		t.Helper()
+		out, err := exec.CommandContext(t.Context(), testenv.Binary(t, "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v", strings.Join(args, " "), commandError(err))
+		}
+		return string(out)
+	}
+	// A dry run creates nothing, so namespaced objects need their
+	// namespace to exist already, as on a cluster where it was created first.
+	kubectl("create", "namespace", "kvlive")
+
+	dirs, err := filepath.Glob(filepath.Join(deploy, "*", "kustomization.yaml"))
+	if err != nil || len(dirs) < 5 {
+		t.Fatalf("kustomizations under deploy/: %v (%v)", dirs, err)
+	}
+	for _, k := range dirs {
+		dir := filepath.Dir(k)
+		built := decodeManifests(t, dir, []byte(kubectl("kustomize", dir)))
+		out := kubectl("apply", "--dry-run=server", "-k", dir)
+		if n := strings.Count(out, "(server dry run)"); n != len(built) {
+			t.Errorf("kubectl apply --dry-run=server -k deploy/%s: %d objects admitted, want the %d it builds:\n%s", filepath.Base(dir), n, len(built), out)
+		}
+	}
+	if out := kubectl("get", "deployments,statefulsets,configmaps", "-n", "kvlive", "-o", "name"); strings.TrimSpace(strings.ReplaceAll(out, "configmap/kube-root-ca.crt", "")) != "" {
+		t.Errorf("a dry run stored objects:\n%s", out)
+	}
+
+	checkBundledNATS(t, deploy, decodeManifests(t, "scale-out-nats", []byte(kubectl("kustomize", filepath.Join(deploy, "scale-out-nats")))))
+}
+
+// checkBundledNATS checks deploy/nats/nats.conf with `nats-server -t`, with
+// the environment the StatefulSet gives it, and that every kvlive stage
+// connects as a user nats.conf has, with that stage's role, and reads the
+// password the server has for it.
+func checkBundledNATS(t *testing.T, deploy string, objs []runtime.Object) {
+	t.Helper()
+	conf, err := os.ReadFile(filepath.Join(deploy, "nats", "nats.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverEnv := map[string]string{} // variable to Secret key
+	var stages []*appsv1.Deployment
+	for _, obj := range objs {
+		switch o := obj.(type) {
+		case *appsv1.StatefulSet:
+			for _, v := range o.Spec.Template.Spec.Containers[0].Env {
+				if ref := v.ValueFrom.SecretKeyRef; ref != nil {
+					serverEnv[v.Name] = ref.Key
+				}
+			}
+		case *appsv1.Deployment:
+			stages = append(stages, o)
+		}
+	}
+	cmd := exec.CommandContext(t.Context(), testenv.Binary(t, "nats-server"), "-t", "-c", "nats.conf")
+	cmd.Dir = filepath.Join(deploy, "nats")
+	cmd.Env = []string{"POD_NAME=kvlive-nats-0"}
+	for name := range serverEnv {
+		cmd.Env = append(cmd.Env, name+"=test")
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("nats-server -t -c deploy/nats/nats.conf: %v\n%s", err, out)
+	}
+
+	if len(stages) != 3 {
+		t.Fatalf("deploy/scale-out-nats has %d Deployments, want one per stage", len(stages))
+	}
+	for _, d := range stages {
+		stage := d.Labels["app.kubernetes.io/component"]
+		role := "KVLIVE_" + strings.ToUpper(stage)
+		user := "kvlive-" + stage
+		line := fmt.Sprintf(`{user: %q, password: $%s_PASSWORD, permissions: $%s}`, user, role, role)
+		if !strings.Contains(string(conf), line) {
+			t.Errorf("deploy/nats/nats.conf has no %s", line)
+		}
+		args := d.Spec.Template.Spec.Containers[0].Args
+		for _, want := range []string{"--stages=" + stage, "--nats-user=" + user, "--replicas=3"} {
+			if !slices.Contains(args, want) {
+				t.Errorf("%s: args %v lack %s", d.Name, args, want)
+			}
+		}
+		if stage == "watcher" != slices.Contains(args, "--leader-elect") {
+			t.Errorf("%s: --leader-elect is for the watcher alone: %v", d.Name, args)
+		}
+		vols := d.Spec.Template.Spec.Volumes
+		if len(vols) != 1 || vols[0].Secret == nil || vols[0].Secret.Items[0].Key != serverEnv[role+"_PASSWORD"] {
+			t.Errorf("%s reads its password from %+v, the server from key %q", d.Name, vols, serverEnv[role+"_PASSWORD"])
+		}
+	}
 }

@@ -50,3 +50,11 @@ func binaries(t testing.TB, names ...string) []string {
 	}
 	return paths
 }
+
+// Binary returns the path of a tool hack/tools.sh built into .bin/
+// (kubectl, nats-server, …), failing the test with the fix when it is
+// missing.
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	return binaries(t, name)[0]
+}
