@@ -96,6 +96,12 @@ func newEnv(t *testing.T, o fleetOptions) *env {
 		e.natsURL = e.nats.URL
 		e.natsArgs = []string{"--nats-ca", e.nats.CAFile, "--nats-user", "kvlive", "--nats-password-file", password}
 		e.js = connect(t, e.natsURL, nats.RootCAs(e.nats.CAFile), nats.UserInfo("kvlive", natsPassword))
+	} else if o.credsNATS {
+		var creds string
+		e.nats, creds = testenv.StartOperatorNATS(t)
+		e.natsURL = e.nats.URL
+		e.natsArgs = []string{"--nats-creds", creds}
+		e.js = connect(t, e.natsURL, nats.UserCredentials(creds))
 	} else if o.natsCluster > 0 {
 		e.natsCluster = testenv.StartNATSCluster(t, o.natsCluster)
 		e.natsURL = e.natsCluster.URL

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"kvlive/events"
+	"kvlive/internal/testenv"
 )
 
 // TestKvliveOnASecuredNATS runs kvlive against a nats-server that requires
@@ -63,6 +64,34 @@ func TestKvliveOnASecuredNATS(t *testing.T) {
 	stderr := e.kvliveFails(time.Minute, "events", "--nats-url", e.natsURL, "--nats-user", "kvlive", "--nats-password-file", wrong)
 	if !strings.Contains(stderr, "certificate") && !strings.Contains(stderr, "tls") && !strings.Contains(stderr, "TLS") {
 		t.Errorf("kvlive events without the CA said %q, want a TLS error", stderr)
+	}
+}
+
+// TestKvliveWithACredsFile runs kvlive on a nats-server in operator mode,
+// the JWT authentication nsc sets up: with a user's credentials file kvlive
+// run rolls an edit out and kvlive events lists it; a credentials file of
+// an account the server does not know fails at once, for run and the CLI
+// alike.
+func TestKvliveWithACredsFile(t *testing.T) {
+	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itMedium: 10}, credsNATS: true})
+	e.runKvlive("all stages")
+	e.waitGenerations()
+
+	it, eventID := e.editInstancetype(itMedium, 3, "6Gi")
+	edited := e.selectShapes(onInstancetype(itMedium))
+	e.checkRollout(e.follow(eventID), rolloutWant{eventID: eventID, shapes: edited, action: vmShape.expected, revision: revisionOf(it), clean: true})
+	if out := e.kvliveCommand(time.Minute, append([]string{"events", "--nats-url", e.natsURL}, e.natsArgs...)...); !strings.Contains(out, eventID) {
+		t.Errorf("kvlive events with a creds file:\n%s", out)
+	}
+
+	stranger := []string{"--nats-url", e.natsURL, "--nats-creds", testenv.CredsOfAnotherAccount(t)}
+	for _, args := range [][]string{
+		append([]string{"events"}, stranger...),
+		append([]string{"run", "--kubeconfig", e.kubeconfig, "--metrics-addr", ""}, stranger...),
+	} {
+		if stderr := e.kvliveFails(time.Minute, args...); !strings.Contains(stderr, "refused kvlive's credentials") {
+			t.Errorf("kvlive %s with another account's creds said %q", args[0], stderr)
+		}
 	}
 }
 

@@ -57,6 +57,9 @@ type fleetOptions struct {
 	secureNATS bool
 	// natsNKeys are public keys of further users a secured NATS lets in.
 	natsNKeys []string
+	// credsNATS runs NATS in operator mode (JWT authentication); kvlive
+	// processes get a credentials file (env.natsArgs).
+	credsNATS bool
 	// natsCluster, when set, runs a JetStream cluster of that many
 	// nats-server nodes instead of one server.
 	natsCluster int

@@ -78,6 +78,8 @@ type natsNode struct {
 	// configuration file copied next to the node's and included by it.
 	roles   map[string]string
 	include string
+	// raw is configuration added as it is (operator mode).
+	raw string
 }
 
 // StartNATS starts a single nats-server from .bin/ with JetStream on free
@@ -262,6 +264,7 @@ func natsConfig(n natsNode, cluster string, routes []string) string {
 		}
 		b.WriteString("  ]\n}\n")
 	}
+	b.WriteString(n.raw)
 	if cluster != "" {
 		fmt.Fprintf(&b, "cluster {\n  name: %q\n  listen: \"127.0.0.1:%d\"\n  routes: [\n", cluster, n.clusterPort)
 		for _, r := range routes {
