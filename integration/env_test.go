@@ -96,6 +96,15 @@ func newEnv(t *testing.T, o fleetOptions) *env {
 		e.natsURL = e.nats.URL
 		e.natsArgs = []string{"--nats-ca", e.nats.CAFile, "--nats-user", "kvlive", "--nats-password-file", password}
 		e.js = connect(t, e.natsURL, nats.RootCAs(e.nats.CAFile), nats.UserInfo("kvlive", natsPassword))
+	} else if o.tokenNATS {
+		token := filepath.Join(t.TempDir(), "token")
+		if err := os.WriteFile(token, []byte(natsPassword+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		e.nats = testenv.StartSecureNATS(t, testenv.NATSUsers{Token: natsPassword, MutualTLS: true})
+		e.natsURL = e.nats.URL
+		e.natsArgs = []string{"--nats-ca", e.nats.CAFile, "--nats-cert", e.nats.ClientCert, "--nats-key", e.nats.ClientKey, "--nats-token-file", token}
+		e.js = connect(t, e.natsURL, nats.RootCAs(e.nats.CAFile), nats.ClientCert(e.nats.ClientCert, e.nats.ClientKey), nats.Token(natsPassword))
 	} else if o.credsNATS {
 		var creds string
 		e.nats, creds = testenv.StartOperatorNATS(t)

@@ -95,6 +95,36 @@ func TestKvliveWithACredsFile(t *testing.T) {
 	}
 }
 
+// TestKvliveWithATokenOverMutualTLS runs kvlive on a nats-server that
+// requires a token and a client certificate: kvlive run rolls an edit out
+// with both; without the client certificate the CLI fails at once, saying
+// so, and with a wrong token it says its credentials were refused.
+func TestKvliveWithATokenOverMutualTLS(t *testing.T) {
+	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itMedium: 10}, tokenNATS: true})
+	e.runKvlive("all stages")
+	e.waitGenerations()
+
+	it, eventID := e.editInstancetype(itMedium, 3, "6Gi")
+	edited := e.selectShapes(onInstancetype(itMedium))
+	e.checkRollout(e.follow(eventID), rolloutWant{eventID: eventID, shapes: edited, action: vmShape.expected, revision: revisionOf(it), clean: true})
+	if out := e.kvliveCommand(time.Minute, append([]string{"events", "--nats-url", e.natsURL}, e.natsArgs...)...); !strings.Contains(out, eventID) {
+		t.Errorf("kvlive events with a token and a client certificate:\n%s", out)
+	}
+
+	wrong := filepath.Join(t.TempDir(), "wrong")
+	if err := os.WriteFile(wrong, []byte("not-the-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	certs := []string{"--nats-ca", e.nats.CAFile, "--nats-cert", e.nats.ClientCert, "--nats-key", e.nats.ClientKey}
+	if stderr := e.kvliveFails(time.Minute, append([]string{"events", "--nats-url", e.natsURL, "--nats-token-file", wrong}, certs...)...); !strings.Contains(stderr, "refused kvlive's credentials") {
+		t.Errorf("kvlive events with a wrong token said %q", stderr)
+	}
+	stderr := e.kvliveFails(time.Minute, "events", "--nats-url", e.natsURL, "--nats-ca", e.nats.CAFile, "--nats-token-file", wrong)
+	if !strings.Contains(strings.ToLower(stderr), "certificate") {
+		t.Errorf("kvlive events without a client certificate said %q, want the TLS error", stderr)
+	}
+}
+
 // busRoles are the users TestLeastPrivilegeOnTheBus connects as, each with
 // its role in deploy/nats/kvlive-permissions.conf.
 var busRoles = map[string]string{

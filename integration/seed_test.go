@@ -57,6 +57,9 @@ type fleetOptions struct {
 	secureNATS bool
 	// natsNKeys are public keys of further users a secured NATS lets in.
 	natsNKeys []string
+	// tokenNATS runs NATS requiring a token and a client certificate
+	// (mutual TLS); kvlive processes get both (env.natsArgs).
+	tokenNATS bool
 	// credsNATS runs NATS in operator mode (JWT authentication); kvlive
 	// processes get a credentials file (env.natsArgs).
 	credsNATS bool

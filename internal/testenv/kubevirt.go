@@ -222,19 +222,35 @@ func startVirtController(t *testing.T, bin, kubeconfig string) {
 
 // writeServingCert writes a self-signed ECDSA certificate for 127.0.0.1.
 func writeServingCert(certFile, keyFile string) error {
+	return writeCert(certFile, keyFile, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "virt-controller.kvlive.test"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+}
+
+// writeClientCert writes a self-signed client certificate that is its own
+// CA, for a server to verify clients with.
+func writeClientCert(certFile, keyFile string) error {
+	return writeCert(certFile, keyFile, &x509.Certificate{
+		Subject:               pkix.Name{CommonName: "kvlive"},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	})
+}
+
+// writeCert writes a self-signed certificate from tmpl, valid for a day,
+// and its key.
+func writeCert(certFile, keyFile string, tmpl *x509.Certificate) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "virt-controller.kvlive.test"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
+	tmpl.SerialNumber = big.NewInt(1)
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return err

@@ -37,8 +37,10 @@ type NATSServer struct {
 	// Name is the server_name, unique within a cluster.
 	Name string
 	// CAFile, for a server started by StartSecureNATS, is the certificate
-	// its clients verify it with.
-	CAFile string
+	// its clients verify it with; ClientCert and ClientKey, with
+	// NATSUsers.MutualTLS, the client certificate it requires.
+	CAFile                string
+	ClientCert, ClientKey string
 
 	t          testing.TB
 	binary     string
@@ -78,6 +80,9 @@ type natsNode struct {
 	// configuration file copied next to the node's and included by it.
 	roles   map[string]string
 	include string
+	// token replaces users; clientCA makes the server verify clients.
+	token    string
+	clientCA string
 	// raw is configuration added as it is (operator mode).
 	raw string
 }
@@ -111,6 +116,11 @@ type NATSUsers struct {
 	// without a role may do anything.
 	Roles       map[string]string
 	Permissions string
+	// Token, instead of users, is the one token the server accepts.
+	Token string
+	// MutualTLS makes the server require a client certificate: the one
+	// in the server's ClientCert and ClientKey files.
+	MutualTLS bool
 }
 
 // StartSecureNATS starts a single nats-server like StartNATS that requires
@@ -131,9 +141,18 @@ func StartSecureNATS(t testing.TB, users NATSUsers) *NATSServer {
 		users:       users.Passwords,
 		nkeys:       users.NKeys,
 		roles:       users.Roles,
+		token:       users.Token,
 	}
 	if err := writeServingCert(node.certFile, node.keyFile); err != nil {
 		t.Fatalf("testenv: nats certificate: %v", err)
+	}
+	var clientCert, clientKey string
+	if users.MutualTLS {
+		clientCert, clientKey = filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
+		if err := writeClientCert(clientCert, clientKey); err != nil {
+			t.Fatalf("testenv: nats client certificate: %v", err)
+		}
+		node.clientCA = clientCert
 	}
 	if users.Permissions != "" {
 		// nats-server includes files relative to the including one.
@@ -147,7 +166,7 @@ func StartSecureNATS(t testing.TB, users NATSUsers) *NATSServer {
 		}
 	}
 	s := newNATSServer(t, bin, node, "", nil)
-	s.CAFile = node.certFile
+	s.CAFile, s.ClientCert, s.ClientKey = node.certFile, clientCert, clientKey
 	s.Start()
 	return s
 }
@@ -245,7 +264,14 @@ func natsConfig(n natsNode, cluster string, routes []string) string {
 	fmt.Fprintf(&b, "http: \"127.0.0.1:%d\"\n", n.monitorPort)
 	fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n  max_memory_store: 256MB\n  max_file_store: 2GB\n}\n", n.storeDir)
 	if n.certFile != "" {
-		fmt.Fprintf(&b, "tls {\n  cert_file: %q\n  key_file: %q\n}\n", n.certFile, n.keyFile)
+		fmt.Fprintf(&b, "tls {\n  cert_file: %q\n  key_file: %q\n", n.certFile, n.keyFile)
+		if n.clientCA != "" {
+			fmt.Fprintf(&b, "  ca_file: %q\n  verify: true\n", n.clientCA)
+		}
+		b.WriteString("}\n")
+	}
+	if n.token != "" {
+		fmt.Fprintf(&b, "authorization {\n  token: %q\n}\n", n.token)
 	}
 	if len(n.users)+len(n.nkeys) > 0 {
 		if n.include != "" {
