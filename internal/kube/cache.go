@@ -41,7 +41,7 @@ type Cache struct {
 // NewCache registers the informers over namespace ("" for all); nothing
 // lists or watches until Start.
 func NewCache(c Clients, namespace string) (*Cache, error) {
-	f := informers.NewSharedInformerFactoryWithOptions(c.Kube, ResyncPeriod, informers.WithNamespace(namespace))
+	f := informers.NewSharedInformerFactoryWithOptions(c.Kube, ResyncPeriod, informers.WithNamespace(namespace), informers.WithTransform(StripUnread))
 	ca := &Cache{
 		Clients:   c,
 		factory:   f,
