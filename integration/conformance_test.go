@@ -263,6 +263,7 @@ func standinWorld(t *testing.T) *conformanceWorld {
 	}
 	e := &env{t: t, ctx: t.Context(), kubeconfig: kubeconfig, clients: clients, uids: map[string]string{}}
 	e.nats = testenv.StartNATS(t)
+	e.natsURL = e.nats.URL
 	e.js = connect(t, e.natsURL)
 	e.plansTap = tapPlans(t, e.js)
 	for _, ns := range []string{testenv.KubeVirtNamespace, kvNamespace} {

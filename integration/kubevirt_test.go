@@ -56,6 +56,7 @@ func newKubeVirtEnv(t *testing.T) *kvEnv {
 	kv := testenv.StartKubeVirt(t)
 	e := &env{t: t, ctx: t.Context(), kubeconfig: kv.Kubeconfig, auditLog: kv.AuditLog, clients: kv.Clients, uids: map[string]string{}}
 	e.nats = testenv.StartNATS(t)
+	e.natsURL = e.nats.URL
 	e.js = connect(t, e.natsURL)
 	e.plansTap = tapPlans(t, e.js)
 	if _, err := e.clients.Kube.CoreV1().Namespaces().Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kvNamespace}}, metav1.CreateOptions{}); err != nil {
