@@ -1,0 +1,706 @@
+//go:build integration && bench
+
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	goruntime "runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	virtv1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/api/instancetype/v1beta1"
+
+	"kvlive/applier"
+	"kvlive/events"
+	"kvlive/instancetype"
+	"kvlive/internal/bus"
+	"kvlive/internal/kube"
+	"kvlive/internal/testenv"
+)
+
+// switchRequested finds the event id in kvlive switch's output.
+var switchRequested = regexp.MustCompile(`switch requested: (\S+)`)
+
+// hack/bench.sh runs TestBench; these size it.
+var (
+	benchVMs        = flag.Int("bench.vms", 2000, "VMs each apply-throughput run moves")
+	benchKubectlVMs = flag.Int("bench.kubectl-vms", 100, "VMs the kubectl loop moves (its rate is per VM, so it is scaled)")
+	benchEdits      = flag.Int("bench.edits", 20, "edits timed for edit-to-write latency")
+	benchMemory     = flag.String("bench.memory", "10000", "fleet sizes (comma separated) whose kvlive run RSS is read")
+	benchRollouts   = flag.Int("bench.store-rollouts", 100, "rollouts the store holds for the per-event commands")
+	benchPlans      = flag.Int("bench.plans", 20000, "plans sent through each bus")
+	benchCached     = flag.String("bench.cached", "10000,100000", "cached fleet sizes (comma separated) the planner plans against")
+)
+
+// benchSettings are client settings kvlive is measured at, with the raw
+// loop at the same ones.
+type benchSettings struct {
+	name            string
+	qps, burst, wrk int
+}
+
+// Defaults are kvlive run's own; large is what the README recommends for a
+// large fleet.
+var (
+	benchDefaults = benchSettings{"defaults", 50, 100, 16}
+	benchLarge    = benchSettings{"large fleet", 200, 400, 32}
+)
+
+func (s benchSettings) String() string {
+	return fmt.Sprintf("%s (--qps %d --burst %d --workers %d)", s.name, s.qps, s.burst, s.wrk)
+}
+
+func (s benchSettings) args() []string {
+	return []string{"--qps", strconv.Itoa(s.qps), "--burst", strconv.Itoa(s.burst), "--workers", strconv.Itoa(s.wrk)}
+}
+
+// benchTable collects the figures, printed together at the end.
+type benchTable struct {
+	mu   sync.Mutex
+	rows [][4]string
+}
+
+func (b *benchTable) add(section, what, figure, ratio string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.rows = append(b.rows, [4]string{section, what, figure, ratio})
+}
+
+func (b *benchTable) print() {
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "=== kvlive bench")
+	fmt.Fprintf(w, "machine: %s, %d cores, %s\n", cpuModel(), goruntime.NumCPU(), goruntime.Version())
+	fmt.Fprintln(w, "| section | what | figure | ratio / aim |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	for _, r := range b.rows {
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", r[0], r[1], r[2], r[3])
+	}
+	fmt.Fprintln(w, "=== end")
+	_ = w.Flush()
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return goruntime.GOARCH
+	}
+	defer func() { _ = f.Close() }()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if k, v, ok := strings.Cut(s.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return goruntime.GOARCH
+}
+
+// TestBench measures kvlive on the real servers and prints one table
+// (hack/bench.sh). It fails only when something did not work, never on a
+// figure.
+func TestBench(t *testing.T) {
+	tab := &benchTable{}
+	defer tab.print()
+	t.Run("apply", func(t *testing.T) { benchApply(t, tab) })
+	t.Run("planner", func(t *testing.T) { benchPlanner(t, tab) })
+	t.Run("memory", func(t *testing.T) { benchRSS(t, tab) })
+	t.Run("bus", func(t *testing.T) { benchBus(t, tab) })
+}
+
+// fleetOn tracks which instance type the benched VMs are on.
+type fleetOn struct{ it, other string }
+
+func (f *fleetOn) swap() { f.it, f.other = f.other, f.it }
+
+// benchApply: kvlive against the raw client-go loop and kubectl, then
+// latency and the store, on one fleet.
+func benchApply(t *testing.T, tab *benchTable) {
+	e := newEnv(t, fleetOptions{namespaces: 4, perIT: map[string]int{itMedium: *benchVMs, itSmall: 20}})
+	on := &fleetOn{itMedium, itLarge}
+	moved := func() []vmShape { return e.selectShapes(func(s vmShape) bool { return s.instancetype != itSmall }) }
+	type rates struct{ repin, swtch float64 }
+	kvlive := map[string]rates{}
+	var firstRollout string
+	var proc *kvliveProc
+	for _, s := range []benchSettings{benchLarge, benchDefaults} {
+		proc = e.runKvlive("kvlive "+s.name, s.args()...)
+		e.waitGenerations()
+		var r rates
+		var id string
+		r.repin, id = e.benchKvliveRollout(on, false)
+		if firstRollout == "" {
+			firstRollout = id
+		}
+		r.swtch, _ = e.benchKvliveRollout(on, true)
+		kvlive[s.name] = r
+		if s != benchDefaults {
+			proc.terminate()
+		}
+	}
+	tab.add("memory", fmt.Sprintf("kvlive run RSS, %d VMs cached (defaults, after two rollouts)", len(e.shapes)), mib(rss(t, proc)), "")
+	benchLatency(t, e, tab)
+	benchStore(t, e, tab, firstRollout)
+	proc.terminate()
+
+	for _, s := range []benchSettings{benchLarge, benchDefaults} {
+		raw := rates{e.benchRawLoop(on, false, s), e.benchRawLoop(on, true, s)}
+		k := kvlive[s.name]
+		tab.add("apply", fmt.Sprintf("re-pin %d VMs, %s", len(moved()), s), fmt.Sprintf("kvlive %.0f VMs/s, raw loop %.0f VMs/s", k.repin, raw.repin), fmt.Sprintf("%.2f× raw (aim ≥ 0.8)", k.repin/raw.repin))
+		tab.add("apply", fmt.Sprintf("switch %d VMs, %s", len(moved()), s), fmt.Sprintf("kvlive %.0f VMs/s, raw loop %.0f VMs/s", k.swtch, raw.swtch), fmt.Sprintf("%.2f× raw (aim ≥ 0.8)", k.swtch/raw.swtch))
+	}
+	kRepin, kSwitch := e.benchKubectlLoop(on, false), e.benchKubectlLoop(on, true)
+	d := kvlive[benchDefaults.name]
+	tab.add("apply", fmt.Sprintf("kubectl loop, %d VMs, re-pin / switch", *benchKubectlVMs), fmt.Sprintf("%.1f / %.1f VMs/s", kRepin, kSwitch),
+		fmt.Sprintf("kvlive at defaults %.0f× / %.0f× (aim ≥ 50)", d.repin/kRepin, d.swtch/kSwitch))
+}
+
+// benchKvliveRollout edits the fleet's instance type (or switches it to
+// the other) and returns the VMs moved per second, edit to last outcome.
+func (e *env) benchKvliveRollout(on *fleetOn, swtch bool) (float64, string) {
+	e.t.Helper()
+	start := time.Now()
+	var id string
+	if swtch {
+		out := e.kvliveCommand(time.Minute, append([]string{"switch", "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig, "-A", "--yes",
+			"--from", "clusterinstancetype/" + on.it, "--to", "clusterinstancetype/" + on.other}, e.natsArgs...)...)
+		m := switchRequested.FindStringSubmatch(out)
+		if m == nil {
+			e.t.Fatalf("kvlive switch printed %q", out)
+		}
+		id = m[1]
+	} else {
+		id = e.benchEdit(on.it)
+	}
+	p := e.follow(id)
+	last, wrote := time.Time{}, 0
+	for _, o := range p.Outcomes {
+		if o.Wrote {
+			wrote++
+		}
+		if o.FinishedAt.After(last) {
+			last = o.FinishedAt
+		}
+	}
+	if wrote != len(p.Outcomes) || wrote == 0 {
+		e.t.Fatalf("rollout %s: %d of %d outcomes wrote", id, wrote, len(p.Outcomes))
+	}
+	if swtch {
+		on.swap()
+	}
+	e.waitPinnedTo(on.it)
+	return float64(wrote) / last.Sub(start).Seconds(), id
+}
+
+// benchEdit changes an instance type's spec to one it has not had (its
+// vCPUs alternate between 2 and 3 and its memory grows by 1Mi each time)
+// and returns the watcher's event id for it.
+func (e *env) benchEdit(name string) string {
+	e.t.Helper()
+	it := e.instancetype(name)
+	vcpus := uint32(3)
+	if it.Spec.CPU.Guest == 3 {
+		vcpus = 2
+	}
+	mem := resource.NewQuantity(it.Spec.Memory.Guest.Value()+1<<20, resource.BinarySI)
+	_, id := e.editInstancetype(name, vcpus, mem.String())
+	return id
+}
+
+// waitPinnedTo waits until every benched VM references it and is pinned to
+// a revision of it.
+func (e *env) waitPinnedTo(it string) {
+	e.t.Helper()
+	e.waitFor("every benched VM pinned to "+it, settleTimeout, func() (bool, string) {
+		left := 0
+		for _, vm := range e.view().vms {
+			if vm.Spec.Instancetype == nil || vm.Spec.Instancetype.Name == itSmall {
+				continue
+			}
+			r := vm.Status.InstancetypeRef
+			if vm.Spec.Instancetype.Name != it || r == nil || r.Name != it || r.ControllerRevisionRef == nil || r.ControllerRevisionRef.Name == "" {
+				left++
+			}
+		}
+		return left == 0, plural(left, "VM") + " not pinned to " + it
+	})
+}
+
+// benchVMsOn lists the benched VMs on it, as pinned now.
+func (e *env) benchVMsOn(it string) []*virtv1.VirtualMachine {
+	var vms []*virtv1.VirtualMachine
+	for _, vm := range e.view().vms {
+		if vm.Spec.Instancetype != nil && vm.Spec.Instancetype.Name == it {
+			vms = append(vms, vm)
+		}
+	}
+	slices.SortFunc(vms, func(a, b *virtv1.VirtualMachine) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	return vms
+}
+
+// benchRawLoop makes kvlive's writes with nothing else: per VM the
+// ControllerRevision and the pin patch (re-pin) or the reference patch
+// (switch), from s.wrk goroutines sharing a client with s's limits.
+func (e *env) benchRawLoop(on *fleetOn, swtch bool, s benchSettings) float64 {
+	e.t.Helper()
+	var id string
+	if !swtch {
+		id = e.benchEdit(on.it) // no kvlive runs: only the loop moves the VMs
+		_ = id
+	}
+	target := e.instancetype(on.it)
+	if swtch {
+		target = e.instancetype(on.other)
+	}
+	vms := e.benchVMsOn(on.it)
+	cfg, err := clientConfig(e.kubeconfig)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = float32(s.qps), s.burst
+	clients, err := kube.NewClients(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	work := make(chan *virtv1.VirtualMachine)
+	errs := make(chan error, len(vms))
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range s.wrk {
+		wg.Go(func() {
+			for vm := range work {
+				errs <- rawMove(e.ctx, clients, vm, target, swtch)
+			}
+		})
+	}
+	for _, vm := range vms {
+		work <- vm
+	}
+	close(work)
+	wg.Wait()
+	took := time.Since(start)
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			e.t.Fatalf("raw loop: %v", err)
+		}
+	}
+	if swtch {
+		on.swap()
+	}
+	e.waitPinnedTo(on.it)
+	return float64(len(vms)) / took.Seconds()
+}
+
+func rawMove(ctx context.Context, c kube.Clients, vm *virtv1.VirtualMachine, target *v1beta1.VirtualMachineClusterInstancetype, swtch bool) error {
+	vms := c.Virt.KubevirtV1().VirtualMachines(vm.Namespace)
+	if swtch {
+		m, _ := applier.MatcherOf(vm, false)
+		_, err := vms.Patch(ctx, vm.Name, types.JSONPatchType, applier.SwitchPatch(m, false, events.Ref{Kind: events.KindClusterInstancetype, Name: target.GetName()}), metav1.PatchOptions{})
+		return err
+	}
+	rev, err := instancetype.NewRevision(vm, target)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Kube.AppsV1().ControllerRevisions(vm.Namespace).Create(ctx, rev, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	pin, err := instancetype.PinOf(vm, false)
+	if err != nil {
+		return err
+	}
+	patch, sub := applier.RepinPatch(pin.Field, false, pin.Revision, rev.Name)
+	_, err = vms.Patch(ctx, vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, sub...)
+	return err
+}
+
+// benchKubectlLoop makes the same writes for the first VMs with one
+// kubectl invocation each, as an operator's shell loop would.
+func (e *env) benchKubectlLoop(on *fleetOn, swtch bool) float64 {
+	e.t.Helper()
+	if !swtch {
+		e.benchEdit(on.it)
+	}
+	target := e.instancetype(on.it)
+	if swtch {
+		target = e.instancetype(on.other)
+	}
+	vms := e.benchVMsOn(on.it)[:*benchKubectlVMs]
+	kubectl := func(stdin []byte, args ...string) {
+		cmd := exec.CommandContext(e.ctx, testenv.Binary(e.t, "kubectl"), append([]string{"--kubeconfig", e.kubeconfig}, args...)...)
+		if stdin != nil {
+			cmd.Stdin = strings.NewReader(string(stdin))
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			e.t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	start := time.Now()
+	for _, vm := range vms {
+		if swtch {
+			m, _ := applier.MatcherOf(vm, false)
+			kubectl(nil, "patch", "-n", vm.Namespace, "vm", vm.Name, "--type=json", "-p", string(applier.SwitchPatch(m, false, events.Ref{Kind: events.KindClusterInstancetype, Name: target.GetName()})))
+			continue
+		}
+		rev, err := instancetype.NewRevision(vm, target)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		rev.APIVersion, rev.Kind = "apps/v1", "ControllerRevision"
+		raw, _ := json.Marshal(rev)
+		kubectl(raw, "create", "-f", "-")
+		pin, _ := instancetype.PinOf(vm, false)
+		patch, _ := applier.RepinPatch(pin.Field, false, pin.Revision, rev.Name)
+		kubectl(nil, "patch", "-n", vm.Namespace, "vm", vm.Name, "--subresource=status", "--type=json", "-p", string(patch))
+	}
+	return float64(len(vms)) / time.Since(start).Seconds()
+}
+
+// benchLatency edits the small instance type again and again with kvlive
+// running: edit to first and to last outcome, p50 and p99.
+func benchLatency(t *testing.T, e *env, tab *benchTable) {
+	var first, last []time.Duration
+	for range *benchEdits {
+		start := time.Now()
+		p := e.follow(e.benchEdit(itSmall))
+		var lo, hi time.Time
+		for _, o := range p.Outcomes {
+			if lo.IsZero() || o.FinishedAt.Before(lo) {
+				lo = o.FinishedAt
+			}
+			if o.FinishedAt.After(hi) {
+				hi = o.FinishedAt
+			}
+		}
+		first, last = append(first, lo.Sub(start)), append(last, hi.Sub(start))
+	}
+	n := len(e.selectShapes(onInstancetype(itSmall)))
+	tab.add("latency", fmt.Sprintf("edit → first VM's outcome, %d edits of %d VMs, defaults", len(first), n), p50p99(first), "p50 aim < 100ms")
+	tab.add("latency", fmt.Sprintf("edit → last VM's outcome, %d edits of %d VMs, defaults", len(last), n), p50p99(last), "")
+}
+
+func p50p99(d []time.Duration) string {
+	slices.Sort(d)
+	q := func(f float64) time.Duration { return d[min(len(d)-1, int(f*float64(len(d))))] }
+	return fmt.Sprintf("p50 %v, p99 %v", q(0.50).Round(time.Millisecond), q(0.99).Round(time.Millisecond))
+}
+
+// benchStore times the per-event commands on one real rollout, then again
+// once the store also holds benchRollouts-1 other rollouts of 1,000 VMs.
+func benchStore(t *testing.T, e *env, tab *benchTable, eventID string) {
+	commands := [][]string{
+		{"outcomes", "--event", eventID, "-o", "json"},
+		{"rollout", "status", eventID},
+		{"trace", eventID, "-o", "json"},
+	}
+	labels := []string{"kvlive outcomes --event", "kvlive rollout status", "kvlive trace"}
+	timeAll := func() []time.Duration {
+		var took []time.Duration
+		for _, args := range commands {
+			var runs []time.Duration
+			for range 3 {
+				start := time.Now()
+				e.kvliveCommand(time.Minute, append(append(args, "--nats-url", e.natsURL), e.natsArgs...)...)
+				runs = append(runs, time.Since(start))
+			}
+			slices.Sort(runs)
+			took = append(took, runs[1])
+		}
+		return took
+	}
+	alone := timeAll()
+	e.fillStore(eventID, *benchRollouts-1, 1000)
+	full := timeAll()
+	for i := range commands {
+		tab.add("store", fmt.Sprintf("%s (%d-VM rollout; median of 3, process start included)", labels[i], *benchVMs),
+			fmt.Sprintf("%v alone, %v among %d rollouts", alone[i].Round(time.Millisecond), full[i].Round(time.Millisecond), *benchRollouts),
+			fmt.Sprintf("%.2f× (aim ≈ 1)", full[i].Seconds()/alone[i].Seconds()))
+	}
+}
+
+// fillStore stores n more rollouts of vms VMs each: rollout records,
+// outcomes and spans shaped like eventID's, under other event and trace ids.
+func (e *env) fillStore(eventID string, n, vms int) {
+	e.t.Helper()
+	kv, err := e.js.KeyValue(e.ctx, events.BucketRollouts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	rec, err := kv.Get(e.ctx, events.RolloutKey(eventID))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	outcome := e.streamBodies(events.StreamOutcomes)[0]
+	var o events.Outcome
+	if _, err := events.Decode(outcome, events.TypeOutcome, &o); err != nil {
+		e.t.Fatal(err)
+	}
+	span := e.streamBodies(events.StreamSpans)[0]
+	for i := range n {
+		id := fmt.Sprintf("switch/bench-%03d", i)
+		var r map[string]any
+		if err := json.Unmarshal(rec.Value(), &r); err != nil {
+			e.t.Fatal(err)
+		}
+		r["eventID"] = id
+		raw, _ := json.Marshal(r)
+		if _, err := kv.Put(e.ctx, events.RolloutKey(id), raw); err != nil {
+			e.t.Fatal(err)
+		}
+		var acks []jetstream.PubAckFuture
+		for v := range vms {
+			o.EventID, o.VM.UID, o.VM.Name = id, fmt.Sprintf("uid-%d-%d", i, v), fmt.Sprintf("vm-%d", v)
+			oid := events.OutcomeID(id, o.VM.UID, 1)
+			body, err := events.Encode(events.TypeOutcome, oid, "kvlive/bench", o.VM.String(), o.FinishedAt, &o)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			f, err := e.js.PublishMsgAsync(events.NewMsg(events.OutcomeSubject(o.VM.Namespace, id), oid, events.TypeOutcome, body))
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			sm := nats.NewMsg(events.SpanSubject(fmt.Sprintf("%016x%016x", i, v)))
+			sm.Data = span
+			g, err := e.js.PublishMsgAsync(sm)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			acks = append(acks, f, g)
+		}
+		for _, f := range acks {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				e.t.Fatal(err)
+			case <-time.After(time.Minute):
+				e.t.Fatal("no publish ack within a minute")
+			}
+		}
+	}
+}
+
+// benchPlanner plans one event against 10,000 and 100,000 cached VMs.
+func benchPlanner(t *testing.T, tab *benchTable) {
+	var per []float64
+	for _, cached := range sizes(t, *benchCached) {
+		for _, percent := range []int{1, 10, 100} {
+			n := cached * percent / 100
+			f := testenv.NewPlanFleet(t, cached, n)
+			r := testing.Benchmark(f.PlanEvent)
+			perVM := float64(r.NsPerOp()) / float64(n)
+			per = append(per, perVM)
+			tab.add("planner", fmt.Sprintf("one event, %d of %d cached VMs (%d%%)", n, cached, percent),
+				fmt.Sprintf("%v per event, %.1f µs and %d allocs per VM", time.Duration(r.NsPerOp()).Round(time.Microsecond), perVM/1000, r.AllocsPerOp()/int64(n)), "")
+		}
+	}
+	tab.add("planner", "time per referencing VM, largest / smallest of the six", fmt.Sprintf("%.2f×", slices.Max(per)/slices.Min(per)), "aim ≈ 1 (proportional to referencing VMs)")
+}
+
+// benchRSS reads kvlive run's resident memory with fleets of the sizes
+// asked for, and what dropping managed fields saves per cached object.
+func benchRSS(t *testing.T, tab *benchTable) {
+	type point struct {
+		vms int
+		rss uint64
+	}
+	var points []point
+	for _, n := range sizes(t, *benchMemory) {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			e := newEnv(t, fleetOptions{namespaces: 10, perIT: map[string]int{itMedium: n}})
+			proc := e.runKvlive("kvlive defaults", benchDefaults.args()...)
+			e.waitGenerations()
+			time.Sleep(5 * time.Second) // informers settled
+			goruntime.GC()
+			r := rss(t, proc)
+			points = append(points, point{n, r})
+			running := len(e.view().vmis)
+			tab.add("memory", fmt.Sprintf("kvlive run RSS, %d VMs and %d VMIs cached, idle", n, running), mib(r), "")
+			if len(points) == 1 {
+				e.benchManagedFields(tab)
+			}
+		})
+	}
+	if len(points) > 1 {
+		a, b := points[0], points[len(points)-1]
+		tab.add("memory", fmt.Sprintf("RSS growth per cached VM (with its VMI), %d → %d VMs", a.vms, b.vms), fmt.Sprintf("%.1f KiB", float64(b.rss-a.rss)/float64(b.vms-a.vms)/1024), "")
+	}
+}
+
+// benchManagedFields measures, in this process, the heap a list of the
+// fleet's VMs and VMIs holds with and without their managed fields, which
+// kvlive's informers drop (kube.StripUnread).
+func (e *env) benchManagedFields(tab *benchTable) {
+	heap := func(keep func() any) (uint64, any) {
+		goruntime.GC()
+		var before, after goruntime.MemStats
+		goruntime.ReadMemStats(&before)
+		v := keep()
+		goruntime.GC()
+		goruntime.ReadMemStats(&after)
+		return after.HeapAlloc - min(after.HeapAlloc, before.HeapAlloc), v
+	}
+	list := func(strip bool) any {
+		vms, err := e.clients.Virt.KubevirtV1().VirtualMachines("").List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		vmis, err := e.clients.Virt.KubevirtV1().VirtualMachineInstances("").List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if strip {
+			for i := range vms.Items {
+				_, _ = kube.StripUnread(&vms.Items[i])
+			}
+			for i := range vmis.Items {
+				_, _ = kube.StripUnread(&vmis.Items[i])
+			}
+		}
+		return []any{vms, vmis}
+	}
+	full, v1 := heap(func() any { return list(false) })
+	stripped, v2 := heap(func() any { return list(true) })
+	goruntime.KeepAlive(v1)
+	goruntime.KeepAlive(v2)
+	n := len(e.shapes)
+	tab.add("memory", fmt.Sprintf("heap of %d VMs with their VMIs as listed / without managed fields", n),
+		fmt.Sprintf("%.1f / %.1f KiB per VM", float64(full)/float64(n)/1024, float64(stripped)/float64(n)/1024), fmt.Sprintf("%.0f%% saved by the informer transform", 100*(1-float64(stripped)/float64(full))))
+}
+
+// sizes parses a comma-separated list of positive counts.
+func sizes(t *testing.T, list string) []int {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			t.Fatalf("%q is not a list of counts", list)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func rss(t *testing.T, p *kvliveProc) uint64 {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(raw)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb * 1024
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+func mib(b uint64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+// benchBus sends plans through each kind of NATS: publish to the plans
+// stream and consume with the applier's durable consumer, acking each.
+func benchBus(t *testing.T, tab *benchTable) {
+	ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), DontListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	nc, err := bus.ConnectEmbedded(ns, "bench", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	embedded := benchPlansPerSecond(t, nc, 1)
+	external := benchPlansPerSecond(t, benchConnect(t, testenv.StartNATS(t).URL), 1)
+	cluster := benchPlansPerSecond(t, benchConnect(t, testenv.StartNATSCluster(t, 3).URL), 3)
+	tab.add("bus", fmt.Sprintf("%d plans published and consumed (applier's consumer, acked)", *benchPlans),
+		fmt.Sprintf("embedded %.0f/s, external %.0f/s, 3-node cluster (R3) %.0f/s", embedded, external, cluster),
+		fmt.Sprintf("external %.2f×, cluster %.2f× embedded", external/embedded, cluster/embedded))
+}
+
+func benchConnect(t *testing.T, url string) *nats.Conn {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func benchPlansPerSecond(t *testing.T, nc *nats.Conn, replicas int) float64 {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := events.DefaultStreamOptions()
+	o.Replicas = replicas
+	if err := events.Setup(t.Context(), js, o, nil); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, 1500) // a plan with its changes is about this size
+	for i := range body {
+		body[i] = 'x'
+	}
+	cons, err := js.Consumer(t.Context(), events.StreamPlans, events.ConsumerApplier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := *benchPlans
+	done := make(chan struct{})
+	var acked int
+	start := time.Now()
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if err := m.Ack(); err != nil {
+			t.Error(err)
+		}
+		if acked++; acked == n {
+			close(done)
+		}
+	}, jetstream.PullMaxMessages(512))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Stop()
+	for i := range n {
+		id := fmt.Sprintf("bench/%d", i)
+		if _, err := js.PublishMsgAsync(events.NewMsg(events.PlanSubject("bench", "bench-event"), id, events.TypePlan, body), jetstream.WithMsgID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		t.Fatalf("%d of %d plans consumed after 5 minutes", acked, n)
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// clientConfig loads a kubeconfig for a client of the bench's own.
+func clientConfig(kubeconfig string) (*rest.Config, error) {
+	return clientcmd.BuildConfigFromFlags("", kubeconfig)
+}
