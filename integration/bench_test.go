@@ -49,6 +49,7 @@ var (
 	benchMemory     = flag.String("bench.memory", "10000", "fleet sizes (comma separated) whose kvlive run RSS is read")
 	benchRollouts   = flag.Int("bench.store-rollouts", 100, "rollouts the store holds for the per-event commands")
 	benchPlans      = flag.Int("bench.plans", 20000, "plans sent through each bus")
+	benchSections   = flag.String("bench.sections", "apply,planner,memory,bus", "sections to run")
 	benchCached     = flag.String("bench.cached", "10000,100000", "cached fleet sizes (comma separated) the planner plans against")
 )
 
@@ -62,8 +63,8 @@ type benchSettings struct {
 // Defaults are kvlive run's own; large is what the README recommends for a
 // large fleet.
 var (
-	benchDefaults = benchSettings{"defaults", 50, 100, 16}
-	benchLarge    = benchSettings{"large fleet", 200, 400, 32}
+	benchDefaults = benchSettings{"defaults", 200, 400, 32}
+	benchLarge    = benchSettings{"large fleet", 500, 1000, 64}
 )
 
 func (s benchSettings) String() string {
@@ -120,10 +121,14 @@ func cpuModel() string {
 func TestBench(t *testing.T) {
 	tab := &benchTable{}
 	defer tab.print()
-	t.Run("apply", func(t *testing.T) { benchApply(t, tab) })
-	t.Run("planner", func(t *testing.T) { benchPlanner(t, tab) })
-	t.Run("memory", func(t *testing.T) { benchRSS(t, tab) })
-	t.Run("bus", func(t *testing.T) { benchBus(t, tab) })
+	for _, s := range []struct {
+		name string
+		run  func(*testing.T, *benchTable)
+	}{{"apply", benchApply}, {"planner", benchPlanner}, {"memory", benchRSS}, {"bus", benchBus}} {
+		if slices.Contains(strings.Split(*benchSections, ","), s.name) {
+			t.Run(s.name, func(t *testing.T) { s.run(t, tab) })
+		}
+	}
 }
 
 // fleetOn tracks which instance type the benched VMs are on.
@@ -191,15 +196,19 @@ func (e *env) benchKvliveRollout(on *fleetOn, swtch bool) (float64, string) {
 		id = e.benchEdit(on.it)
 	}
 	p := e.follow(id)
-	last, wrote := time.Time{}, 0
+	first, last, wrote := time.Time{}, time.Time{}, 0
 	for _, o := range p.Outcomes {
 		if o.Wrote {
 			wrote++
+		}
+		if first.IsZero() || o.FinishedAt.Before(first) {
+			first = o.FinishedAt
 		}
 		if o.FinishedAt.After(last) {
 			last = o.FinishedAt
 		}
 	}
+	e.t.Logf("%s: request → first outcome %v, first → last %v (%.0f VMs/s)", id, first.Sub(start), last.Sub(first), float64(wrote-1)/last.Sub(first).Seconds())
 	if wrote != len(p.Outcomes) || wrote == 0 {
 		e.t.Fatalf("rollout %s: %d of %d outcomes wrote", id, wrote, len(p.Outcomes))
 	}
@@ -381,6 +390,7 @@ func (e *env) benchKubectlLoop(on *fleetOn, swtch bool) float64 {
 // running: edit to first and to last outcome, p50 and p99.
 func benchLatency(t *testing.T, e *env, tab *benchTable) {
 	var first, last []time.Duration
+	var id string
 	for range *benchEdits {
 		start := time.Now()
 		p := e.follow(e.benchEdit(itSmall))
@@ -394,7 +404,11 @@ func benchLatency(t *testing.T, e *env, tab *benchTable) {
 			}
 		}
 		first, last = append(first, lo.Sub(start)), append(last, hi.Sub(start))
+		id = p.EventID
 	}
+	time.Sleep(6 * time.Second) // the span exporter's batch
+	out, _, err := e.kvliveOnce(time.Minute, append([]string{"trace", id, "-o", "wide", "--nats-url", e.natsURL}, e.natsArgs...)...)
+	t.Logf("the last latency edit's trace (%v):\n%s", err, out)
 	n := len(e.selectShapes(onInstancetype(itSmall)))
 	tab.add("latency", fmt.Sprintf("edit → first VM's outcome, %d edits of %d VMs, defaults", len(first), n), p50p99(first), "p50 aim < 100ms")
 	tab.add("latency", fmt.Sprintf("edit → last VM's outcome, %d edits of %d VMs, defaults", len(last), n), p50p99(last), "")
@@ -690,6 +704,13 @@ func benchPlansPerSecond(t *testing.T, nc *nats.Conn, replicas int) float64 {
 		id := fmt.Sprintf("bench/%d", i)
 		if _, err := js.PublishMsgAsync(events.NewMsg(events.PlanSubject("bench", "bench-event"), id, events.TypePlan, body), jetstream.WithMsgID(id)); err != nil {
 			t.Fatal(err)
+		}
+		if i%1000 == 999 { // as the planner does: a bounded window of unacknowledged publishes
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(time.Minute):
+				t.Fatal("publishes not acknowledged within a minute")
+			}
 		}
 	}
 	select {
