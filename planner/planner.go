@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -77,6 +78,33 @@ type Planner struct {
 	cfg    Config
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
+
+	// settled remembers rollouts supersede found finished or aborted, both
+	// final, so an object edited many times within the replay horizon does
+	// not have every earlier rollout accounted again at each edit (the
+	// bench's edit-to-write latency grew with every edit of one object).
+	settledMu sync.Mutex
+	settled   map[string]struct{}
+}
+
+// maxSettled bounds the rollouts the planner remembers as settled; past
+// it the set starts over, which costs only accounting them again.
+const maxSettled = 4096
+
+func (p *Planner) isSettled(id string) bool {
+	p.settledMu.Lock()
+	defer p.settledMu.Unlock()
+	_, ok := p.settled[id]
+	return ok
+}
+
+func (p *Planner) markSettled(id string) {
+	p.settledMu.Lock()
+	defer p.settledMu.Unlock()
+	if p.settled == nil || len(p.settled) >= maxSettled {
+		p.settled = map[string]struct{}{}
+	}
+	p.settled[id] = struct{}{}
 }
 
 // New builds a Planner; nothing runs until Run.
@@ -266,11 +294,15 @@ func (p *Planner) supersede(ctx context.Context, w work) ([]string, error) {
 	var superseded []string
 	for _, id := range ids {
 		gen, err := strconv.ParseInt(strings.TrimPrefix(id, prefix), 10, 64)
-		if err != nil || gen >= w.generation {
+		if err != nil || gen >= w.generation || p.isSettled(id) {
 			continue
 		}
 		a, err := rollout.AccountOf(ctx, p.cfg.JetStream, id)
-		if err != nil || a.Done() || a.Phase == rollout.PhaseAborted {
+		if err != nil {
+			continue
+		}
+		if a.Done() || a.Phase == rollout.PhaseAborted {
+			p.markSettled(id)
 			continue
 		}
 		if store == nil {
