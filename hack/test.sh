@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: everything CI runs, on a fresh clone with only Go installed.
 #
-#   1. builds kube-apiserver, etcd, nats-server and golangci-lint into .bin/
+#   1. builds kube-apiserver, etcd, nats-server, kubectl and golangci-lint into .bin/
 #      (hack/tools.sh; reused when already built at the pinned versions);
 #   2. gofmt, go vet, golangci-lint, go mod tidy;
 #   3. unit tests with the race detector (fake clientsets, embedded NATS);
