@@ -272,10 +272,8 @@ func (e *env) benchVMsOn(it string) []*virtv1.VirtualMachine {
 // (switch), from s.wrk goroutines sharing a client with s's limits.
 func (e *env) benchRawLoop(on *fleetOn, swtch bool, s benchSettings) float64 {
 	e.t.Helper()
-	var id string
 	if !swtch {
-		id = e.benchEdit(on.it) // no kvlive runs: only the loop moves the VMs
-		_ = id
+		e.benchEdit(on.it) // no kvlive runs: only the loop moves the VMs
 	}
 	target := e.instancetype(on.it)
 	if swtch {
