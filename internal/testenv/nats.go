@@ -92,15 +92,21 @@ type natsNode struct {
 // healthy. It stops when the test ends.
 func StartNATS(t testing.TB) *NATSServer {
 	t.Helper()
-	bin := binaries(t, "nats-server")[0]
+	return startSingle(t, singleNode(t))
+}
+
+// singleNode is a lone server's node: free loopback ports, a store in
+// t.TempDir().
+func singleNode(t testing.TB) natsNode {
+	t.Helper()
 	ports := freePorts(t, 2)
-	node := natsNode{
-		name:        "kvlive-test",
-		clientPort:  ports[0],
-		monitorPort: ports[1],
-		storeDir:    t.TempDir(),
-	}
-	s := newNATSServer(t, bin, node, "", nil)
+	return natsNode{name: "kvlive-test", clientPort: ports[0], monitorPort: ports[1], storeDir: t.TempDir()}
+}
+
+// startSingle starts node as a lone server and waits until it is healthy.
+func startSingle(t testing.TB, node natsNode) *NATSServer {
+	t.Helper()
+	s := newNATSServer(t, binaries(t, "nats-server")[0], node, "", nil)
 	s.Start()
 	return s
 }

@@ -34,18 +34,10 @@ func StartOperatorNATS(t testing.TB) (*NATSServer, string) {
 	sc.Name = "SYS"
 	systemJWT := encode(t, sc, operator.pair)
 
-	bin := binaries(t, "nats-server")[0]
-	ports := freePorts(t, 2)
-	node := natsNode{
-		name:        "kvlive-test",
-		clientPort:  ports[0],
-		monitorPort: ports[1],
-		storeDir:    t.TempDir(),
-		raw: fmt.Sprintf("operator: %q\nsystem_account: %s\nresolver: MEMORY\nresolver_preload: {\n  %s: %q\n  %s: %q\n}\n",
-			operatorJWT, system.public, account.public, accountJWT, system.public, systemJWT),
-	}
-	s := newNATSServer(t, bin, node, "", nil)
-	s.Start()
+	node := singleNode(t)
+	node.raw = fmt.Sprintf("operator: %q\nsystem_account: %s\nresolver: MEMORY\nresolver_preload: {\n  %s: %q\n  %s: %q\n}\n",
+		operatorJWT, system.public, account.public, accountJWT, system.public, systemJWT)
+	s := startSingle(t, node)
 	return s, writeCreds(t, account.pair, "kvlive")
 }
 
