@@ -52,15 +52,7 @@ func TestKvliveOnASecuredNATS(t *testing.T) {
 	if err := os.WriteFile(wrong, []byte("not-the-password"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	badPassword := []string{"--nats-ca", e.nats.CAFile, "--nats-user", "kvlive", "--nats-password-file", wrong}
-	for _, args := range [][]string{
-		append([]string{"events", "--nats-url", e.natsURL}, badPassword...),
-		append([]string{"run", "--kubeconfig", e.kubeconfig, "--metrics-addr", "", "--nats-url", e.natsURL}, badPassword...),
-	} {
-		if stderr := e.kvliveFails(time.Minute, args...); !strings.Contains(stderr, "refused kvlive's credentials") {
-			t.Errorf("kvlive %s with a wrong password said %q", args[0], stderr)
-		}
-	}
+	e.checkRefused("a wrong password", "--nats-ca", e.nats.CAFile, "--nats-user", "kvlive", "--nats-password-file", wrong)
 	stderr := e.kvliveFails(time.Minute, "events", "--nats-url", e.natsURL, "--nats-user", "kvlive", "--nats-password-file", wrong)
 	if !strings.Contains(stderr, "certificate") && !strings.Contains(stderr, "tls") && !strings.Contains(stderr, "TLS") {
 		t.Errorf("kvlive events without the CA said %q, want a TLS error", stderr)
@@ -84,13 +76,19 @@ func TestKvliveWithACredsFile(t *testing.T) {
 		t.Errorf("kvlive events with a creds file:\n%s", out)
 	}
 
-	stranger := []string{"--nats-url", e.natsURL, "--nats-creds", testenv.CredsOfAnotherAccount(t)}
+	e.checkRefused("another account's creds", "--nats-creds", testenv.CredsOfAnotherAccount(t))
+}
+
+// checkRefused runs kvlive events and kvlive run with creds (flags after
+// --nats-url) and wants both refused at once as wrong credentials.
+func (e *env) checkRefused(what string, creds ...string) {
+	e.t.Helper()
 	for _, args := range [][]string{
-		append([]string{"events"}, stranger...),
-		append([]string{"run", "--kubeconfig", e.kubeconfig, "--metrics-addr", ""}, stranger...),
+		append([]string{"events", "--nats-url", e.natsURL}, creds...),
+		append([]string{"run", "--kubeconfig", e.kubeconfig, "--metrics-addr", "", "--nats-url", e.natsURL}, creds...),
 	} {
 		if stderr := e.kvliveFails(time.Minute, args...); !strings.Contains(stderr, "refused kvlive's credentials") {
-			t.Errorf("kvlive %s with another account's creds said %q", args[0], stderr)
+			e.t.Errorf("kvlive %s with %s said %q", args[0], what, stderr)
 		}
 	}
 }
@@ -116,9 +114,7 @@ func TestKvliveWithATokenOverMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	certs := []string{"--nats-ca", e.nats.CAFile, "--nats-cert", e.nats.ClientCert, "--nats-key", e.nats.ClientKey}
-	if stderr := e.kvliveFails(time.Minute, append([]string{"events", "--nats-url", e.natsURL, "--nats-token-file", wrong}, certs...)...); !strings.Contains(stderr, "refused kvlive's credentials") {
-		t.Errorf("kvlive events with a wrong token said %q", stderr)
-	}
+	e.checkRefused("a wrong token", append([]string{"--nats-token-file", wrong}, certs...)...)
 	stderr := e.kvliveFails(time.Minute, "events", "--nats-url", e.natsURL, "--nats-ca", e.nats.CAFile, "--nats-token-file", wrong)
 	if lower := strings.ToLower(stderr); !strings.Contains(lower, "certificate") && !strings.Contains(lower, "tls") {
 		t.Errorf("kvlive events without a client certificate said %q, want the TLS error", stderr)
