@@ -122,29 +122,61 @@ func AccountWith(ctx context.Context, js jetstream.JetStream, rec events.Rollout
 	return a, err
 }
 
-// tally reads, by subject filter, the event's outcomes, dead letters, held
-// plans, plans in flight and staged plans, and derives the phase.
+// afterRead, when set (by tests), is called after each of tally's reads
+// with what it read, so a test can move a plan on between two reads.
+var afterRead func(what string)
+
+func read(what string, err error) error {
+	if afterRead != nil && err == nil {
+		afterRead(what)
+	}
+	return err
+}
+
+// tally reads, by subject filter, the event's staged plans, held plans,
+// plans in flight, outcomes and dead letters, and derives the phase.
+//
+// The reads follow a plan's way (staged, held, in flight, then settled):
+// whoever moves a plan on stores it at its next stop before removing it
+// (the applier stores a VM's outcome, then acks its plan), so a plan that
+// moves between two reads is seen at its next stop, never missed by both.
+// Only a plan parked by a pause goes back the other way (in flight → held),
+// so an incomplete rollout, which nothing will change any more, is claimed
+// only when a second tally agrees.
 func (a *Account) tally(ctx context.Context, js jetstream.JetStream) error {
+	for range 2 {
+		if err := a.count(ctx, js); err != nil {
+			return err
+		}
+		if a.Phase = a.phase(); a.Phase != PhaseIncomplete {
+			return nil
+		}
+	}
+	return nil
+}
+
+// count reads the event's plans and settled VMs afresh, in tally's order.
+func (a *Account) count(ctx context.Context, js jetstream.JetStream) error {
 	eventID, rec := a.EventID, a.Record
+	a.Outcomes, a.Latest, a.Unaccounted = map[events.Result]int{}, map[string]events.Outcome{}, 0
 	var err error
-	if err := a.readOutcomes(ctx, js); err != nil {
+	if a.Staged, err = CountSubjects(ctx, js, events.StreamStaged, events.StagedOf(eventID)); read("staged", err) != nil {
 		return err
 	}
-	if err := a.readDeadLetters(ctx, js); err != nil {
+	if a.Held, err = CountSubjects(ctx, js, events.StreamHeld, events.HeldOf(eventID)); read("held", err) != nil {
 		return err
 	}
-	if a.Held, err = CountSubjects(ctx, js, events.StreamHeld, events.HeldOf(eventID)); err != nil {
+	if a.InFlight, err = CountSubjects(ctx, js, events.StreamPlans, events.PlansOf(eventID)); read("in flight", err) != nil {
 		return err
 	}
-	if a.InFlight, err = CountSubjects(ctx, js, events.StreamPlans, events.PlansOf(eventID)); err != nil {
+	if err := read("outcomes", a.readOutcomes(ctx, js)); err != nil {
 		return err
 	}
-	if a.Staged, err = CountSubjects(ctx, js, events.StreamStaged, events.StagedOf(eventID)); err != nil {
+	if err := read("dead letters", a.readDeadLetters(ctx, js)); err != nil {
 		return err
 	}
 	a.Batches, a.Batch = rec.Batches, a.Control.Batch
 	a.Supersedes, a.PolicyError = rec.Supersedes, rec.PolicyError
-	a.Phase = a.phase()
 	return nil
 }
 

@@ -221,3 +221,66 @@ func TestResolveEventID(t *testing.T) {
 		t.Errorf("a shared prefix: %v", err)
 	}
 }
+
+// movesOnAfter sets tally's afterRead hook to run move once, right after
+// the read named after.
+func movesOnAfter(t *testing.T, after string, move func()) {
+	t.Helper()
+	moved := false
+	afterRead = func(what string) {
+		if what == after && !moved {
+			moved = true
+			move()
+		}
+	}
+	t.Cleanup(func() { afterRead = nil })
+}
+
+// TestAccountNeverCallsARunningRolloutIncomplete: the applier stores a VM's
+// outcome and then acks its plan, possibly between two of the account's
+// reads. Whichever reads it falls between, the account says running (or
+// complete), never incomplete with a VM unaccounted for: that would end
+// `kvlive rollout status --follow` early, claiming a VM was lost.
+func TestAccountNeverCallsARunningRolloutIncomplete(t *testing.T) {
+	for _, after := range []string{"outcomes", "dead letters", "held", "in flight", "staged"} {
+		t.Run("applied after the "+after+" read", func(t *testing.T) {
+			js := testenv.JetStream(t)
+			ctx := context.Background()
+			recordRollout(t, js, 1)
+			seq := publish(t, js, planMsg(t, events.PlanSubject("ns", acctEvent), "e"))
+			movesOnAfter(t, after, func() {
+				publishOutcome(t, js, "e", 1, events.ResultLive)
+				plans, _ := js.Stream(ctx, events.StreamPlans)
+				if err := plans.DeleteMsg(ctx, seq); err != nil {
+					t.Error(err)
+				}
+			})
+			if a := account(t, js); a.Phase != PhaseRunning && a.Phase != PhaseComplete {
+				t.Fatalf("account = %s (%d unaccounted), want running or complete", a.Phase, a.Unaccounted)
+			}
+			if a := account(t, js); a.Phase != PhaseComplete {
+				t.Fatalf("account after = %s, want complete", a.Phase)
+			}
+		})
+	}
+}
+
+// TestAccountOfAPlanParkedMidRead: a plan the applier parks (a pause just
+// lifted, seen late) moves from the plans stream to the held one, against
+// the account's read order; it is still never called unaccounted for.
+func TestAccountOfAPlanParkedMidRead(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx := context.Background()
+	recordRollout(t, js, 1)
+	seq := publish(t, js, planMsg(t, events.PlanSubject("ns", acctEvent), "e"))
+	movesOnAfter(t, "held", func() {
+		publish(t, js, planMsg(t, events.HeldSubject("ns", acctEvent), "e"))
+		plans, _ := js.Stream(ctx, events.StreamPlans)
+		if err := plans.DeleteMsg(ctx, seq); err != nil {
+			t.Error(err)
+		}
+	})
+	if a := account(t, js); a.Phase != PhaseRunning || a.Held != 1 {
+		t.Fatalf("account = %s (held %d, %d unaccounted), want running with one held", a.Phase, a.Held, a.Unaccounted)
+	}
+}
