@@ -43,8 +43,9 @@ var outcomesTotal = regexp.MustCompile(`(?m)^kvlive_outcomes_total\{result="[a-z
 
 // TestEmbeddedStoreMetricsAndShutdown runs `kvlive run` the way a user
 // first does: its own embedded NATS server with a file store. It checks
-// /healthz, /readyz and /metrics during a rollout, that SIGTERM stops it
-// cleanly, that while it runs `kvlive outcomes --data-dir` reaches its server
+// /healthz, /readyz, /metrics and (with --profiling) /debug/pprof/ during a
+// rollout, that SIGTERM stops it cleanly, that while it runs `kvlive
+// outcomes --data-dir` reaches its server
 // and a second `kvlive run` or `kvlive demo` on the same store is refused,
 // naming the holder, and that afterwards `kvlive trace` and `kvlive outcomes` read
 // every VM from the store it left.
@@ -53,7 +54,7 @@ func TestEmbeddedStoreMetricsAndShutdown(t *testing.T) {
 	dir, natsPort, metricsPort := t.TempDir(), freePort(t), freePort(t)
 	var out testenv.LogBuffer
 	cmd := exec.Command(kvliveBin, "run", "--kubeconfig", e.kubeconfig, "--data-dir", dir,
-		"--listen", fmt.Sprintf("127.0.0.1:%d", natsPort), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", metricsPort))
+		"--listen", fmt.Sprintf("127.0.0.1:%d", natsPort), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", metricsPort), "--profiling")
 	cmd.Env, cmd.Stdout, cmd.Stderr = kvliveEnv(), &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -76,6 +77,9 @@ func TestEmbeddedStoreMetricsAndShutdown(t *testing.T) {
 	})
 	if code, _, err := httpGet(base + "/healthz"); err != nil || code != http.StatusOK {
 		t.Fatalf("/healthz: %d %v", code, err)
+	}
+	if code, body, err := httpGet(base + "/debug/pprof/cmdline"); err != nil || code != http.StatusOK || !strings.Contains(body, "--profiling") {
+		t.Fatalf("/debug/pprof/cmdline with --profiling: %d %q %v", code, body, err)
 	}
 	e.js = connect(t, fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
 	e.waitGenerations()

@@ -62,6 +62,7 @@ type runOptions struct {
 	plannerWorkers int
 	rate           float64
 	metricsAddr    string
+	profiling      bool
 	observeTimeout time.Duration
 	traceFanout    int
 	leaderElect    bool
@@ -94,6 +95,7 @@ subset, so planners and appliers can scale out as replicas on a NATS cluster.`,
 	f.IntVar(&o.plannerWorkers, "planner-workers", 2, "planner workers: events planned at once")
 	f.Float64Var(&o.rate, "rate", 0, "cap on VM moves per second; 0 leaves only --qps/--burst")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:8080", "address serving /metrics, /healthz and /readyz (loopback by default; in a pod, its IP); empty turns it off")
+	f.BoolVar(&o.profiling, "profiling", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr")
 	f.DurationVar(&o.observeTimeout, "observe-timeout", 2*time.Minute, "how long each moved VM is watched for KubeVirt's reaction (recorded on its span); 0 turns it off")
 	f.IntVar(&o.traceFanout, "trace-fanout-limit", planner.DefaultTraceFanout, "above this many VMs, each VM's span roots its own trace, linked to the plan span")
 	bindPolicyFlags(f, &o.policy)
@@ -179,7 +181,7 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 		if err != nil {
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
-		log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
+		log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String(), "profiling", o.profiling)
 		go func() {
 			serveErr <- m.Serve(ctx, ln, func() error {
 				r := ready.Load()
@@ -187,7 +189,7 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 					return errors.New("caches not synced yet")
 				}
 				return errors.Join(natsReady(), r.Ready())
-			})
+			}, o.profiling)
 		}()
 	}
 	running, err := pipeline.Start(ctx, pipeline.Config{

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -240,9 +241,17 @@ func (m *Metrics) ConsumerLag(js jetstream.JetStream) {
 }
 
 // Serve serves /metrics, /healthz (the process is up) and /readyz (ready()
-// holds: caches synced, NATS connected) on ln until ctx ends.
-func (m *Metrics) Serve(ctx context.Context, ln net.Listener, ready func() error) error {
+// holds: caches synced, NATS connected) on ln until ctx ends, and with
+// profiling Go's /debug/pprof/ profiles, as Kubernetes components do.
+func (m *Metrics) Serve(ctx context.Context, ln net.Listener, ready func() error, profiling bool) error {
 	mux := http.NewServeMux()
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

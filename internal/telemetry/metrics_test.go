@@ -1,0 +1,60 @@
+package telemetry
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// serve starts m.Serve on a loopback port and returns its base URL.
+func serve(t *testing.T, profiling bool) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- New().Serve(ctx, ln, func() error { return nil }, profiling) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// TestProfilingIsServedOnlyWhenAskedFor: /debug/pprof/ is there with
+// --profiling and not without; /metrics and the probes are there either way.
+func TestProfilingIsServedOnlyWhenAskedFor(t *testing.T) {
+	for _, profiling := range []bool{false, true} {
+		base := serve(t, profiling)
+		for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
+			if code, _ := get(t, base+path); code != http.StatusOK {
+				t.Errorf("profiling %v: %s answered %d", profiling, path, code)
+			}
+		}
+		code, body := get(t, base+"/debug/pprof/")
+		switch {
+		case profiling && (code != http.StatusOK || !strings.Contains(body, "goroutine")):
+			t.Errorf("with profiling, /debug/pprof/ answered %d: %.200s", code, body)
+		case !profiling && code != http.StatusNotFound:
+			t.Errorf("without profiling, /debug/pprof/ answered %d, want 404", code)
+		}
+	}
+}
