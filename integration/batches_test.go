@@ -87,19 +87,24 @@ func TestBatchedRolloutCanaryThenTenPercent(t *testing.T) {
 	}
 }
 
-// metricsOf scrapes the /metrics of a kvlive process, at the address it
-// logged.
+// metricsOf scrapes the /metrics of a kvlive process.
 func (e *env) metricsOf(p *kvliveProc) string {
+	e.t.Helper()
+	_, body, err := httpGet("http://" + e.metricsAddr(p) + "/metrics")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return body
+}
+
+// metricsAddr is the address a kvlive process logged it serves /metrics on.
+func (e *env) metricsAddr(p *kvliveProc) string {
 	e.t.Helper()
 	m := regexp.MustCompile(`serving /metrics, /healthz and /readyz" addr=(\S+)`).FindStringSubmatch(p.out.String())
 	if m == nil {
 		e.t.Fatalf("kvlive logged no metrics address")
 	}
-	_, body, err := httpGet("http://" + m[1] + "/metrics")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return body
+	return m[1]
 }
 
 // TestRealKubeVirtGateHoldsOnAPendingHotplug rolls an edit out to three

@@ -138,26 +138,30 @@ type fleetOn struct{ it, other string }
 func (f *fleetOn) swap() { f.it, f.other = f.other, f.it }
 
 // benchApply: kvlive against the raw client-go loop and kubectl, then
-// latency and the store, on one fleet.
+// latency and the store, on one fleet. Each run also reads the CPU every
+// process used per VM, and the switch at the defaults is profiled.
 func benchApply(t *testing.T, tab *benchTable) {
 	e := newEnv(t, fleetOptions{namespaces: 4, perIT: map[string]int{itMedium: *benchVMs, itSmall: 20}})
 	on := &fleetOn{itMedium, itLarge}
 	moved := func() []vmShape { return e.selectShapes(func(s vmShape) bool { return s.instancetype != itSmall }) }
-	type rates struct{ repin, swtch float64 }
-	kvlive := map[string]rates{}
+	kvlive := map[string][2]applyRun{}
 	var firstRollout string
 	var proc *kvliveProc
 	for _, s := range []benchSettings{benchLarge, benchDefaults} {
-		proc = e.runKvlive("kvlive "+s.name, s.args()...)
+		proc = e.runKvlive("kvlive "+s.name, append(s.args(), "--profiling")...)
 		e.waitGenerations()
-		var r rates
-		var id string
-		r.repin, id = e.benchKvliveRollout(on, false)
+		repin := e.benchKvliveRollout(on, false)
 		if firstRollout == "" {
-			firstRollout = id
+			firstRollout = repin.eventID
 		}
-		r.swtch, _ = e.benchKvliveRollout(on, true)
-		kvlive[s.name] = r
+		wait := func() {}
+		if s == benchDefaults {
+			// As long as the re-pin took, within the switch.
+			took := time.Duration(float64(len(moved())) / repin.rate * 0.8 * float64(time.Second))
+			wait = e.profileKvlive(proc, "the switch at the defaults", min(max(took, 2*time.Second), 30*time.Second))
+		}
+		kvlive[s.name] = [2]applyRun{repin, e.benchKvliveRollout(on, true)}
+		wait()
 		if s != benchDefaults {
 			proc.terminate()
 		}
@@ -168,21 +172,34 @@ func benchApply(t *testing.T, tab *benchTable) {
 	proc.terminate()
 
 	for _, s := range []benchSettings{benchLarge, benchDefaults} {
-		raw := rates{e.benchRawLoop(on, false, s), e.benchRawLoop(on, true, s)}
 		k := kvlive[s.name]
-		tab.add("apply", fmt.Sprintf("re-pin %d VMs, %s", len(moved()), s), fmt.Sprintf("kvlive %.0f VMs/s, raw loop %.0f VMs/s", k.repin, raw.repin), fmt.Sprintf("%.2f× raw (aim ≥ 0.8)", k.repin/raw.repin))
-		tab.add("apply", fmt.Sprintf("switch %d VMs, %s", len(moved()), s), fmt.Sprintf("kvlive %.0f VMs/s, raw loop %.0f VMs/s", k.swtch, raw.swtch), fmt.Sprintf("%.2f× raw (aim ≥ 0.8)", k.swtch/raw.swtch))
+		for i, move := range []string{"re-pin", "switch"} {
+			raw := e.benchRawLoop(on, i == 1, s)
+			what := fmt.Sprintf("%s %d VMs, %s", move, len(moved()), s)
+			tab.add("apply", what, fmt.Sprintf("kvlive %.0f VMs/s, raw loop %.0f VMs/s", k[i].rate, raw.rate), fmt.Sprintf("%.2f× raw (aim ≥ 0.8)", k[i].rate/raw.rate))
+			tab.add("cpu", what, "kvlive "+k[i].cpu.perVM(len(moved())), "")
+			tab.add("cpu", what, "raw loop "+raw.cpu.perVM(len(moved())), "")
+		}
 	}
 	kRepin, kSwitch := e.benchKubectlLoop(on, false), e.benchKubectlLoop(on, true)
 	d := kvlive[benchDefaults.name]
 	tab.add("apply", fmt.Sprintf("kubectl loop, %d VMs, re-pin / switch", *benchKubectlVMs), fmt.Sprintf("%.1f / %.1f VMs/s", kRepin, kSwitch),
-		fmt.Sprintf("kvlive at defaults %.0f× / %.0f× (aim ≥ 50)", d.repin/kRepin, d.swtch/kSwitch))
+		fmt.Sprintf("kvlive at defaults %.0f× / %.0f× (aim ≥ 50)", d[0].rate/kRepin, d[1].rate/kSwitch))
+}
+
+// applyRun is one apply-throughput run: VMs moved per second, the CPU
+// each process used meanwhile, and kvlive's event id.
+type applyRun struct {
+	rate    float64
+	cpu     cpuUse
+	eventID string
 }
 
 // benchKvliveRollout edits the fleet's instance type (or switches it to
-// the other) and returns the VMs moved per second, edit to last outcome.
-func (e *env) benchKvliveRollout(on *fleetOn, swtch bool) (float64, string) {
+// the other) and measures the VMs moved per second, edit to last outcome.
+func (e *env) benchKvliveRollout(on *fleetOn, swtch bool) applyRun {
 	e.t.Helper()
+	before := readCPU(e.t)
 	start := time.Now()
 	var id string
 	if swtch {
@@ -197,6 +214,7 @@ func (e *env) benchKvliveRollout(on *fleetOn, swtch bool) (float64, string) {
 		id = e.benchEdit(on.it)
 	}
 	p := e.follow(id)
+	cpu := readCPU(e.t).since(before)
 	first, last, wrote := time.Time{}, time.Time{}, 0
 	for _, o := range p.Outcomes {
 		if o.Wrote {
@@ -217,7 +235,7 @@ func (e *env) benchKvliveRollout(on *fleetOn, swtch bool) (float64, string) {
 		on.swap()
 	}
 	e.waitPinnedTo(on.it)
-	return float64(wrote) / last.Sub(start).Seconds(), id
+	return applyRun{rate: float64(wrote) / last.Sub(start).Seconds(), cpu: cpu, eventID: id}
 }
 
 // benchEdit changes an instance type's spec to one it has not had (its
@@ -271,7 +289,7 @@ func (e *env) benchVMsOn(it string) []*virtv1.VirtualMachine {
 // benchRawLoop makes kvlive's writes with nothing else: per VM the
 // ControllerRevision and the pin patch (re-pin) or the reference patch
 // (switch), from s.wrk goroutines sharing a client with s's limits.
-func (e *env) benchRawLoop(on *fleetOn, swtch bool, s benchSettings) float64 {
+func (e *env) benchRawLoop(on *fleetOn, swtch bool, s benchSettings) applyRun {
 	e.t.Helper()
 	if !swtch {
 		e.benchEdit(on.it) // no kvlive runs: only the loop moves the VMs
@@ -292,6 +310,7 @@ func (e *env) benchRawLoop(on *fleetOn, swtch bool, s benchSettings) float64 {
 	}
 	work := make(chan *virtv1.VirtualMachine)
 	errs := make(chan error, len(vms))
+	before := readCPU(e.t)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range s.wrk {
@@ -307,6 +326,7 @@ func (e *env) benchRawLoop(on *fleetOn, swtch bool, s benchSettings) float64 {
 	close(work)
 	wg.Wait()
 	took := time.Since(start)
+	cpu := readCPU(e.t).since(before)
 	close(errs)
 	for err := range errs {
 		if err != nil {
@@ -317,7 +337,7 @@ func (e *env) benchRawLoop(on *fleetOn, swtch bool, s benchSettings) float64 {
 		on.swap()
 	}
 	e.waitPinnedTo(on.it)
-	return float64(len(vms)) / took.Seconds()
+	return applyRun{rate: float64(len(vms)) / took.Seconds(), cpu: cpu}
 }
 
 func rawMove(ctx context.Context, c kube.Clients, vm *virtv1.VirtualMachine, target *v1beta1.VirtualMachineClusterInstancetype, swtch bool) error {
