@@ -69,6 +69,15 @@ func Connect(name string, log *slog.Logger, url string, extra ...nats.Option) (*
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrl()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			// A slow consumer's dropped JetStream messages are unacked,
+			// so the server delivers them again after the ack wait.
+			log.Warn("nats asynchronous error", "subject", subject, "err", err)
+		}),
 	}, extra...)
 	nc, err := nats.Connect(url, opts...)
 	switch {

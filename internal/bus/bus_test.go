@@ -1,0 +1,74 @@
+package bus
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestAsynchronousErrorsAreLogged: a subscription that falls behind drops
+// messages (nats.go's slow consumer); kvlive's log says so, with the
+// subject, instead of nats.go printing to stderr.
+func TestAsynchronousErrorsAreLogged(t *testing.T) {
+	ns, err := StartEmbedded(EmbeddedOptions{StoreDir: t.TempDir(), DontListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	var logs syncBuffer
+	nc, err := ConnectEmbedded(ns, t.Name(), slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	release := make(chan struct{})
+	sub, err := nc.Subscribe("slow", func(*nats.Msg) { <-release })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer close(release)
+	if err := sub.SetPendingLimits(1, -1); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if err := nc.Publish("slow", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "slow consumer") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no slow consumer logged within 10s; log:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "subject=slow") {
+		t.Errorf("the log does not name the subject:\n%s", logs.String())
+	}
+}
