@@ -4,8 +4,11 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -210,4 +213,85 @@ func violations(log string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestEmbeddedServerSharedBeyondLoopback runs `kvlive run` with its
+// embedded server on every interface, as --listen-config allows: a
+// nats-server configuration with the shipped roles and TLS. kvlive's own
+// stages roll an edit out; over the network, the operator reads and
+// switches, the reader reads but cannot request a switch, a wrong password
+// is refused, and a client that will not speak TLS gets nowhere.
+func TestEmbeddedServerSharedBeyondLoopback(t *testing.T) {
+	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itMedium: 10}})
+	dir := t.TempDir()
+	perms, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "deploy", "nats", "kvlive-permissions.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kvlive-permissions.conf"), perms, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, key := testenv.ServingCert(t)
+	conf := filepath.Join(dir, "listen.conf")
+	// Every role has a user: nats-server refuses variables nothing uses.
+	var users strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(busRoles)) {
+		fmt.Fprintf(&users, "    {user: %q, password: %q, permissions: $%s}\n", name, name+"-"+natsPassword, busRoles[name])
+	}
+	if err := os.WriteFile(conf, fmt.Appendf(nil, "include \"kvlive-permissions.conf\"\nauthorization {\n  users: [\n%s  ]\n}\ntls {\n  cert_file: %q\n  key_file: %q\n}\n",
+		users.String(), cert, key), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	e.startKvlive("embedded, shared", []string{"run", "--kubeconfig", e.kubeconfig, "--data-dir", t.TempDir(),
+		"--listen", fmt.Sprintf("0.0.0.0:%d", port), "--listen-config", conf, "--metrics-addr", "127.0.0.1:0"})
+	e.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", port)
+	user := func(name string) []string {
+		password := filepath.Join(t.TempDir(), "password")
+		if err := os.WriteFile(password, []byte(name+"-"+natsPassword), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return []string{"--nats-ca", cert, "--nats-user", name, "--nats-password-file", password}
+	}
+	operator, reader := user("kvlive-operator"), user("kvlive-reader")
+	e.waitFor("kvlive run's embedded server", time.Minute, func() (bool, string) {
+		nc, err := nats.Connect(e.natsURL, nats.RootCAs(cert), nats.UserInfo("kvlive-operator", "kvlive-operator-"+natsPassword))
+		if err != nil {
+			return false, err.Error()
+		}
+		nc.Close()
+		return true, ""
+	})
+	e.js = connect(t, e.natsURL, nats.RootCAs(cert), nats.UserInfo("kvlive-operator", "kvlive-operator-"+natsPassword))
+	e.waitGenerations()
+
+	_, eventID := e.editInstancetype(itMedium, 3, "6Gi")
+	edited := e.selectShapes(onInstancetype(itMedium))
+	if p := e.follow(eventID); len(p.Outcomes) != len(edited) {
+		t.Fatalf("%d outcomes of %d VMs", len(p.Outcomes), len(edited))
+	}
+	e.checkWrites(edited, nil)
+
+	out := e.kvliveCommand(rolloutTimeout, append([]string{"switch", "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig, "-A",
+		"--from", "clusterinstancetype/" + itMedium, "--to", "clusterinstancetype/" + itLarge, "--wait"}, operator...)...)
+	if !switchOutput.MatchString(out) {
+		t.Errorf("kvlive switch as the operator printed %q", out)
+	}
+	if out := e.kvliveCommand(time.Minute, append([]string{"events", "--nats-url", e.natsURL}, reader...)...); !strings.Contains(out, eventID) {
+		t.Errorf("kvlive events as the reader:\n%s", out)
+	}
+	stderr := e.kvliveFails(time.Minute, append([]string{"switch", "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig, "-A",
+		"--from", "clusterinstancetype/" + itLarge, "--to", "clusterinstancetype/" + itMedium, "--yes"}, reader...)...)
+	if !strings.Contains(stderr, "permission") {
+		t.Errorf("kvlive switch as the reader said %q, want a permissions error", stderr)
+	}
+	wrong := filepath.Join(t.TempDir(), "wrong")
+	if err := os.WriteFile(wrong, []byte("not-the-password"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.checkRefused("a wrong password", "--nats-ca", cert, "--nats-user", "kvlive-operator", "--nats-password-file", wrong)
+	stderr = e.kvliveFails(time.Minute, "events", "--nats-url", e.natsURL, "--nats-user", "kvlive-reader", "--nats-password-file", reader[len(reader)-1])
+	if lower := strings.ToLower(stderr); !strings.Contains(lower, "tls") && !strings.Contains(lower, "certificate") {
+		t.Errorf("kvlive events without TLS said %q, want the TLS error", stderr)
+	}
 }

@@ -36,7 +36,12 @@ func (e *env) runKvlive(name string, extra ...string) *kvliveProc {
 	e.t.Helper()
 	args := append([]string{"run", "--kubeconfig", e.kubeconfig, "--nats-url", e.natsURL,
 		"--qps", "1000", "--burst", "2000", "--metrics-addr", "127.0.0.1:0"}, e.natsArgs...)
-	args = append(args, extra...)
+	return e.startKvlive(name, append(args, extra...))
+}
+
+// startKvlive starts the kvlive binary with args, as runKvlive does.
+func (e *env) startKvlive(name string, args []string) *kvliveProc {
+	e.t.Helper()
 	p := &kvliveProc{name: name, cmd: exec.Command(kvliveBin, args...), exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	p.cmd.Env = append(kvliveEnv(), e.extraEnv...)

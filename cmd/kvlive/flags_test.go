@@ -22,6 +22,7 @@ func TestBadFlagsAndUnknownCommandsAreErrors(t *testing.T) {
 		{"run", "--workers", "-5"},
 		{"run", "--planner-workers", "0"},
 		{"run", "--rate", "-1"},
+		{"run", "--listen-config", "nats.conf", "--nats-url", "nats://127.0.0.1:4222"},
 		{"demo", "--running-percent", "150"},
 		{"rollout", "stats", "x"},
 		{"dlq", "shred"},
@@ -105,13 +106,19 @@ func TestListenersDefaultToLoopback(t *testing.T) {
 	}
 }
 
-// TestEmbeddedNATSRefusesToListenBeyondLoopback: the embedded server has no
-// authentication, so kvlive run will not expose it; and credentials meant
-// for --nats-url are refused rather than silently unused.
+// TestEmbeddedNATSRefusesToListenBeyondLoopback: without a listen
+// configuration that says who may connect, kvlive run will not expose its
+// embedded server; and credentials meant for --nats-url are refused rather
+// than silently unused.
 func TestEmbeddedNATSRefusesToListenBeyondLoopback(t *testing.T) {
+	noAuth := filepath.Join(t.TempDir(), "tls-only.conf")
+	if err := os.WriteFile(noAuth, []byte("# who may connect: nobody said\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, o := range []*runOptions{
 		{listen: "0.0.0.0:4222", dataDir: t.TempDir()},
 		{listen: "192.0.2.7:4222", dataDir: t.TempDir()},
+		{listen: "0.0.0.0:4222", dataDir: t.TempDir(), listenConfig: noAuth},
 		{listen: "127.0.0.1:0", dataDir: t.TempDir(), nats: natsFlags{auth: natsAuthFlags{Auth: bus.Auth{User: "kvlive"}}}},
 	} {
 		_, _, closeAll, err := o.connect(nil)

@@ -92,11 +92,11 @@ func (s *storeFlags) withReader(cmd *cobra.Command, g *globals, fn func(context.
 // connect reaches --nats-url, or starts a server that does not listen on
 // --data-dir's store.
 func (s *storeFlags) connect(log *slog.Logger) (*nats.Conn, func() error, error) {
+	auth, err := s.auth.options()
+	if err != nil {
+		return nil, nil, err
+	}
 	if s.dataDir == "" {
-		auth, err := s.auth.options()
-		if err != nil {
-			return nil, nil, err
-		}
 		nc, err := bus.Connect("kvlive-inspect", log, s.url, auth...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w (is kvlive run up? after kvlive demo --data-dir DIR, pass --data-dir DIR)", err)
@@ -110,7 +110,9 @@ func (s *storeFlags) connect(log *slog.Logger) (*nats.Conn, func() error, error)
 			return nil, nil, fmt.Errorf("--data-dir %s: %w by %s (pid %d), which serves it to no other process; "+
 				"read it once that has finished", s.dataDir, bus.ErrStoreInUse, h.Command, h.PID)
 		}
-		nc, err := bus.Connect("kvlive-inspect", log, h.URL)
+		// With the credentials given, should kvlive run's --listen-config
+		// require them.
+		nc, err := bus.Connect("kvlive-inspect", log, h.URL, auth...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--data-dir %s is served by %s (pid %d) at %s: %w", s.dataDir, h.Command, h.PID, h.URL, err)
 		}

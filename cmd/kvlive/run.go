@@ -56,6 +56,7 @@ type runOptions struct {
 	kube           *kube.Flags
 	nats           natsFlags
 	listen         string
+	listenConfig   string
 	dataDir        string
 	stages         []string
 	workers        int
@@ -88,7 +89,8 @@ subset, so planners and appliers can scale out as replicas on a NATS cluster.`,
 	f.Float32Var(&o.kube.QPS, "qps", 200, "Kubernetes client queries per second (the API server's own priority and fairness still queues them)")
 	f.IntVar(&o.kube.Burst, "burst", 400, "Kubernetes client burst")
 	o.nats.bind(f, "external NATS server or cluster URL(s); empty embeds a server")
-	f.StringVar(&o.listen, "listen", "127.0.0.1:4222", "address the embedded NATS server listens on")
+	f.StringVar(&o.listen, "listen", "127.0.0.1:4222", "address the embedded NATS server listens on (beyond loopback only with --listen-config)")
+	f.StringVar(&o.listenConfig, "listen-config", "", "nats-server configuration file whose authorization (and tls) blocks say who may connect to the embedded server")
 	f.StringVar(&o.dataDir, "data-dir", defaultDataDir(), "embedded NATS JetStream store directory")
 	f.StringSliceVar(&o.stages, "stages", pipeline.AllStages, "stages to run: watcher, planner, applier")
 	f.IntVar(&o.workers, "workers", 32, "applier workers: VMs moved at once")
@@ -131,6 +133,8 @@ func (o *runOptions) validate() error {
 		return fmt.Errorf("%w: --rate %g: want 0 (no cap) or a positive number of moves per second", errUsage, o.rate)
 	case o.observeTimeout < 0:
 		return fmt.Errorf("%w: --observe-timeout %s: want 0 (off) or a positive duration", errUsage, o.observeTimeout)
+	case o.listenConfig != "" && o.nats.url != "":
+		return fmt.Errorf("%w: --listen-config is the embedded server's; with --nats-url, configure that server", errUsage)
 	}
 	return checkPolicy(o.policy)
 }
@@ -275,28 +279,40 @@ func (o *runOptions) connect(log *slog.Logger) (js jetstream.JetStream, ready fu
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("%w: --listen port %q", errUsage, portStr)
 		}
-		if !isLoopback(host) {
-			return nil, nil, nil, fmt.Errorf("%w: --listen %s: the embedded NATS server has no authentication, so it listens on loopback only; "+
-				"to share kvlive's bus, run a NATS server with authentication (and TLS) and point --nats-url at it", errUsage, o.listen)
+		var auth *bus.ListenAuth
+		if o.listenConfig != "" {
+			if auth, err = bus.LoadListenAuth(o.listenConfig); err != nil {
+				return nil, nil, nil, fmt.Errorf("%w: --listen-config: %w", errUsage, err)
+			}
+		}
+		if !isLoopback(host) && auth == nil {
+			return nil, nil, nil, fmt.Errorf("%w: --listen %s: beyond loopback the embedded NATS server needs --listen-config, "+
+				"a nats-server configuration whose authorization block says who may connect (and whose tls block, TLS); "+
+				"or run a NATS server of your own and point --nats-url at it", errUsage, o.listen)
 		}
 		if !o.nats.auth.IsZero() || o.nats.auth.passwordFile != "" || o.nats.auth.tokenFile != "" {
-			return nil, nil, nil, fmt.Errorf("%w: NATS credentials and TLS are for --nats-url; the embedded server takes none", errUsage)
+			return nil, nil, nil, fmt.Errorf("%w: NATS credentials and TLS are for --nats-url; the embedded server's are in --listen-config", errUsage)
 		}
 		store, err := bus.OpenStore(o.dataDir)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: o.dataDir, Host: host, Port: port})
+		ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: o.dataDir, Host: host, Port: port, Auth: auth})
 		if err != nil {
 			_ = store.Close()
 			return nil, nil, nil, err
+		}
+		var self []nats.Option
+		if auth != nil {
+			self = auth.Self()
+			log.Info("embedded NATS server requires authorization", "config", auth.Path, "tls", auth.TLS())
 		}
 		closers = append(closers, func() error { ns.Shutdown(); ns.WaitForShutdown(); return store.Close() })
 		if err := store.Advertise("kvlive run", ns.ClientURL()); err != nil {
 			log.Warn("the store does not say where it is served; read commands will need --nats-url", "err", err)
 		}
 		log.Info("embedded NATS server started", "url", ns.ClientURL(), "store", o.dataDir)
-		if nc, err = bus.ConnectEmbedded(ns, "kvlive", log); err != nil {
+		if nc, err = bus.ConnectEmbedded(ns, "kvlive", log, self...); err != nil {
 			ns.Shutdown()
 			return nil, nil, nil, err
 		}

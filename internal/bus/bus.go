@@ -22,20 +22,17 @@ type EmbeddedOptions struct {
 	Host       string
 	Port       int
 	DontListen bool
+	// Auth, when set, is who may connect and how (TLS); kvlive's own
+	// connection then needs Auth.Self().
+	Auth *ListenAuth
 }
 
 // StartEmbedded starts a JetStream-enabled NATS server in this process.
 func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
-	opts := &server.Options{
-		ServerName: "kvlive",
-		JetStream:  true,
-		StoreDir:   o.StoreDir,
-		Host:       o.Host,
-		Port:       o.Port,
-		DontListen: o.DontListen,
-		NoSigs:     true,
-		NoLog:      true,
-	}
+	opts := o.Auth.serverOptions()
+	opts.ServerName, opts.JetStream, opts.StoreDir = "kvlive", true, o.StoreDir
+	opts.Host, opts.Port, opts.DontListen = o.Host, o.Port, o.DontListen
+	opts.NoSigs, opts.NoLog = true, true
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("nats: embedded server: %w", err)
@@ -48,9 +45,10 @@ func StartEmbedded(o EmbeddedOptions) (*server.Server, error) {
 	return ns, nil
 }
 
-// ConnectEmbedded connects to an embedded server in-process, bypassing the network.
-func ConnectEmbedded(ns *server.Server, name string, log *slog.Logger) (*nats.Conn, error) {
-	return Connect(name, log, "", nats.InProcessServer(ns))
+// ConnectEmbedded connects to an embedded server in-process, bypassing the
+// network (and TLS); extra logs in to a server with EmbeddedOptions.Auth.
+func ConnectEmbedded(ns *server.Server, name string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
+	return Connect(name, log, "", append([]nats.Option{nats.InProcessServer(ns)}, extra...)...)
 }
 
 // Connect connects to url with reconnects that never give up, so a NATS

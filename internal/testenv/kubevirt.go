@@ -220,6 +220,18 @@ func startVirtController(t *testing.T, bin, kubeconfig string) {
 	}
 }
 
+// ServingCert writes a self-signed server certificate for 127.0.0.1 and its
+// key into t.TempDir(); the certificate is its own CA.
+func ServingCert(t testing.TB) (certFile, keyFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "serving.crt"), filepath.Join(dir, "serving.key")
+	if err := writeServingCert(certFile, keyFile); err != nil {
+		t.Fatalf("testenv: serving certificate: %v", err)
+	}
+	return certFile, keyFile
+}
+
 // writeServingCert writes a self-signed ECDSA certificate for 127.0.0.1.
 func writeServingCert(certFile, keyFile string) error {
 	return writeCert(certFile, keyFile, &x509.Certificate{
