@@ -242,8 +242,8 @@ func TestEmbeddedServerSharedBeyondLoopback(t *testing.T) {
 		users.String(), cert, key), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
-	e.startKvlive("embedded, shared", []string{"run", "--kubeconfig", e.kubeconfig, "--data-dir", t.TempDir(),
+	port, dataDir := freePort(t), t.TempDir()
+	e.startKvlive("embedded, shared", []string{"run", "--kubeconfig", e.kubeconfig, "--data-dir", dataDir,
 		"--listen", fmt.Sprintf("0.0.0.0:%d", port), "--listen-config", conf, "--metrics-addr", "127.0.0.1:0"})
 	e.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", port)
 	user := func(name string) []string {
@@ -277,8 +277,12 @@ func TestEmbeddedServerSharedBeyondLoopback(t *testing.T) {
 	if !switchOutput.MatchString(out) {
 		t.Errorf("kvlive switch as the operator printed %q", out)
 	}
-	if out := e.kvliveCommand(time.Minute, append([]string{"events", "--nats-url", e.natsURL}, reader...)...); !strings.Contains(out, eventID) {
-		t.Errorf("kvlive events as the reader:\n%s", out)
+	// By URL, and by the store the process advertises (at loopback, which
+	// its certificate names, not 0.0.0.0).
+	for _, at := range [][]string{{"--nats-url", e.natsURL}, {"--data-dir", dataDir}} {
+		if out := e.kvliveCommand(time.Minute, append(append([]string{"events"}, at...), reader...)...); !strings.Contains(out, eventID) {
+			t.Errorf("kvlive events %s as the reader:\n%s", at[0], out)
+		}
 	}
 	stderr := e.kvliveFails(time.Minute, append([]string{"switch", "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig, "-A",
 		"--from", "clusterinstancetype/" + itLarge, "--to", "clusterinstancetype/" + itMedium, "--yes"}, reader...)...)

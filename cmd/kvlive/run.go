@@ -308,10 +308,10 @@ func (o *runOptions) connect(log *slog.Logger) (js jetstream.JetStream, ready fu
 			log.Info("embedded NATS server requires authorization", "config", auth.Path, "tls", auth.TLS())
 		}
 		closers = append(closers, func() error { ns.Shutdown(); ns.WaitForShutdown(); return store.Close() })
-		if err := store.Advertise("kvlive run", ns.ClientURL()); err != nil {
+		if err := store.Advertise("kvlive run", bus.LocalURL(ns)); err != nil {
 			log.Warn("the store does not say where it is served; read commands will need --nats-url", "err", err)
 		}
-		log.Info("embedded NATS server started", "url", ns.ClientURL(), "store", o.dataDir)
+		log.Info("embedded NATS server started", "url", bus.LocalURL(ns), "listen", o.listen, "store", o.dataDir)
 		if nc, err = bus.ConnectEmbedded(ns, "kvlive", log, self...); err != nil {
 			ns.Shutdown()
 			return nil, nil, nil, err

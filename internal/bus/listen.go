@@ -3,6 +3,8 @@ package bus
 import (
 	"crypto/rand"
 	"fmt"
+	"net"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -101,4 +103,22 @@ func (a *ListenAuth) serverOptions() *server.Options {
 		return &server.Options{}
 	}
 	return a.opts.Clone()
+}
+
+// LocalURL is where a process on this machine reaches ns: its client URL,
+// with loopback for an address that listens on every interface (0.0.0.0,
+// ::), which is no address to dial, nor one a certificate names.
+func LocalURL(ns *server.Server) string {
+	u, err := url.Parse(ns.ClientURL())
+	if err != nil {
+		return ns.ClientURL()
+	}
+	if ip := net.ParseIP(u.Hostname()); ip != nil && ip.IsUnspecified() {
+		loopback := "127.0.0.1"
+		if ip.To4() == nil {
+			loopback = "::1"
+		}
+		u.Host = net.JoinHostPort(loopback, u.Port())
+	}
+	return u.String()
 }
