@@ -234,7 +234,10 @@ func (e *env) startStandin() {
 // stand-in's record of the pins it booted with.
 func (e *env) waitPinned() {
 	e.t.Helper()
-	e.waitFor("the stand-in to pin every VM", settleTimeout, func() (bool, string) {
+	// The stand-in pins about 150 VMs a second on two cores: a bench's
+	// 100,000-VM fleet takes longer than any test's.
+	timeout := max(settleTimeout, time.Duration(len(e.shapes))*10*time.Millisecond)
+	e.waitFor("the stand-in to pin every VM", timeout, func() (bool, string) {
 		v := e.view()
 		unpinned := 0
 		for _, vm := range v.vms {
