@@ -169,6 +169,10 @@ func benchApply(t *testing.T, tab *benchTable) {
 	tab.add("memory", fmt.Sprintf("kvlive run RSS, %d VMs cached (defaults, after two rollouts)", len(e.shapes)), mib(rss(t, proc)), "")
 	benchLatency(t, e, tab)
 	benchStore(t, e, tab, firstRollout)
+	// The control: the raw loop's switch while kvlive run (idle: a switch
+	// made without it is no event of its) watches the fleet as it does in
+	// a rollout, so the API server also feeds kvlive's informers.
+	watched := e.benchRawLoop(on, true, benchDefaults)
 	proc.terminate()
 
 	for _, s := range []benchSettings{benchLarge, benchDefaults} {
@@ -181,6 +185,9 @@ func benchApply(t *testing.T, tab *benchTable) {
 			tab.add("cpu", what, "raw loop "+raw.cpu.perVM(len(moved())), "")
 		}
 	}
+	what := fmt.Sprintf("switch %d VMs, %s, raw loop while kvlive run watches (idle)", len(moved()), benchDefaults)
+	tab.add("apply", what, fmt.Sprintf("raw loop %.0f VMs/s", watched.rate), fmt.Sprintf("kvlive %.2f× it", kvlive[benchDefaults.name][1].rate/watched.rate))
+	tab.add("cpu", what, "raw loop "+watched.cpu.perVM(len(moved())), "")
 	kRepin, kSwitch := e.benchKubectlLoop(on, false), e.benchKubectlLoop(on, true)
 	d := kvlive[benchDefaults.name]
 	tab.add("apply", fmt.Sprintf("kubectl loop, %d VMs, re-pin / switch", *benchKubectlVMs), fmt.Sprintf("%.1f / %.1f VMs/s", kRepin, kSwitch),
