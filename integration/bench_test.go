@@ -154,14 +154,14 @@ func benchApply(t *testing.T, tab *benchTable) {
 		if firstRollout == "" {
 			firstRollout = repin.eventID
 		}
-		wait := func() {}
+		profiled := func() {}
 		if s == benchDefaults {
 			// As long as the re-pin took, within the switch.
 			took := time.Duration(float64(len(moved())) / repin.rate * 0.8 * float64(time.Second))
-			wait = e.profileKvlive(proc, "the switch at the defaults", min(max(took, 2*time.Second), 30*time.Second))
+			profiled = e.profileKvlive(proc, "the switch at the defaults", min(max(took, 2*time.Second), 30*time.Second))
 		}
 		kvlive[s.name] = [2]applyRun{repin, e.benchKvliveRollout(on, true)}
-		wait()
+		profiled()
 		if s != benchDefaults {
 			proc.terminate()
 		}

@@ -109,23 +109,29 @@ func (c cpuUse) perVM(vms int) string {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // profileKvlive takes a CPU profile of a kvlive run started with
-// --profiling for the given time, in the background, and logs its top
-// functions when done; wait returns once it is logged.
-func (e *env) profileKvlive(p *kvliveProc, what string, d time.Duration) (wait func()) {
+// --profiling for the given time, in the background; done waits for it and
+// logs its top functions. Call done once the measured run is over: go tool
+// pprof is a child of this process, and its CPU would count as the kvlive
+// CLI's and slow the rollout it profiles.
+func (e *env) profileKvlive(p *kvliveProc, what string, d time.Duration) (done func()) {
 	e.t.Helper()
 	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", e.metricsAddr(p), int(d.Seconds()))
-	done := make(chan struct{})
+	var path string
+	var err error
+	fetched := make(chan struct{})
 	go func() {
-		defer close(done)
-		path, err := fetchProfile(url, what)
+		defer close(fetched)
+		path, err = fetchProfile(url, what)
+	}()
+	return func() {
+		<-fetched
 		if err != nil {
 			e.t.Logf("profile of kvlive run (%s): %v", what, err)
 			return
 		}
 		out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=30", kvliveBin, path).CombinedOutput()
 		e.t.Logf("profile of kvlive run during %s (%v), kept in %s:\n%s", what, err, path, out)
-	}()
-	return func() { <-done }
+	}
 }
 
 // fetchProfile saves the profile at url in a file of its own that outlives
