@@ -178,6 +178,7 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 
 	m := telemetry.New()
 	m.ConsumerLag(js)
+	m.NATSAsyncErrors(bus.AsyncErrors)
 	var ready atomic.Pointer[pipeline.Running]
 	serveErr := make(chan error, 1)
 	if o.metricsAddr != "" {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -51,6 +52,14 @@ func ConnectEmbedded(ns *server.Server, name string, log *slog.Logger, extra ...
 	return Connect(name, log, "", append([]nats.Option{nats.InProcessServer(ns)}, extra...)...)
 }
 
+// asyncErrors counts the asynchronous errors NATS reported to this
+// process's connections.
+var asyncErrors atomic.Int64
+
+// AsyncErrors is how many asynchronous errors (a slow consumer's dropped
+// messages, a permissions violation) NATS has reported to this process.
+func AsyncErrors() int64 { return asyncErrors.Load() }
+
 // Connect connects to url with reconnects that never give up, so a NATS
 // restart pauses kvlive instead of ending it.
 func Connect(name string, log *slog.Logger, url string, extra ...nats.Option) (*nats.Conn, error) {
@@ -74,6 +83,7 @@ func Connect(name string, log *slog.Logger, url string, extra ...nats.Option) (*
 			}
 			// A slow consumer's dropped JetStream messages are unacked,
 			// so the server delivers them again after the ack wait.
+			asyncErrors.Add(1)
 			log.Warn("nats asynchronous error", "subject", subject, "err", err)
 		}),
 	}, extra...)

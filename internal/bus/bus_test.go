@@ -1,49 +1,34 @@
-package bus
+package bus_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"kvlive/internal/bus"
+	"kvlive/internal/testenv"
 )
-
-// syncBuffer is a bytes.Buffer safe for the logger and the test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestAsynchronousErrorsAreLogged: a subscription that falls behind drops
 // messages (nats.go's slow consumer); kvlive's log says so, with the
-// subject, instead of nats.go printing to stderr.
+// subject, instead of nats.go printing to stderr, and the count behind
+// kvlive_nats_async_errors_total goes up.
 func TestAsynchronousErrorsAreLogged(t *testing.T) {
-	ns, err := StartEmbedded(EmbeddedOptions{StoreDir: t.TempDir(), DontListen: true})
+	ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), DontListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	var logs syncBuffer
-	nc, err := ConnectEmbedded(ns, t.Name(), slog.New(slog.NewTextHandler(&logs, nil)))
+	var logs testenv.LogBuffer
+	nc, err := bus.ConnectEmbedded(ns, t.Name(), slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
+	before := bus.AsyncErrors()
 	release := make(chan struct{})
 	sub, err := nc.Subscribe("slow", func(*nats.Msg) { <-release })
 	if err != nil {
@@ -70,5 +55,8 @@ func TestAsynchronousErrorsAreLogged(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "subject=slow") {
 		t.Errorf("the log does not name the subject:\n%s", logs.String())
+	}
+	if bus.AsyncErrors() == before {
+		t.Error("the asynchronous error was not counted")
 	}
 }

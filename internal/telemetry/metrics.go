@@ -189,6 +189,18 @@ func (m *Metrics) QueueDepth(name string, depth func() int) {
 	}, func() float64 { return float64(depth()) }))
 }
 
+// NATSAsyncErrors exports how many asynchronous errors (slow consumers
+// dropping messages, permission violations) NATS reported to this process,
+// read at scrape time.
+func (m *Metrics) NATSAsyncErrors(n func() int64) {
+	if m == nil {
+		return
+	}
+	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "kvlive_nats_async_errors_total", Help: "Asynchronous errors NATS reported (a slow consumer's dropped messages are delivered again after the ack wait).",
+	}, func() float64 { return float64(n()) }))
+}
+
 // WatcherBacklog exports how many objects have a change the watcher could
 // not publish yet (it retries them until they go), read at scrape time.
 func (m *Metrics) WatcherBacklog(n func() int) {

@@ -58,3 +58,24 @@ func TestProfilingIsServedOnlyWhenAskedFor(t *testing.T) {
 		}
 	}
 }
+
+// TestNATSAsyncErrorsAreExported: the count NATSAsyncErrors is given is
+// read at scrape time.
+func TestNATSAsyncErrorsAreExported(t *testing.T) {
+	m, n := New(), int64(0)
+	m.NATSAsyncErrors(func() int64 { return n })
+	n = 3
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "kvlive_nats_async_errors_total" {
+			if got := f.GetMetric()[0].GetCounter().GetValue(); got != 3 {
+				t.Errorf("kvlive_nats_async_errors_total = %v, want 3", got)
+			}
+			return
+		}
+	}
+	t.Error("kvlive_nats_async_errors_total is not exported")
+}
