@@ -17,6 +17,7 @@ import (
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/lru"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
@@ -84,9 +85,9 @@ type Applier struct {
 	// gateNotes is when each batched rollout's waiting gate was last noted.
 	gateNotesMu sync.Mutex
 	gateNotes   map[string]time.Time
-	// known is what each event's rollout record says, once read.
-	knownMu sync.Mutex
-	known   map[string]knownRollout
+	// known is what each event's rollout record says, once read
+	// (knownRollout by event id).
+	known *lru.Cache
 	// slots cap each rollout's VMs in flight in this applier (MaxInFlight).
 	slots *rolloutSlots
 }
@@ -117,7 +118,7 @@ func New(cfg Config) (*Applier, error) {
 		limiter = rate.NewLimiter(rate.Limit(cfg.Rate), max(int(cfg.Rate), 1))
 	}
 	return &Applier{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}, limiter: limiter,
-		observers: make(chan struct{}, maxObservers), gateNotes: map[string]time.Time{}, known: map[string]knownRollout{}, slots: newRolloutSlots()}, nil
+		observers: make(chan struct{}, maxObservers), gateNotes: map[string]time.Time{}, known: lru.New(maxKnownRollouts), slots: newRolloutSlots()}, nil
 }
 
 // Run consumes plans until ctx ends. The fleet must be running.
@@ -223,9 +224,8 @@ const maxKnownRollouts = 4096
 // the plan's target. Anything else, published by whoever can reach the
 // plans subjects, is dead-lettered and writes nothing.
 func (a *Applier) checkPlanned(ctx context.Context, plan events.Plan) (knownRollout, error) {
-	a.knownMu.Lock()
-	r, known := a.known[plan.EventID]
-	a.knownMu.Unlock()
+	v, known := a.known.Get(plan.EventID)
+	r, _ := v.(knownRollout)
 	if !known {
 		rec, ok, err := rollout.Record(ctx, a.cfg.JetStream, plan.EventID)
 		switch {
@@ -235,12 +235,7 @@ func (a *Applier) checkPlanned(ctx context.Context, plan events.Plan) (knownRoll
 			return r, fmt.Errorf("%w: event %s has no rollout record (forged, or recorded longer ago than the replay horizon)", errNotPlanned, plan.EventID)
 		}
 		r = knownRollout{object: rec.Object, maxInFlight: rec.Policy.MaxInFlight}
-		a.knownMu.Lock()
-		if len(a.known) >= maxKnownRollouts {
-			clear(a.known)
-		}
-		a.known[plan.EventID] = r
-		a.knownMu.Unlock()
+		a.known.Add(plan.EventID, r)
 	}
 	if r.object != plan.Target.Object {
 		return r, fmt.Errorf("%w: event %s rolls %s out, the plan targets %s", errNotPlanned, plan.EventID, r.object, plan.Target.Object)

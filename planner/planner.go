@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/lru"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
@@ -83,29 +83,12 @@ type Planner struct {
 	// final, so an object edited many times within the replay horizon does
 	// not have every earlier rollout accounted again at each edit (the
 	// bench's edit-to-write latency grew with every edit of one object).
-	settledMu sync.Mutex
-	settled   map[string]struct{}
+	// Forgetting one costs only accounting it again.
+	settled *lru.Cache
 }
 
-// maxSettled bounds the rollouts the planner remembers as settled; past
-// it the set starts over, which costs only accounting them again.
+// maxSettled bounds the rollouts the planner remembers as settled.
 const maxSettled = 4096
-
-func (p *Planner) isSettled(id string) bool {
-	p.settledMu.Lock()
-	defer p.settledMu.Unlock()
-	_, ok := p.settled[id]
-	return ok
-}
-
-func (p *Planner) markSettled(id string) {
-	p.settledMu.Lock()
-	defer p.settledMu.Unlock()
-	if p.settled == nil || len(p.settled) >= maxSettled {
-		p.settled = map[string]struct{}{}
-	}
-	p.settled[id] = struct{}{}
-}
 
 // New builds a Planner; nothing runs until Run.
 func New(cfg Config) (*Planner, error) {
@@ -125,7 +108,7 @@ func New(cfg Config) (*Planner, error) {
 	if cfg.TraceFanout <= 0 {
 		cfg.TraceFanout = DefaultTraceFanout
 	}
-	return &Planner{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}}, nil
+	return &Planner{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}, settled: lru.New(maxSettled)}, nil
 }
 
 // Run consumes events until ctx ends and the events being planned are
@@ -294,7 +277,7 @@ func (p *Planner) supersede(ctx context.Context, w work) ([]string, error) {
 	var superseded []string
 	for _, id := range ids {
 		gen, err := strconv.ParseInt(strings.TrimPrefix(id, prefix), 10, 64)
-		if err != nil || gen >= w.generation || p.isSettled(id) {
+		if _, settled := p.settled.Get(id); err != nil || gen >= w.generation || settled {
 			continue
 		}
 		a, err := rollout.AccountOf(ctx, p.cfg.JetStream, id)
@@ -302,7 +285,7 @@ func (p *Planner) supersede(ctx context.Context, w work) ([]string, error) {
 			continue
 		}
 		if a.Done() || a.Phase == rollout.PhaseAborted {
-			p.markSettled(id)
+			p.settled.Add(id, struct{}{})
 			continue
 		}
 		if store == nil {
