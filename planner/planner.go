@@ -282,7 +282,10 @@ func (p *Planner) supersede(ctx context.Context, w work) ([]string, error) {
 		}
 		a, err := rollout.AccountOf(ctx, p.cfg.JetStream, id)
 		if err != nil {
-			continue
+			// Planning past it would leave two rollouts moving the same
+			// VMs: the event is retried, and dead-lettered with this
+			// reason once its deliveries run out.
+			return nil, fmt.Errorf("cannot tell whether %s, an older rollout of %s, still runs: %w", id, w.target.Object, err)
 		}
 		if a.Done() || a.Phase == rollout.PhaseAborted {
 			p.settled.Add(id, struct{}{})
