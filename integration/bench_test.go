@@ -50,7 +50,7 @@ var (
 	benchMemory     = flag.String("bench.memory", "10000", "fleet sizes (comma separated) whose kvlive run RSS is read")
 	benchRollouts   = flag.Int("bench.store-rollouts", 100, "rollouts the store holds for the per-event commands")
 	benchPlans      = flag.Int("bench.plans", 20000, "plans sent through each bus")
-	benchSections   = flag.String("bench.sections", "apply,planner,memory,bus", "sections to run")
+	benchSections   = flag.String("bench.sections", "apply,planner,memory,bus", "sections to run (apply includes latency and store; latency alone is quicker)")
 	benchCached     = flag.String("bench.cached", "10000,100000", "cached fleet sizes (comma separated) the planner plans against")
 )
 
@@ -125,7 +125,7 @@ func TestBench(t *testing.T) {
 	for _, s := range []struct {
 		name string
 		run  func(*testing.T, *benchTable)
-	}{{"apply", benchApply}, {"planner", benchPlanner}, {"memory", benchRSS}, {"bus", benchBus}} {
+	}{{"apply", benchApply}, {"latency", benchLatencyAlone}, {"planner", benchPlanner}, {"memory", benchRSS}, {"bus", benchBus}} {
 		if slices.Contains(strings.Split(*benchSections, ","), s.name) {
 			t.Run(s.name, func(t *testing.T) { s.run(t, tab) })
 		}
@@ -147,6 +147,7 @@ func benchApply(t *testing.T, tab *benchTable) {
 	kvlive := map[string][2]applyRun{}
 	var firstRollout string
 	var proc *kvliveProc
+	var profileFor time.Duration
 	for _, s := range []benchSettings{benchLarge, benchDefaults} {
 		proc = e.runKvlive("kvlive "+s.name, append(s.args(), "--profiling")...)
 		e.waitGenerations()
@@ -158,7 +159,10 @@ func benchApply(t *testing.T, tab *benchTable) {
 		if s == benchDefaults {
 			// As long as the re-pin took, within the switch.
 			took := time.Duration(float64(len(moved())) / repin.rate * 0.8 * float64(time.Second))
-			profiled = e.profileKvlive(proc, "the switch at the defaults", min(max(took, 2*time.Second), 30*time.Second))
+			profileFor = min(max(took, 2*time.Second), 30*time.Second)
+			kvliveDone := e.profileKvlive(proc, "the switch at the defaults", profileFor)
+			apiDone := e.profileAPIServer("kvlive's switch at the defaults", profileFor)
+			profiled = func() { kvliveDone(); apiDone() }
 		}
 		kvlive[s.name] = [2]applyRun{repin, e.benchKvliveRollout(on, true)}
 		profiled()
@@ -178,27 +182,48 @@ func benchApply(t *testing.T, tab *benchTable) {
 	for _, s := range []benchSettings{benchLarge, benchDefaults} {
 		k := kvlive[s.name]
 		for i, move := range []string{"re-pin", "switch"} {
+			profiled := func() {}
+			if s == benchDefaults && i == 1 {
+				profiled = e.profileAPIServer("the raw loop's switch at the defaults", profileFor)
+			}
 			raw := e.benchRawLoop(on, i == 1, s)
+			profiled()
 			what := fmt.Sprintf("%s %d VMs, %s", move, len(moved()), s)
 			tab.add("apply", what, fmt.Sprintf("kvlive %.0f VMs/s, raw loop %.0f VMs/s", k[i].rate, raw.rate), fmt.Sprintf("%.2f× raw (aim ≥ 0.8)", k[i].rate/raw.rate))
 			tab.add("cpu", what, "kvlive "+k[i].cpu.perVM(len(moved())), "")
 			tab.add("cpu", what, "raw loop "+raw.cpu.perVM(len(moved())), "")
+			tab.add("api", what, "kvlive "+k[i].api.perVM(len(moved())), "")
+			tab.add("api", what, "raw loop "+raw.api.perVM(len(moved())), "")
 		}
 	}
 	what := fmt.Sprintf("switch %d VMs, %s, raw loop while kvlive run watches (idle)", len(moved()), benchDefaults)
 	tab.add("apply", what, fmt.Sprintf("raw loop %.0f VMs/s", watched.rate), fmt.Sprintf("kvlive %.2f× it", kvlive[benchDefaults.name][1].rate/watched.rate))
 	tab.add("cpu", what, "raw loop "+watched.cpu.perVM(len(moved())), "")
+	tab.add("api", what, "raw loop "+watched.api.perVM(len(moved())), "")
 	kRepin, kSwitch := e.benchKubectlLoop(on, false), e.benchKubectlLoop(on, true)
 	d := kvlive[benchDefaults.name]
 	tab.add("apply", fmt.Sprintf("kubectl loop, %d VMs, re-pin / switch", *benchKubectlVMs), fmt.Sprintf("%.1f / %.1f VMs/s", kRepin, kSwitch),
 		fmt.Sprintf("kvlive at defaults %.0f× / %.0f× (aim ≥ 50)", d[0].rate/kRepin, d[1].rate/kSwitch))
 }
 
+// benchLatencyAlone is the latency figures without the apply and store
+// runs around them, on the same fleet, for profiling the path from an
+// edit to the first write.
+func benchLatencyAlone(t *testing.T, tab *benchTable) {
+	e := newEnv(t, fleetOptions{namespaces: 4, perIT: map[string]int{itMedium: *benchVMs, itSmall: 20}})
+	proc := e.runKvlive("kvlive defaults", append(benchDefaults.args(), "--profiling")...)
+	e.waitGenerations()
+	benchLatency(t, e, tab)
+	proc.terminate()
+}
+
 // applyRun is one apply-throughput run: VMs moved per second, the CPU
-// each process used meanwhile, and kvlive's event id.
+// each process used meanwhile, what the API server served, and kvlive's
+// event id.
 type applyRun struct {
 	rate    float64
 	cpu     cpuUse
+	api     apiUse
 	eventID string
 }
 
@@ -206,7 +231,7 @@ type applyRun struct {
 // the other) and measures the VMs moved per second, edit to last outcome.
 func (e *env) benchKvliveRollout(on *fleetOn, swtch bool) applyRun {
 	e.t.Helper()
-	before := readCPU(e.t)
+	before, apiBefore := readCPU(e.t), e.readAPI()
 	start := time.Now()
 	var id string
 	if swtch {
@@ -221,7 +246,7 @@ func (e *env) benchKvliveRollout(on *fleetOn, swtch bool) applyRun {
 		id = e.benchEdit(on.it)
 	}
 	p := e.follow(id)
-	cpu := readCPU(e.t).since(before)
+	cpu, api := readCPU(e.t).since(before), e.readAPI().since(apiBefore)
 	first, last, wrote := time.Time{}, time.Time{}, 0
 	for _, o := range p.Outcomes {
 		if o.Wrote {
@@ -242,7 +267,7 @@ func (e *env) benchKvliveRollout(on *fleetOn, swtch bool) applyRun {
 		on.swap()
 	}
 	e.waitPinnedTo(on.it)
-	return applyRun{rate: float64(wrote) / last.Sub(start).Seconds(), cpu: cpu, eventID: id}
+	return applyRun{rate: float64(wrote) / last.Sub(start).Seconds(), cpu: cpu, api: api, eventID: id}
 }
 
 // benchEdit changes an instance type's spec to one it has not had (its
@@ -317,7 +342,7 @@ func (e *env) benchRawLoop(on *fleetOn, swtch bool, s benchSettings) applyRun {
 	}
 	work := make(chan *virtv1.VirtualMachine)
 	errs := make(chan error, len(vms))
-	before := readCPU(e.t)
+	before, apiBefore := readCPU(e.t), e.readAPI()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range s.wrk {
@@ -333,7 +358,7 @@ func (e *env) benchRawLoop(on *fleetOn, swtch bool, s benchSettings) applyRun {
 	close(work)
 	wg.Wait()
 	took := time.Since(start)
-	cpu := readCPU(e.t).since(before)
+	cpu, api := readCPU(e.t).since(before), e.readAPI().since(apiBefore)
 	close(errs)
 	for err := range errs {
 		if err != nil {
@@ -344,7 +369,7 @@ func (e *env) benchRawLoop(on *fleetOn, swtch bool, s benchSettings) applyRun {
 		on.swap()
 	}
 	e.waitPinnedTo(on.it)
-	return applyRun{rate: float64(len(vms)) / took.Seconds(), cpu: cpu}
+	return applyRun{rate: float64(len(vms)) / took.Seconds(), cpu: cpu, api: api}
 }
 
 func rawMove(ctx context.Context, c kube.Clients, vm *virtv1.VirtualMachine, target *v1beta1.VirtualMachineClusterInstancetype, swtch bool) error {

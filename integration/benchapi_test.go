@@ -1,0 +1,131 @@
+//go:build integration && bench
+
+package integration
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"kvlive/internal/testenv"
+)
+
+// apiUse is what the API server served, from its own metrics: requests by
+// verb and resource, and watch events sent to watchers by resource. The
+// CPU rows say how much more the API server works per VM under kvlive;
+// these say on what.
+type apiUse map[string]float64
+
+// readAPI reads the API server's request and watch-event counters.
+func (e *env) readAPI() apiUse {
+	e.t.Helper()
+	raw, err := e.clients.Kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(e.ctx)
+	if err != nil {
+		e.t.Fatalf("API server metrics: %v", err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		e.t.Fatalf("API server metrics: %v", err)
+	}
+	use := apiUse{}
+	for _, m := range families["apiserver_request_total"].GetMetric() {
+		l := labelsOf(m.GetLabel())
+		key := strings.ToLower(l["verb"]) + " " + l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		use[key] += m.GetCounter().GetValue()
+	}
+	for _, m := range families["apiserver_watch_events_total"].GetMetric() {
+		use["watch event "+labelsOf(m.GetLabel())["resource"]] += m.GetCounter().GetValue()
+	}
+	return use
+}
+
+func labelsOf[L interface {
+	GetName() string
+	GetValue() string
+}](pairs []L) map[string]string {
+	m := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		m[p.GetName()] = p.GetValue()
+	}
+	return m
+}
+
+// since is what the API server served between before and u.
+func (u apiUse) since(before apiUse) apiUse {
+	d := apiUse{}
+	for k, v := range u {
+		if n := v - before[k]; n > 0 {
+			d[k] = n
+		}
+	}
+	return d
+}
+
+// perVM prints the requests and watch events per VM moved, most first,
+// leaving out what came to less than one in twenty VMs.
+func (u apiUse) perVM(vms int) string {
+	keys := make([]string, 0, len(u))
+	for k, v := range u {
+		if v/float64(vms) >= 0.05 {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if u[keys[i]] != u[keys[j]] {
+			return u[keys[i]] > u[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, u[k]/float64(vms)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// profileAPIServer takes a CPU profile of the API server for d, in the
+// background, as profileKvlive does for kvlive run; done waits for it and
+// logs the top functions, cumulative, so kvlive's rollout and the raw
+// loop's can be set side by side.
+func (e *env) profileAPIServer(what string, d time.Duration) (done func()) {
+	e.t.Helper()
+	var raw []byte
+	var err error
+	fetched := make(chan struct{})
+	go func() {
+		defer close(fetched)
+		raw, err = e.clients.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", fmt.Sprint(int(d.Seconds()))).Timeout(d + time.Minute).DoRaw(e.ctx)
+	}()
+	return func() {
+		<-fetched
+		if err != nil {
+			e.t.Logf("profile of kube-apiserver (%s): %v", what, err)
+			return
+		}
+		f, ferr := os.CreateTemp("", "kvlive-bench-apiserver-"+strings.ReplaceAll(what, " ", "-")+"-*.pprof")
+		if ferr == nil {
+			_, ferr = f.Write(raw)
+			ferr = errors.Join(ferr, f.Close())
+		}
+		if ferr != nil {
+			e.t.Logf("profile of kube-apiserver (%s): %v", what, ferr)
+			return
+		}
+		args := []string{"tool", "pprof", "-top", "-cum", "-nodecount=60", testenv.Binary(e.t, "kube-apiserver"), f.Name()}
+		out, err := exec.Command("go", args...).CombinedOutput()
+		e.t.Logf("profile of kube-apiserver during %s (%v), kept in %s:\n%s", what, err, f.Name(), out)
+	}
+}
