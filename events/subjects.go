@@ -75,8 +75,14 @@ func PlanSubject(namespace, eventID string) string {
 	return subjectPlans + "." + namespace + "." + EventToken(eventID)
 }
 
-// PlansOf filters the plans of eventID in every namespace.
-func PlansOf(eventID string) string { return subjectPlans + ".*." + EventToken(eventID) }
+// PlansOf filters the plans of eventID in every namespace; every plan when
+// eventID is empty.
+func PlansOf(eventID string) string {
+	if eventID == "" {
+		return subjectPlans + ".>"
+	}
+	return subjectPlans + ".*." + EventToken(eventID)
+}
 
 // OutcomeSubject is where outcomes for VMs of namespace in eventID are
 // published: kvlive.outcomes.<namespace>.<event>.

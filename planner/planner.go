@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/lru"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
@@ -78,17 +77,7 @@ type Planner struct {
 	cfg    Config
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
-
-	// settled remembers rollouts supersede found finished or aborted, both
-	// final, so an object edited many times within the replay horizon does
-	// not have every earlier rollout accounted again at each edit (the
-	// bench's edit-to-write latency grew with every edit of one object).
-	// Forgetting one costs only accounting it again.
-	settled *lru.Cache
 }
-
-// maxSettled bounds the rollouts the planner remembers as settled.
-const maxSettled = 4096
 
 // New builds a Planner; nothing runs until Run.
 func New(cfg Config) (*Planner, error) {
@@ -108,7 +97,7 @@ func New(cfg Config) (*Planner, error) {
 	if cfg.TraceFanout <= 0 {
 		cfg.TraceFanout = DefaultTraceFanout
 	}
-	return &Planner{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}, settled: lru.New(maxSettled)}, nil
+	return &Planner{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}}, nil
 }
 
 // Run consumes events until ctx ends and the events being planned are
@@ -260,10 +249,15 @@ func (p *Planner) pausedAhead(ctx context.Context, w work) (bool, error) {
 }
 
 // supersede aborts the rollouts of older generations of a changed object
-// that are still running: the new rollout plans every VM of the object,
+// that may still move a VM: the new rollout plans every VM of the object,
 // their remaining VMs included, straight to the newest generation. Each is
 // aborted with the reason, so its VMs not yet moved are skipped saying
-// why, and its staged batches are released to be skipped too.
+// why, and its staged batches are released to be skipped too. Which older
+// rollouts still move is read from the work streams' per-subject state in
+// one pass, however many older rollouts the store holds and however many
+// outcomes they have: a freshly started planner's first edit costs what
+// any later one does. One that moves nothing (settled, or paused with
+// nothing held) has nothing to take over and is left as it is.
 func (p *Planner) supersede(ctx context.Context, w work) ([]string, error) {
 	if w.generation == 0 || w.target.UID == "" {
 		return nil, nil
@@ -273,22 +267,24 @@ func (p *Planner) supersede(ctx context.Context, w work) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	ids = slices.DeleteFunc(ids, func(id string) bool {
+		gen, err := strconv.ParseInt(strings.TrimPrefix(id, prefix), 10, 64)
+		return err != nil || gen >= w.generation
+	})
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	moving, err := rollout.Moving(ctx, p.cfg.JetStream)
+	if err != nil {
+		// Planning past an older rollout that may still run would leave
+		// two moving the same VMs: the event is retried, and
+		// dead-lettered with this reason once its deliveries run out.
+		return nil, fmt.Errorf("cannot tell whether an older rollout of %s still runs: %w", w.target.Object, err)
+	}
 	var store *rollout.Store
 	var superseded []string
 	for _, id := range ids {
-		gen, err := strconv.ParseInt(strings.TrimPrefix(id, prefix), 10, 64)
-		if _, settled := p.settled.Get(id); err != nil || gen >= w.generation || settled {
-			continue
-		}
-		a, err := rollout.AccountOf(ctx, p.cfg.JetStream, id)
-		if err != nil {
-			// Planning past it would leave two rollouts moving the same
-			// VMs: the event is retried, and dead-lettered with this
-			// reason once its deliveries run out.
-			return nil, fmt.Errorf("cannot tell whether %s, an older rollout of %s, still runs: %w", id, w.target.Object, err)
-		}
-		if a.Done() || a.Phase == rollout.PhaseAborted {
-			p.settled.Add(id, struct{}{})
+		if !moving[id] {
 			continue
 		}
 		if store == nil {
@@ -297,8 +293,12 @@ func (p *Planner) supersede(ctx context.Context, w work) ([]string, error) {
 			}
 		}
 		reason := "superseded by " + w.eventID + ", which moves its remaining VMs to generation " + strconv.FormatInt(w.generation, 10)
-		if _, _, err := store.Apply(ctx, id, events.ActionAbort, reason, "kvlive planner", p.cfg.Clock.Now(), false); err != nil {
+		_, changed, err := store.Apply(ctx, id, events.ActionAbort, reason, "kvlive planner", p.cfg.Clock.Now(), false)
+		if err != nil {
 			return nil, err
+		}
+		if !changed {
+			continue // aborted already, by an operator or an earlier edit
 		}
 		superseded = append(superseded, id)
 		p.cfg.Log.Info("rollout superseded", "event", id, "by", w.eventID)

@@ -309,22 +309,59 @@ func EventIDs(ctx context.Context, js jetstream.JetStream, prefix string) ([]str
 // CountSubjects counts the messages of stream under filter, from the
 // stream's per-subject state: no message is read.
 func CountSubjects(ctx context.Context, js jetstream.JetStream, stream, filter string) (int, error) {
+	subjects, err := subjectCounts(ctx, js, stream, filter)
+	n := 0
+	for _, c := range subjects {
+		n += int(c)
+	}
+	return n, err
+}
+
+// subjectCounts is stream's message count per subject under filter (none
+// when the stream does not exist).
+func subjectCounts(ctx context.Context, js jetstream.JetStream, stream, filter string) (map[string]uint64, error) {
 	s, err := js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return 0, nil
+		return nil, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("rollout: stream %s: %w", stream, err)
+		return nil, fmt.Errorf("rollout: stream %s: %w", stream, err)
 	}
 	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
-		return 0, fmt.Errorf("rollout: stream %s: %w", stream, err)
+		return nil, fmt.Errorf("rollout: stream %s: %w", stream, err)
 	}
-	n := 0
-	for _, c := range info.State.Subjects {
-		n += int(c)
+	return info.State.Subjects, nil
+}
+
+// Moving returns the events with a plan staged, held or in flight: the
+// rollouts that may still move a VM. Every other rollout is settled, or
+// waits on nothing (paused or aborted with every plan gone), and moves no
+// VM any more unless an operator sends a dead letter back. It reads the
+// three work streams' per-subject state, whatever the store holds besides,
+// in a plan's way (see tally), and the held plans once more last: a pause
+// parks a plan back from in flight to held.
+func Moving(ctx context.Context, js jetstream.JetStream) (map[string]bool, error) {
+	moving := map[string]bool{}
+	for _, r := range []struct{ stream, filter string }{
+		{events.StreamStaged, events.StagedOf("")},
+		{events.StreamHeld, events.HeldOf("")},
+		{events.StreamPlans, events.PlansOf("")},
+		{events.StreamHeld, events.HeldOf("")},
+	} {
+		subjects, err := subjectCounts(ctx, js, r.stream, r.filter)
+		if err != nil {
+			return nil, err
+		}
+		for subject := range subjects {
+			// A subject kvlive's ids cannot make is no rollout's: its
+			// plan is dead-lettered by the applier, whatever is read here.
+			if id, err := events.EventOfSubject(subject); err == nil {
+				moving[id] = true
+			}
+		}
 	}
-	return n, nil
+	return moving, nil
 }
 
 // scanSubject reads every message of stream under filter that was stored
