@@ -27,12 +27,15 @@ func main() {
 func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return newRoot().ExecuteContext(ctx)
+	g := &globals{}
+	err := newRootWith(g).ExecuteContext(ctx)
+	return errors.Join(err, g.profile.stop())
 }
 
 // globals are the flags every command shares.
 type globals struct {
 	logLevel string
+	profile  profiling
 }
 
 // validate rejects a --log-level slog does not know.
@@ -54,8 +57,9 @@ func (g *globals) logger() *slog.Logger {
 	return log
 }
 
-func newRoot() *cobra.Command {
-	g := &globals{}
+func newRoot() *cobra.Command { return newRootWith(&globals{}) }
+
+func newRootWith(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "kvlive",
 		Short: "Roll KubeVirt instance type changes out to running VMs, live where KubeVirt can",
@@ -70,7 +74,13 @@ VM's pin, and records a traced outcome per VM, over NATS JetStream.`,
 		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl kvlive"}
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.validate() }
+	g.profile.bind(root.PersistentFlags())
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if err := g.validate(); err != nil {
+			return err
+		}
+		return g.profile.start()
+	}
 	root.AddCommand(newRunCmd(g), newSwitchCmd(g), newPlanCmd(), newDemoCmd(g))
 	root.AddCommand(newEventsCmd(g), newOutcomesCmd(g), newTraceCmd(g), newReplayCmd(g), newDLQCmd(g), newRolloutCmd(g), newRolloutsCmd(g))
 	root.AddCommand(newVersionCmd())
