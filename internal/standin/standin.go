@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -31,6 +32,10 @@ type Controller struct {
 	vmis  cache.SharedIndexInformer
 	cache *kube.Cache
 	queue workqueue.TypedRateLimitingInterface[string]
+	// busy counts the VMs being reconciled; last is when the latest
+	// reconcile ended (Unix nanoseconds).
+	busy atomic.Int32
+	last atomic.Int64
 }
 
 // New builds the stand-in; Run starts it.
@@ -89,7 +94,12 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	if quit {
 		return false
 	}
-	defer c.queue.Done(key)
+	c.busy.Add(1)
+	defer func() {
+		c.queue.Done(key)
+		c.last.Store(time.Now().UnixNano())
+		c.busy.Add(-1)
+	}()
 	if err := c.sync(ctx, key); err != nil {
 		if c.queue.NumRequeues(key) < 10 {
 			c.queue.AddRateLimited(key)
@@ -99,6 +109,15 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	}
 	c.queue.Forget(key)
 	return true
+}
+
+// Settled reports when the stand-in last finished reconciling a VM and
+// whether it has nothing queued or in hand now, so a test (or the bench)
+// can tell when KubeVirt's reaction to a rollout is over. A VM waiting out
+// a retry's backoff is not counted as queued.
+func (c *Controller) Settled() (last time.Time, idle bool) {
+	idle = c.queue.Len() == 0 && c.busy.Load() == 0
+	return time.Unix(0, c.last.Load()), idle
 }
 
 func (c *Controller) sync(ctx context.Context, key string) error {

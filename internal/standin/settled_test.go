@@ -1,0 +1,38 @@
+package standin
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"kvlive/internal/testenv"
+)
+
+// TestSettledAfterPinning: a VM without pins is reconciled (pinned), and
+// the stand-in then says it is idle and when it last reconciled, so the
+// bench can time KubeVirt's reaction to a rollout.
+func TestSettledAfterPinning(t *testing.T) {
+	it := testenv.ClusterInstancetype("u1.small", 1, "2Gi")
+	clients := testenv.FakeClients(nil, it, testenv.VM("ns", "vm-1", it.Name))
+	fleet := testenv.StartCache(t, clients)
+	c := New(Config{Cache: fleet})
+	if last, idle := c.Settled(); !idle || !last.Equal(time.Unix(0, 0)) {
+		t.Fatalf("before Run: Settled() = %v, %v; want never reconciled, idle", last, idle)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	start := time.Now()
+	testenv.Eventually(t, 10*time.Second, "the VM pinned", func() bool {
+		vm := fleet.VM("ns", "vm-1")
+		return vm != nil && vm.Status.InstancetypeRef != nil && vm.Status.InstancetypeRef.ControllerRevisionRef != nil
+	})
+	testenv.Eventually(t, 10*time.Second, "the stand-in idle", func() bool {
+		_, idle := c.Settled()
+		return idle
+	})
+	if last, _ := c.Settled(); last.Before(start) || last.After(time.Now()) {
+		t.Errorf("last reconciled at %v, want after %v and by now", last, start)
+	}
+}
