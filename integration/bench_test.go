@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	goruntime "runtime"
 	"slices"
@@ -151,7 +152,7 @@ func benchApply(t *testing.T, tab *benchTable) {
 	for _, s := range []benchSettings{benchLarge, benchDefaults} {
 		proc = e.runKvlive("kvlive "+s.name, append(s.args(), "--profiling")...)
 		e.waitGenerations()
-		repin := e.benchKvliveRollout(on, false)
+		repin := e.benchKvliveRollout(on, false, "")
 		if firstRollout == "" {
 			firstRollout = repin.eventID
 		}
@@ -164,8 +165,16 @@ func benchApply(t *testing.T, tab *benchTable) {
 			apiDone := e.profileAPIServer("kvlive's switch at the defaults", profileFor)
 			profiled = func() { kvliveDone(); apiDone() }
 		}
-		kvlive[s.name] = [2]applyRun{repin, e.benchKvliveRollout(on, true)}
+		cliProfile := ""
+		if s == benchDefaults {
+			cliProfile = filepath.Join(e.t.TempDir(), "kvlive-switch.pprof")
+		}
+		kvlive[s.name] = [2]applyRun{repin, e.benchKvliveRollout(on, true, cliProfile)}
 		profiled()
+		if cliProfile != "" {
+			out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=40", kvliveBin, cliProfile).CombinedOutput()
+			e.t.Logf("profile of the kvlive switch CLI at the defaults (%v):\n%s", err, out)
+		}
 		if s != benchDefaults {
 			proc.terminate()
 		}
@@ -190,6 +199,7 @@ func benchApply(t *testing.T, tab *benchTable) {
 			profiled()
 			what := fmt.Sprintf("%s %d VMs, %s", move, len(moved()), s)
 			tab.add("apply", what, fmt.Sprintf("kvlive %.0f VMs/s, raw loop %.0f VMs/s", k[i].rate, raw.rate), fmt.Sprintf("%.2f× raw (aim ≥ 0.8)", k[i].rate/raw.rate))
+			tab.add("apply", what+", to KubeVirt's reaction done", fmt.Sprintf("kvlive %.0f VMs/s, raw loop %.0f VMs/s", k[i].settledRate, raw.settledRate), fmt.Sprintf("%.2f× raw", k[i].settledRate/raw.settledRate))
 			tab.add("cpu", what, "kvlive "+k[i].cpu.perVM(len(moved())), "")
 			tab.add("cpu", what, "raw loop "+raw.cpu.perVM(len(moved())), "")
 			tab.add("api", what, "kvlive "+k[i].api.perVM(len(moved())), "")
@@ -197,7 +207,8 @@ func benchApply(t *testing.T, tab *benchTable) {
 		}
 	}
 	what := fmt.Sprintf("switch %d VMs, %s, raw loop while kvlive run watches (idle)", len(moved()), benchDefaults)
-	tab.add("apply", what, fmt.Sprintf("raw loop %.0f VMs/s", watched.rate), fmt.Sprintf("kvlive %.2f× it", kvlive[benchDefaults.name][1].rate/watched.rate))
+	tab.add("apply", what, fmt.Sprintf("raw loop %.0f VMs/s (%.0f to KubeVirt's reaction done)", watched.rate, watched.settledRate),
+		fmt.Sprintf("kvlive %.2f× it (%.2f× to done)", kvlive[benchDefaults.name][1].rate/watched.rate, kvlive[benchDefaults.name][1].settledRate/watched.settledRate))
 	tab.add("cpu", what, "raw loop "+watched.cpu.perVM(len(moved())), "")
 	tab.add("api", what, "raw loop "+watched.api.perVM(len(moved())), "")
 	kRepin, kSwitch := e.benchKubectlLoop(on, false), e.benchKubectlLoop(on, true)
@@ -218,35 +229,43 @@ func benchLatencyAlone(t *testing.T, tab *benchTable) {
 }
 
 // applyRun is one apply-throughput run: VMs moved per second, the CPU
-// each process used meanwhile, what the API server served, and kvlive's
-// event id.
+// each process used until KubeVirt's reaction was over, what the API
+// server served meanwhile, and kvlive's event id.
 type applyRun struct {
-	rate    float64
-	cpu     cpuUse
-	api     apiUse
-	eventID string
+	// rate is to the last outcome (kvlive) or write (the loop);
+	// settledRate to the end of KubeVirt's reaction.
+	rate, settledRate float64
+	cpu               cpuUse
+	api               apiUse
+	eventID           string
 }
 
 // benchKvliveRollout edits the fleet's instance type (or switches it to
 // the other) and measures the VMs moved per second, edit to last outcome.
-func (e *env) benchKvliveRollout(on *fleetOn, swtch bool) applyRun {
+// A switch's CLI writes a CPU profile to cliProfile when it is set.
+func (e *env) benchKvliveRollout(on *fleetOn, swtch bool, cliProfile string) applyRun {
 	e.t.Helper()
+	e.waitQuiet("kvlive's rollout")
 	before, apiBefore := readCPU(e.t), e.readAPI()
 	start := time.Now()
 	var id string
 	if swtch {
-		out := e.kvliveCommand(time.Minute, append([]string{"switch", "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig, "-A", "--yes",
-			"--from", "clusterinstancetype/" + on.it, "--to", "clusterinstancetype/" + on.other}, e.natsArgs...)...)
+		args := append([]string{"switch", "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig, "-A", "--yes",
+			"--from", "clusterinstancetype/" + on.it, "--to", "clusterinstancetype/" + on.other}, e.natsArgs...)
+		if cliProfile != "" {
+			args = append(args, "--profile", "cpu", "--profile-output", cliProfile)
+		}
+		out := e.kvliveCommand(time.Minute, args...)
 		m := switchRequested.FindStringSubmatch(out)
 		if m == nil {
 			e.t.Fatalf("kvlive switch printed %q", out)
 		}
 		id = m[1]
+		e.t.Logf("%s: kvlive switch planned %d VMs against the cluster and requested the switch in %v", id, *benchVMs, time.Since(start))
 	} else {
 		id = e.benchEdit(on.it)
 	}
 	p := e.follow(id)
-	cpu, api := readCPU(e.t).since(before), e.readAPI().since(apiBefore)
 	first, last, wrote := time.Time{}, time.Time{}, 0
 	for _, o := range p.Outcomes {
 		if o.Wrote {
@@ -259,7 +278,9 @@ func (e *env) benchKvliveRollout(on *fleetOn, swtch bool) applyRun {
 			last = o.FinishedAt
 		}
 	}
-	e.t.Logf("%s: request → first outcome %v, first → last %v (%.0f VMs/s)", id, first.Sub(start), last.Sub(first), float64(wrote-1)/last.Sub(first).Seconds())
+	settled := e.settled(last)
+	cpu, api := readCPU(e.t).since(before), e.readAPI().since(apiBefore)
+	e.t.Logf("%s: request → first outcome %v, first → last %v (%.0f VMs/s), last outcome → KubeVirt done %v", id, first.Sub(start), last.Sub(first), float64(wrote-1)/last.Sub(first).Seconds(), settled.Sub(last))
 	if wrote != len(p.Outcomes) || wrote == 0 {
 		e.t.Fatalf("rollout %s: %d of %d outcomes wrote", id, wrote, len(p.Outcomes))
 	}
@@ -267,7 +288,7 @@ func (e *env) benchKvliveRollout(on *fleetOn, swtch bool) applyRun {
 		on.swap()
 	}
 	e.waitPinnedTo(on.it)
-	return applyRun{rate: float64(wrote) / last.Sub(start).Seconds(), cpu: cpu, api: api, eventID: id}
+	return applyRun{rate: float64(wrote) / last.Sub(start).Seconds(), settledRate: float64(wrote) / settled.Sub(start).Seconds(), cpu: cpu, api: api, eventID: id}
 }
 
 // benchEdit changes an instance type's spec to one it has not had (its
@@ -342,6 +363,7 @@ func (e *env) benchRawLoop(on *fleetOn, swtch bool, s benchSettings) applyRun {
 	}
 	work := make(chan *virtv1.VirtualMachine)
 	errs := make(chan error, len(vms))
+	e.waitQuiet("the raw loop")
 	before, apiBefore := readCPU(e.t), e.readAPI()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -358,7 +380,9 @@ func (e *env) benchRawLoop(on *fleetOn, swtch bool, s benchSettings) applyRun {
 	close(work)
 	wg.Wait()
 	took := time.Since(start)
+	settled := e.settled(start.Add(took))
 	cpu, api := readCPU(e.t).since(before), e.readAPI().since(apiBefore)
+	e.t.Logf("raw loop: %d VMs in %v (%.0f VMs/s), last write → KubeVirt done %v", len(vms), took, float64(len(vms))/took.Seconds(), settled.Sub(start.Add(took)))
 	close(errs)
 	for err := range errs {
 		if err != nil {
@@ -369,7 +393,7 @@ func (e *env) benchRawLoop(on *fleetOn, swtch bool, s benchSettings) applyRun {
 		on.swap()
 	}
 	e.waitPinnedTo(on.it)
-	return applyRun{rate: float64(len(vms)) / took.Seconds(), cpu: cpu, api: api}
+	return applyRun{rate: float64(len(vms)) / took.Seconds(), settledRate: float64(len(vms)) / settled.Sub(start).Seconds(), cpu: cpu, api: api}
 }
 
 func rawMove(ctx context.Context, c kube.Clients, vm *virtv1.VirtualMachine, target *v1beta1.VirtualMachineClusterInstancetype, swtch bool) error {
@@ -438,13 +462,14 @@ func (e *env) benchKubectlLoop(on *fleetOn, swtch bool) float64 {
 }
 
 // benchLatency edits the small instance type again and again with kvlive
-// running: edit to first VM written (the API server's audit log times the
+// running, each time on a quiet cluster: edit to first VM written (the API server's audit log times the
 // write) and to first and last outcome, p50 and p99.
 func benchLatency(t *testing.T, e *env, tab *benchTable) {
 	var starts []time.Time
 	var first, last []time.Duration
 	var id string
 	for range *benchEdits {
+		e.waitQuiet("a latency edit")
 		start := time.Now()
 		p := e.follow(e.benchEdit(itSmall))
 		var lo, hi time.Time

@@ -95,6 +95,68 @@ func (u apiUse) perVM(vms int) string {
 	return strings.Join(parts, ", ")
 }
 
+// writes counts the writes of VMs, VMIs and revisions: KubeVirt's reaction
+// to a rollout and kvlive's own, without the API server's and the
+// clients' leases.
+func (u apiUse) writes() float64 {
+	n := 0.0
+	for k, v := range u {
+		verb, resource, _ := strings.Cut(k, " ")
+		switch verb {
+		case "post", "put", "patch", "delete", "apply":
+			if strings.HasPrefix(resource, "virtualmachine") || strings.HasPrefix(resource, "controllerrevisions") {
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+// waitQuiet waits, up to a minute, until nothing has written a VM, a VMI
+// or a revision for a second, so a run does not start while KubeVirt (the
+// stand-in) still reacts to the one before and pay for its work. Not
+// getting quiet is logged, not fatal: a bench never fails on a figure.
+func (e *env) waitQuiet(before string) {
+	e.t.Helper()
+	start := time.Now()
+	last := e.readAPI().writes()
+	for time.Since(start) < time.Minute {
+		time.Sleep(time.Second)
+		now := e.readAPI().writes()
+		if now == last {
+			if waited := time.Since(start); waited > 5*time.Second {
+				e.t.Logf("before %s: waited %v for the cluster to be quiet", before, waited.Round(100*time.Millisecond))
+			}
+			return
+		}
+		last = now
+	}
+	e.t.Logf("before %s: the cluster was still writing VMs after a minute; measuring anyway", before)
+}
+
+// settled waits until KubeVirt's reaction to a run is over (the stand-in
+// has had nothing to do for half a second) and returns when it last
+// reconciled a VM: with the API server saturated, a loop that outruns
+// KubeVirt leaves its reaction to after the last write, so both kvlive
+// and the raw loop are also timed to the end of it.
+func (e *env) settled(after time.Time) time.Time {
+	e.t.Helper()
+	const quiet = 500 * time.Millisecond
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		last, idle := e.standin.Settled()
+		if idle && time.Since(last) >= quiet {
+			if last.Before(after) {
+				return after
+			}
+			return last
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.t.Logf("the stand-in was still reconciling VMs two minutes after the run; timing it to now")
+	return time.Now()
+}
+
 // profileAPIServer takes a CPU profile of the API server for d, in the
 // background, as profileKvlive does for kvlive run; done waits for it and
 // logs the top functions, cumulative, so kvlive's rollout and the raw

@@ -50,7 +50,9 @@ type env struct {
 	natsCluster *testenv.NATSCluster
 	natsURL     string
 	js          jetstream.JetStream
-	shapes      []vmShape
+	// standin is the virt-controller stand-in startStandin runs.
+	standin *standin.Controller
+	shapes  []vmShape
 	// uids are the seeded VMs' UIDs by namespace/name, which plans and
 	// outcomes are keyed by; they outlive a VM the test deletes.
 	uids map[string]string
@@ -215,6 +217,7 @@ func (e *env) startStandin() {
 		Cache: fleet, Workers: 16,
 		Log: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
+	e.standin = c
 	fleet.Start(ctx)
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
