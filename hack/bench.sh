@@ -2,13 +2,16 @@
 # The bench command: starts the same real servers as the integration tests
 # (kube-apiserver + etcd, nats-server, the virt-controller stand-in) and
 # prints one table of figures and ratios, all measured in this one run:
-# apply throughput against a raw client-go loop and a kubectl loop,
-# edit-to-write latency, planner scale, kvlive run's memory, the per-event
-# commands on a full store, and plans per second through each kind of NATS.
+# apply throughput against a raw client-go loop and a kubectl loop (each
+# run started on a quiet cluster, and also timed to KubeVirt's reaction
+# done), what the API server served per VM, edit-to-write latency, planner
+# scale, kvlive run's memory, the per-event commands on a full store, and
+# plans per second through each kind of NATS.
 #
 #   hack/bench.sh                              the defaults (about 20 minutes on 2 cores)
 #   hack/bench.sh -bench.memory 10000,100000   add a 100,000-VM fleet to the memory figures
 #   hack/bench.sh -bench.vms 500               a quicker, smaller run
+#   hack/bench.sh -bench.sections latency      only edit-to-write latency (about a minute)
 #
 # Flags after the script go to the bench (see integration/bench_test.go).
 # Benchmarks print figures; they never fail on a number. The unit
