@@ -20,3 +20,25 @@ func BenchmarkPlanEvent(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSupersede is a freshly started planner's look at an edited
+// object's older rollouts, 1 and 10 of them settled with 2,000 outcomes
+// each: its cost should not grow with them.
+func BenchmarkSupersede(b *testing.B) {
+	for _, older := range []int{1, 10} {
+		b.Run(fmt.Sprintf("older=%d", older), func(b *testing.B) {
+			js := testenv.JetStream(b)
+			storeSettled(b, js, older, 2000)
+			cfg := Config{Fleet: testenv.StartCache(b, testenv.FakeClients(nil)), JetStream: js}
+			for b.Loop() {
+				p, err := New(cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := p.supersede(b.Context(), edit(int64(older)+1)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

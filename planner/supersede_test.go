@@ -25,7 +25,7 @@ func edit(gen int64) work {
 }
 
 // putRecord stores a rollout record for id, or raw bytes when given.
-func putRecord(t *testing.T, js jetstream.JetStream, id string, raw ...byte) {
+func putRecord(t testing.TB, js jetstream.JetStream, id string, raw ...byte) {
 	t.Helper()
 	kv, err := js.KeyValue(t.Context(), events.BucketRollouts)
 	if err != nil {
@@ -109,22 +109,7 @@ func TestSupersedeAbortsTheOlderRolloutsThatStillMove(t *testing.T) {
 func TestSupersedeReadsNoOutcomes(t *testing.T) {
 	js := testenv.JetStream(t)
 	const rollouts, vms = 5, 200
-	for gen := int64(1); gen <= rollouts; gen++ {
-		id := edit(gen).eventID
-		putRecord(t, js, id)
-		for v := range vms {
-			o := events.Outcome{EventID: id, VM: events.VMRef{Namespace: "ns", Name: fmt.Sprint("vm-", v), UID: fmt.Sprint("uid-", v)}, Result: events.ResultLive, Attempt: 1}
-			oid := events.OutcomeID(id, o.VM.UID, 1)
-			body, err := events.Encode(events.TypeOutcome, oid, "test", o.VM.String(), time.Now(), &o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := js.PublishMsgAsync(events.NewMsg(events.OutcomeSubject("ns", id), oid, events.TypeOutcome, body)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	waitPublished(t.Context(), t, js)
+	storeSettled(t, js, rollouts, vms)
 	p, err := New(Config{Fleet: testenv.StartCache(t, testenv.FakeClients(nil)), JetStream: js})
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +123,32 @@ func TestSupersedeReadsNoOutcomes(t *testing.T) {
 	}
 }
 
-func waitPublished(ctx context.Context, t *testing.T, js jetstream.JetStream) {
+// storeSettled stores rollouts of generations 1 to n of supersedeRef, each
+// with an outcome for each of its vms VMs and nothing left in flight.
+func storeSettled(t testing.TB, js jetstream.JetStream, n, vms int) {
+	t.Helper()
+	for gen := int64(1); gen <= int64(n); gen++ {
+		id := edit(gen).eventID
+		putRecord(t, js, id)
+		for v := range vms {
+			o := events.Outcome{EventID: id, VM: events.VMRef{Namespace: "ns", Name: fmt.Sprint("vm-", v), UID: fmt.Sprint("uid-", v)}, Result: events.ResultLive, Attempt: 1}
+			oid := events.OutcomeID(id, o.VM.UID, 1)
+			body, err := events.Encode(events.TypeOutcome, oid, "test", o.VM.String(), time.Now(), &o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := js.PublishMsgAsync(events.NewMsg(events.OutcomeSubject("ns", id), oid, events.TypeOutcome, body)); err != nil {
+				t.Fatal(err)
+			}
+			if v%1000 == 999 {
+				waitPublished(t.Context(), t, js)
+			}
+		}
+	}
+	waitPublished(t.Context(), t, js)
+}
+
+func waitPublished(ctx context.Context, t testing.TB, js jetstream.JetStream) {
 	t.Helper()
 	select {
 	case <-js.PublishAsyncComplete():
