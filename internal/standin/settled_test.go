@@ -22,7 +22,12 @@ func TestSettledAfterPinning(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("stand-in: %v", err)
+		}
+	})
 	start := time.Now()
 	testenv.Eventually(t, 10*time.Second, "the VM pinned", func() bool {
 		vm := fleet.VM("ns", "vm-1")
