@@ -8,8 +8,8 @@
 # scale, kvlive run's memory, the per-event commands on a full store, and
 # plans per second through each kind of NATS.
 #
-#   hack/bench.sh                              the defaults (about 20 minutes on 2 cores)
-#   hack/bench.sh -bench.memory 10000,100000   add a 100,000-VM fleet to the memory figures
+#   hack/bench.sh                              the defaults (about 6 minutes on 2 cores here)
+#   hack/bench.sh -bench.memory 10000,100000   add a 100,000-VM fleet (20 minutes more, ~18 GB)
 #   hack/bench.sh -bench.vms 500               a quicker, smaller run
 #   hack/bench.sh -bench.sections latency      only edit-to-write latency (about a minute)
 #
