@@ -121,7 +121,7 @@ func TestEmbeddedNATSRefusesToListenBeyondLoopback(t *testing.T) {
 		{listen: "0.0.0.0:4222", dataDir: t.TempDir(), listenConfig: noAuth},
 		{listen: "127.0.0.1:0", dataDir: t.TempDir(), nats: natsFlags{auth: natsAuthFlags{Auth: bus.Auth{User: "kvlive"}}}},
 	} {
-		_, _, closeAll, err := o.connect(nil)
+		_, _, closeAll, err := o.connect(nil, &bus.ErrorCount{})
 		if err == nil {
 			_ = closeAll()
 			t.Errorf("--listen %s with %+v: started", o.listen, o.nats.auth.Auth)

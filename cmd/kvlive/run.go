@@ -162,7 +162,8 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 	if err != nil {
 		return err
 	}
-	js, natsReady, closeNATS, err := o.connect(log)
+	var natsErrors bus.ErrorCount
+	js, natsReady, closeNATS, err := o.connect(log, &natsErrors)
 	if err != nil {
 		return err
 	}
@@ -178,7 +179,7 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 
 	m := telemetry.New()
 	m.ConsumerLag(js)
-	m.NATSAsyncErrors(bus.AsyncErrors)
+	m.NATSAsyncErrors(natsErrors.Load)
 	var ready atomic.Pointer[pipeline.Running]
 	serveErr := make(chan error, 1)
 	if o.metricsAddr != "" {
@@ -258,9 +259,10 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// connect reaches the external NATS server, or starts the embedded one. The
-// returned ready func reports whether NATS is connected, for /readyz.
-func (o *runOptions) connect(log *slog.Logger) (js jetstream.JetStream, ready func() error, closeAll func() error, err error) {
+// connect reaches the external NATS server, or starts the embedded one,
+// counting the connection's asynchronous errors in errs. The returned ready
+// func reports whether NATS is connected, for /readyz.
+func (o *runOptions) connect(log *slog.Logger, errs *bus.ErrorCount) (js jetstream.JetStream, ready func() error, closeAll func() error, err error) {
 	var nc *nats.Conn
 	var closers []func() error
 	if o.nats.url != "" {
@@ -268,7 +270,7 @@ func (o *runOptions) connect(log *slog.Logger) (js jetstream.JetStream, ready fu
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		if nc, err = bus.Connect("kvlive", log, o.nats.url, auth...); err != nil {
+		if nc, err = bus.Connect("kvlive", log, o.nats.url, append(auth, errs.Counted())...); err != nil {
 			return nil, nil, nil, err
 		}
 	} else {
@@ -313,7 +315,7 @@ func (o *runOptions) connect(log *slog.Logger) (js jetstream.JetStream, ready fu
 			log.Warn("the store does not say where it is served; read commands will need --nats-url", "err", err)
 		}
 		log.Info("embedded NATS server started", "url", bus.LocalURL(ns), "listen", o.listen, "store", o.dataDir)
-		if nc, err = bus.ConnectEmbedded(ns, "kvlive", log, self...); err != nil {
+		if nc, err = bus.ConnectEmbedded(ns, "kvlive", log, append(self, errs.Counted())...); err != nil {
 			ns.Shutdown()
 			return nil, nil, nil, err
 		}

@@ -52,13 +52,29 @@ func ConnectEmbedded(ns *server.Server, name string, log *slog.Logger, extra ...
 	return Connect(name, log, "", append([]nats.Option{nats.InProcessServer(ns)}, extra...)...)
 }
 
-// asyncErrors counts the asynchronous errors NATS reported to this
-// process's connections.
-var asyncErrors atomic.Int64
+// ErrorCount counts the asynchronous errors (a slow consumer's dropped
+// messages, a permissions violation) NATS reports to the connections that
+// were given its Counted option, for a metric.
+type ErrorCount struct{ n atomic.Int64 }
 
-// AsyncErrors is how many asynchronous errors (a slow consumer's dropped
-// messages, a permissions violation) NATS has reported to this process.
-func AsyncErrors() int64 { return asyncErrors.Load() }
+// Load is how many have been reported so far.
+func (c *ErrorCount) Load() int64 { return c.n.Load() }
+
+// Counted is a connection option that counts each asynchronous error in c
+// and then hands it on to the handler set before it (Connect's, which logs
+// it): pass it among Connect's extra options.
+func (c *ErrorCount) Counted() nats.Option {
+	return func(o *nats.Options) error {
+		next := o.AsyncErrorCB
+		o.AsyncErrorCB = func(nc *nats.Conn, sub *nats.Subscription, err error) {
+			c.n.Add(1)
+			if next != nil {
+				next(nc, sub, err)
+			}
+		}
+		return nil
+	}
+}
 
 // Connect connects to url with reconnects that never give up, so a NATS
 // restart pauses kvlive instead of ending it.
@@ -83,7 +99,6 @@ func Connect(name string, log *slog.Logger, url string, extra ...nats.Option) (*
 			}
 			// A slow consumer's dropped JetStream messages are unacked,
 			// so the server delivers them again after the ack wait.
-			asyncErrors.Add(1)
 			log.Warn("nats asynchronous error", "subject", subject, "err", err)
 		}),
 	}, extra...)
