@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -51,10 +52,7 @@ func (e *env) readAPI() apiUse {
 	return use
 }
 
-func labelsOf[L interface {
-	GetName() string
-	GetValue() string
-}](pairs []L) map[string]string {
+func labelsOf(pairs []*dto.LabelPair) map[string]string {
 	m := make(map[string]string, len(pairs))
 	for _, p := range pairs {
 		m[p.GetName()] = p.GetValue()
