@@ -31,7 +31,7 @@ func (p *profiling) start() error {
 	if !slices.Contains(profileNames, p.name) {
 		return fmt.Errorf("%w: --profile %q: want one of %v", errUsage, p.name, profileNames)
 	}
-	if p.name == "none" || p.finish != nil {
+	if p.name == "none" {
 		return nil
 	}
 	f, err := os.Create(p.output)
