@@ -1,0 +1,260 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"kvlive/internal/bus"
+)
+
+// replicated creates an R3 stream of n messages and an R3 bucket with one
+// key on c, through a connection to every node.
+func replicated(t *testing.T, c *cluster, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := jetstream.New(c.connect(c.others("")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := js.PublishAsync(fmt.Sprintf("s.%d", i%10), []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("publishing timed out")
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "B", Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.PutString(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestScanRidesOutALeaderChange kills the node that serves Scan its
+// messages (the node holding its consumer, which may lead the stream too)
+// midway through a read of a replicated stream: the read resumes from
+// another node, and every message is read once, in order.
+func TestScanRidesOutALeaderChange(t *testing.T) {
+	c := startCluster(t, 3)
+	const n = 20000
+	replicated(t, c, n)
+	probe, err := jetstream.New(c.connect(c.others("")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := bus.NewJetStream(c.connect(c.others("")...), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var got []int
+	err = bus.Scan(ctx, js, "S", jetstream.OrderedConsumerConfig{}, func(m jetstream.Msg) {
+		i, err := strconv.Atoi(string(m.Data()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, i)
+		if len(got) == n/3 {
+			victim := consumerNode(ctx, t, probe, "S")
+			t.Logf("killing %s, which holds the scan's consumer", victim)
+			c.kill(victim)
+		}
+	})
+	if err != nil {
+		t.Fatalf("scan: %v (read %d of %d)", err, len(got), n)
+	}
+	if len(got) != n {
+		t.Fatalf("read %d messages, want %d", len(got), n)
+	}
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("message %d is %d: read twice or out of order", i, v)
+		}
+	}
+}
+
+// TestReadsRideOutALeaderChange kills the node leading a replicated stream
+// and a bucket, then reads both at once, while the cluster elects new
+// leaders: the reads wait for them instead of failing.
+func TestReadsRideOutALeaderChange(t *testing.T) {
+	c := startCluster(t, 3)
+	replicated(t, c, 10)
+	probe, err := jetstream.New(c.connect(c.others("")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := streamLeader(t, probe, "S")
+	if l := streamLeader(t, probe, "KV_B"); l != leader {
+		t.Logf("stream S is led by %s, bucket B by %s: killing %s", leader, l, leader)
+	}
+	js, err := bus.NewJetStream(c.connect(c.others(leader)...), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c.kill(leader)
+	s, err := js.Stream(ctx, "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 10 {
+		t.Errorf("stream S holds %d messages, want 10", info.State.Msgs)
+	}
+	if _, err := s.GetMsg(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, "B")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := kv.Get(ctx, "k"); err != nil || string(e.Value()) != "v" {
+		t.Fatalf("bucket B key k: %v", err)
+	}
+	if _, err := kv.Get(ctx, "missing"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("a missing key: %v, want the server's own not found", err)
+	}
+}
+
+// TestReadsGiveUpAtTheirBound: with every server gone, a read fails after
+// its bound, saying what it read and what it tried, instead of waiting for
+// ever or failing at the first "no responders".
+func TestReadsGiveUpAtTheirBound(t *testing.T) {
+	c := startCluster(t, 3)
+	replicated(t, c, 1)
+	js, err := bus.NewJetStream(c.connect(c.others("")...), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := js.Stream(ctx, "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range c.others("") {
+		c.kill(name)
+	}
+	start := time.Now()
+	_, err = s.Info(ctx)
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("stream info with every server down succeeded")
+	}
+	for _, want := range []string{"stream S: info", "tried", "times over"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if took < time.Second || took > 20*time.Second {
+		t.Errorf("gave up after %v, with a bound of 2s", took)
+	}
+}
+
+func TestTransient(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nats.ErrNoResponders, true},
+		{fmt.Errorf("rollout: stream X: %w", nats.ErrNoResponders), true},
+		{nats.ErrTimeout, true},
+		{context.DeadlineExceeded, true},
+		{jetstream.ErrJetStreamNotEnabled, true},
+		{&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}, true},
+		{jetstream.ErrNoHeartbeat, true},
+		{jetstream.ErrStreamNotFound, false},
+		{jetstream.ErrKeyNotFound, false},
+		{jetstream.ErrKeyExists, false},
+		{&jetstream.APIError{Code: 400, ErrorCode: 10071, Description: "wrong last sequence"}, false},
+		{errors.New("boom"), false},
+		{nil, false},
+	} {
+		if got := bus.Transient(tc.err); got != tc.want {
+			t.Errorf("Transient(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// consumerNode is the node holding stream's one consumer.
+func consumerNode(ctx context.Context, t *testing.T, js jetstream.JetStream, stream string) string {
+	t.Helper()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []string
+	for info := range s.ListConsumers(ctx).Info() {
+		if info.Cluster != nil {
+			nodes = append(nodes, info.Cluster.Leader)
+		}
+	}
+	if len(nodes) != 1 {
+		t.Fatalf("stream %s has consumers on %v, want one", stream, nodes)
+	}
+	return nodes[0]
+}
+
+// TestTailRidesOutALeaderChange is TestScanRidesOutALeaderChange for a
+// Tail, which a command following a rollout reads with short waits.
+func TestTailRidesOutALeaderChange(t *testing.T) {
+	c := startCluster(t, 3)
+	const n = 20000
+	replicated(t, c, n)
+	probe, err := jetstream.New(c.connect(c.others("")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := bus.NewJetStream(c.connect(c.others("")...), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tail := bus.NewTail(js, "S", jetstream.OrderedConsumerConfig{})
+	defer tail.Stop()
+	var got []int
+	for len(got) < n {
+		m, err := tail.Next(ctx, 250*time.Millisecond)
+		if errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("tail: %v (read %d of %d)", err, len(got), n)
+		}
+		i, err := strconv.Atoi(string(m.Data()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i != len(got) {
+			t.Fatalf("message %d is %d: read twice or out of order", len(got), i)
+		}
+		got = append(got, i)
+		if len(got) == n/3 {
+			victim := consumerNode(ctx, t, probe, "S")
+			t.Logf("killing %s, which holds the tail's consumer", victim)
+			c.kill(victim)
+		}
+	}
+}
