@@ -19,6 +19,7 @@ import (
 	"kubevirt.io/api/instancetype/v1beta1"
 
 	"kvlive/events"
+	"kvlive/internal/bus"
 	"kvlive/internal/kube"
 	"kvlive/internal/standin"
 	"kvlive/internal/testenv"
@@ -187,8 +188,10 @@ func (tp *planTap) all() [][]byte {
 }
 
 // connect opens the test's own JetStream connection, which reconnects for
-// ever, so a NATS restart only pauses the test's reads. It is built here,
-// not with kvlive's helpers, so a fault in those cannot hide in the test.
+// ever, so a NATS restart only pauses the test's reads, and its reads of
+// streams and buckets ride out a leader election by kvlive's own rule
+// (bus.Reads), so a test fails on kvlive, not on its harness. The
+// connection is built here, not with kvlive's helpers.
 func connect(t *testing.T, url string, extra ...nats.Option) jetstream.JetStream {
 	t.Helper()
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("kvlive-integration"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}, extra...)...)
@@ -196,7 +199,7 @@ func connect(t *testing.T, url string, extra ...nats.Option) jetstream.JetStream
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := bus.NewJetStream(nc, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

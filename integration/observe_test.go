@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
+	"kvlive/internal/bus"
 	"kvlive/internal/rollout"
 )
 
@@ -118,43 +119,18 @@ func (e *env) outcomes(eventID string) map[string][]events.Outcome {
 	return out
 }
 
-// streamBodies reads every message a stream holds now, oldest first.
+// streamBodies reads every message a stream holds now, oldest first
+// (bus.Scan, as kvlive's own reads: a NATS leader election midway is
+// ridden out).
 func (e *env) streamBodies(name string) [][]byte {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Minute)
 	defer cancel()
-	s, err := e.js.Stream(ctx, name)
-	if err != nil {
-		e.t.Fatalf("stream %s: %v", name, err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		e.t.Fatalf("stream %s: %v", name, err)
-	}
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		e.t.Fatalf("stream %s: %v", name, err)
-	}
 	var bodies [][]byte
-	for seq := uint64(0); seq < info.State.LastSeq; {
-		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			e.t.Fatalf("stream %s: fetch: %v", name, err)
-		}
-		for msg := range batch.Messages() {
-			md, err := msg.Metadata()
-			if err != nil {
-				e.t.Fatalf("stream %s: %v", name, err)
-			}
-			seq = md.Sequence.Stream
-			bodies = append(bodies, msg.Data())
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			e.t.Fatalf("stream %s: fetch: %v", name, err)
-		}
-		if ctx.Err() != nil {
-			e.t.Fatalf("stream %s: read %d of %d messages: %v", name, len(bodies), info.State.Msgs, ctx.Err())
-		}
+	if err := bus.Scan(ctx, e.js, name, jetstream.OrderedConsumerConfig{}, func(m jetstream.Msg) {
+		bodies = append(bodies, m.Data())
+	}); err != nil {
+		e.t.Fatalf("stream %s: read %d messages: %v", name, len(bodies), err)
 	}
 	return bodies
 }

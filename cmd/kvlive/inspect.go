@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"kvlive/events"
 	"kvlive/internal/bus"
@@ -29,6 +31,10 @@ type storeFlags struct {
 	url     string
 	dataDir string
 	auth    natsAuthFlags
+	// bound is how long a read of the store rides out a NATS leader
+	// election: --request-timeout, shared with the kubeconfig flags where
+	// a command has both.
+	bound time.Duration
 }
 
 func (s *storeFlags) bind(cmd *cobra.Command) {
@@ -38,6 +44,21 @@ func (s *storeFlags) bind(cmd *cobra.Command) {
 		"(never while a kvlive process is using it)")
 	cmd.MarkFlagsMutuallyExclusive("nats-url", "data-dir")
 	s.auth.bind(f)
+	if f.Lookup(requestTimeoutFlag) == nil {
+		f.String(requestTimeoutFlag, "0", "how long a read of kvlive's store may wait for NATS, riding out a leader election "+
+			"(a number with a unit, e.g. 1s or 2m; 0 means "+bus.ReadBound.String()+")")
+	}
+	prev := cmd.PreRunE
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+		var err error
+		if s.bound, err = readBound(cmd.Flags()); err != nil {
+			return err
+		}
+		if prev != nil {
+			return prev(cmd, args)
+		}
+		return nil
+	}
 }
 
 // completionTimeout bounds how long completing an event id may take.
@@ -57,7 +78,7 @@ func (s *storeFlags) completeEventIDs(cmd *cobra.Command, args []string, typed s
 	defer func() { _ = closeStore() }()
 	ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
 	defer cancel()
-	js, err := jetstream.New(nc)
+	js, err := bus.NewJetStream(nc, completionTimeout)
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveError
 	}
@@ -68,6 +89,31 @@ func (s *storeFlags) completeEventIDs(cmd *cobra.Command, args []string, typed s
 	return ids, cobra.ShellCompDirectiveNoFileComp
 }
 
+// requestTimeoutFlag is kubectl's --request-timeout, which bounds the
+// store's reads too.
+const requestTimeoutFlag = "request-timeout"
+
+// readBound is --request-timeout as a bound on the store's reads: kubectl's
+// format (a bare number is seconds), 0 for bus.ReadBound.
+func readBound(f *pflag.FlagSet) (time.Duration, error) {
+	flag := f.Lookup(requestTimeoutFlag)
+	if flag == nil {
+		return bus.ReadBound, nil
+	}
+	v := flag.Value.String()
+	if n, err := strconv.Atoi(v); err == nil {
+		v = strconv.Itoa(n) + "s"
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%w: --%s %q: want a duration such as 1s, 2m or 3h", errUsage, requestTimeoutFlag, flag.Value.String())
+	}
+	if d == 0 {
+		d = bus.ReadBound
+	}
+	return d, nil
+}
+
 // withJetStream opens the store, runs fn on it and closes the store again.
 func withJetStream(cmd *cobra.Command, g *globals, s *storeFlags, fn func(context.Context, jetstream.JetStream) error) (err error) {
 	nc, closeStore, err := s.connect(g.logger())
@@ -75,9 +121,9 @@ func withJetStream(cmd *cobra.Command, g *globals, s *storeFlags, fn func(contex
 		return err
 	}
 	defer func() { err = errors.Join(err, closeStore()) }()
-	js, err := jetstream.New(nc)
+	js, err := bus.NewJetStream(nc, s.bound)
 	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
+		return err
 	}
 	return fn(cmd.Context(), js)
 }

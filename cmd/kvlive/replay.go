@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"kvlive/events"
+	"kvlive/internal/bus"
 	"kvlive/internal/kube"
 	"kvlive/internal/printer"
 	"kvlive/internal/replay"
@@ -83,7 +84,7 @@ func (o *replayOptions) run(cmd *cobra.Command, g *globals) error {
 		return err
 	}
 	defer func() { _ = closeStore() }()
-	js, err := jetstream.New(nc)
+	js, err := bus.NewJetStream(nc, o.store.bound)
 	if err != nil {
 		return err
 	}

@@ -333,9 +333,9 @@ func (o *runOptions) connect(log *slog.Logger, errs *bus.ErrorCount) (js jetstre
 		}
 		return nil
 	}
-	if js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096)); err != nil {
+	if js, err = bus.NewJetStream(nc, bus.ReadBound, jetstream.WithPublishAsyncMaxPending(4096)); err != nil {
 		_ = closeAll()
-		return nil, nil, nil, fmt.Errorf("jetstream: %w", err)
+		return nil, nil, nil, err
 	}
 	return js, ready, closeAll, nil
 }

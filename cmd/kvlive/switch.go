@@ -130,7 +130,11 @@ func (o *switchOptions) run(cmd *cobra.Command, g *globals) error {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	bound, err := readBound(cmd.Flags())
+	if err != nil {
+		return err
+	}
+	js, err := bus.NewJetStream(nc, bound)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"kvlive/internal/bus"
 )
 
 // Reader reads kvlive's streams and buckets. It creates no stream, bucket or
@@ -17,49 +19,18 @@ type Reader struct {
 // NewReader returns a Reader over js.
 func NewReader(js jetstream.JetStream) *Reader { return &Reader{js: js} }
 
-// pullBatch is how many messages a scan asks the server for at once.
-const pullBatch = 1024
-
-// scan calls fn for every message of stream that cfg selects, in stream
-// order, and returns once it has read every message stored when the scan
-// began: the consumer's pending count at creation bounds the read, so
-// messages published meanwhile never keep it going.
+// scan calls fn for every message of stream that cfg selects and that was
+// stored when the scan began, in stream order (bus.Scan: a read broken by
+// a NATS leader election resumes where it stopped).
 func (r *Reader) scan(ctx context.Context, stream string, cfg jetstream.OrderedConsumerConfig, fn func(jetstream.Msg)) error {
-	s, err := r.stream(ctx, stream)
-	if err != nil {
+	if _, err := r.stream(ctx, stream); err != nil {
 		return err
 	}
-	// A server that goes away mid-read should end the read, not retry forever.
-	cfg.MaxResetAttempts = 3
-	cons, err := s.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("inspect: read %s: %w", stream, err)
-	}
-	info := cons.CachedInfo()
-	if info == nil || info.NumPending == 0 {
-		return nil
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(pullBatch))
-	if err != nil {
-		return fmt.Errorf("inspect: read %s: %w", stream, err)
-	}
-	defer it.Stop()
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
-	for read := uint64(0); read < info.NumPending; read++ {
-		msg, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("inspect: read %s: %w", stream, err)
+	if err := bus.Scan(ctx, r.js, stream, cfg, fn); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		fn(msg)
-		// Messages that expired since the scan began are never delivered;
-		// the server's own count of what is left catches that.
-		if md, err := msg.Metadata(); err == nil && md.NumPending == 0 {
-			break
-		}
+		return fmt.Errorf("inspect: %w", err)
 	}
 	return nil
 }

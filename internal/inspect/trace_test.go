@@ -234,7 +234,7 @@ func TestTraceNotFound(t *testing.T) {
 func TestReadLargeTrace(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	const n = 3*pullBatch + 7
+	const n = 3*1024 + 7 // more than three of bus.Scan's pull batches
 	for i := range n {
 		s := events.Span{TraceID: vmTrace(i), SpanID: spanID(100 + i), Name: "applier.apply", Start: ms(i), End: ms(i + 5),
 			Links: []events.SpanLink{{TraceID: rolloutTrace, SpanID: spanID(2)}}}

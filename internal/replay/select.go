@@ -2,7 +2,6 @@ package replay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
+	"kvlive/internal/bus"
 )
 
 // Selection says which stored events to replay; every set field must match.
@@ -70,40 +70,20 @@ func Select(ctx context.Context, js jetstream.JetStream, sel Selection) ([]Store
 		since := sel.Since
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
 	}
-	cons, err := stream.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
-	}
-	return readUntil(ctx, cons, last, sel)
-}
-
-func readUntil(ctx context.Context, cons jetstream.Consumer, last uint64, sel Selection) ([]Stored, error) {
 	var out []Stored
-	for {
-		msg, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
-		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
-			return out, nil // nothing (more) at or after the start
-		}
-		if err != nil {
-			return nil, fmt.Errorf("replay: read events: %w", err)
-		}
+	err = bus.Scan(ctx, js, events.StreamEvents, cfg, func(msg jetstream.Msg) {
 		md, err := msg.Metadata()
-		if err != nil {
-			return nil, fmt.Errorf("replay: %w", err)
-		}
-		if md.Sequence.Stream > last {
-			return out, nil
+		if err != nil || md.Sequence.Stream > last {
+			return
 		}
 		if s, ok := decode(msg, md); ok && sel.matches(s) {
 			out = append(out, s)
 		}
-		if md.Sequence.Stream == last {
-			return out, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
 	}
+	return out, nil
 }
 
 func decode(msg jetstream.Msg, md *jetstream.MsgMetadata) (Stored, bool) {

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
+	"kvlive/internal/bus"
 )
 
 // Phase is where a rollout stands, derived from its accounting.
@@ -365,35 +365,16 @@ func Moving(ctx context.Context, js jetstream.JetStream) (map[string]bool, error
 }
 
 // scanSubject reads every message of stream under filter that was stored
-// when it began.
+// when it began (bus.Scan: a read broken by a NATS leader election resumes
+// where it stopped; one that stays broken fails rather than claim less
+// than is there).
 func scanSubject(ctx context.Context, js jetstream.JetStream, stream, filter string, each func(jetstream.Msg)) error {
-	pending, err := CountSubjects(ctx, js, stream, filter)
-	if err != nil || pending == 0 {
-		return err
+	err := bus.Scan(ctx, js, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}, each)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
 	}
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
 	if err != nil {
-		return fmt.Errorf("rollout: read %s: %w", stream, err)
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("rollout: read %s: %w", stream, err)
-	}
-	defer it.Stop()
-	for read := range pending {
-		m, err := it.Next(jetstream.NextMaxWait(5 * time.Second))
-		if errors.Is(err, nats.ErrTimeout) {
-			// An account short of messages would claim less than is
-			// there: say so instead.
-			return fmt.Errorf("rollout: read %s: %d of %d messages under %s within 5s", stream, read, pending, filter)
-		}
-		if err != nil {
-			return fmt.Errorf("rollout: read %s: %w", stream, err)
-		}
-		each(m)
-		if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
-			return nil
-		}
+		return fmt.Errorf("rollout: %s under %s: %w", stream, filter, err)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
+	"kvlive/internal/bus"
 )
 
 // RequestSwitch publishes a switch request and returns its event id.
@@ -73,18 +74,10 @@ func Follow(ctx context.Context, js jetstream.JetStream, eventID string, update 
 	if err != nil {
 		return p, fmt.Errorf("rollout: kv: %w", err)
 	}
-	cons, err := js.OrderedConsumer(ctx, events.StreamOutcomes, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OutcomesOf(eventID, "")}})
-	if err != nil {
-		return p, fmt.Errorf("rollout: outcomes consumer: %w", err)
-	}
-	// One iterator for the whole read: the ordered consumer's FetchNoWait
-	// does not advance its cursor, so repeated fetches would read the
-	// stream's first messages again and again.
-	it, err := cons.Messages()
-	if err != nil {
-		return p, fmt.Errorf("rollout: outcomes consumer: %w", err)
-	}
-	defer it.Stop()
+	// One read for the whole follow; a NATS leader election that breaks
+	// it is ridden out where it stopped (bus.Tail).
+	tail := bus.NewTail(js, events.StreamOutcomes, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OutcomesOf(eventID, "")}})
+	defer tail.Stop()
 	for ctx.Err() == nil {
 		if p.Planned == 0 {
 			if planned, ok := plannedCount(ctx, kv, eventID); ok {
@@ -97,7 +90,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, eventID string, update 
 		if p.Done() {
 			return p, nil
 		}
-		msg, err := it.Next(jetstream.NextMaxWait(pollInterval))
+		msg, err := tail.Next(ctx, pollInterval)
 		switch {
 		case errors.Is(err, nats.ErrTimeout):
 			// Quiet: see whether the rollout ended without an outcome

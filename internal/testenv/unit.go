@@ -33,7 +33,7 @@ func JetStream(t testing.TB, configure ...func(*events.StreamOptions)) jetstream
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close(); ns.Shutdown(); ns.WaitForShutdown() })
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	js, err := bus.NewJetStream(nc, bus.ReadBound, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -124,8 +124,8 @@ func start(ctx context.Context, cfg Config) (*env, error) {
 		return e, err
 	}
 	e.closers = append(e.closers, func() error { return nc.Drain() })
-	if e.js, err = jetstream.New(nc); err != nil {
-		return e, fmt.Errorf("demo: jetstream: %w", err)
+	if e.js, err = bus.NewJetStream(nc, bus.ReadBound); err != nil {
+		return e, fmt.Errorf("demo: %w", err)
 	}
 	if err := events.Setup(ctx, e.js, events.DefaultStreamOptions(), nil); err != nil {
 		return e, err
