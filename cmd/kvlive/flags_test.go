@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -29,6 +30,8 @@ func TestBadFlagsAndUnknownCommandsAreErrors(t *testing.T) {
 		{"run", "--batch-size", "0"},
 		{"run", "--on-failure", "panic"},
 		{"switch", "--from", "clusterinstancetype/a", "--to", "clusterinstancetype/b", "--pause", "soon"},
+		{"outcomes", "--request-timeout", "soon"},
+		{"rollout", "status", "x", "--request-timeout", "-3s"},
 	} {
 		out, err := kvlive(t, args...)
 		if err == nil {
@@ -155,6 +158,40 @@ func TestNATSAuthFlags(t *testing.T) {
 	} {
 		if _, err := bad.options(); err == nil {
 			t.Errorf("%+v: accepted", bad)
+		}
+	}
+}
+
+// TestRequestTimeoutBoundsStoreReads: --request-timeout, kubectl's flag, is
+// how long a read of the store rides out a NATS leader election, in
+// kubectl's format, 0 meaning bus.ReadBound; commands with kubeconfig
+// flags share the one flag.
+func TestRequestTimeoutBoundsStoreReads(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  time.Duration
+	}{
+		{"0", bus.ReadBound}, {"5", 5 * time.Second}, {"2m", 2 * time.Minute}, {"1.5s", 1500 * time.Millisecond},
+	} {
+		cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }}
+		var s storeFlags
+		s.bind(cmd)
+		cmd.SetArgs([]string{"--request-timeout", tc.value})
+		if err := cmd.Execute(); err != nil {
+			t.Fatalf("--request-timeout %s: %v", tc.value, err)
+		}
+		if s.bound != tc.want {
+			t.Errorf("--request-timeout %s: bound %v, want %v", tc.value, s.bound, tc.want)
+		}
+	}
+	root := newRoot()
+	for _, path := range [][]string{{"outcomes"}, {"events"}, {"trace"}, {"rollout", "status"}, {"rollout", "retry"}, {"replay"}, {"dlq", "list"}, {"switch"}} {
+		cmd, _, err := root.Find(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cmd.Flags().Lookup("request-timeout") == nil {
+			t.Errorf("kvlive %s has no --request-timeout", strings.Join(path, " "))
 		}
 	}
 }
