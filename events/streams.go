@@ -73,6 +73,24 @@ func DefaultStreamOptions() StreamOptions {
 	return StreamOptions{Replicas: 1, MaxAge: 7 * 24 * time.Hour, DuplicateWindow: 30 * time.Minute}
 }
 
+// Validate says what is wrong with options JetStream would refuse, in the
+// words of kvlive run's flags, before a stream is made: a replay horizon
+// (--max-age) shorter than the window in which a redelivered message is
+// recognised by its Nats-Msg-Id would let the same event, plan or outcome
+// be stored twice, and JetStream refuses it.
+func (o StreamOptions) Validate() error {
+	switch {
+	case o.MaxAge < 0:
+		return fmt.Errorf("--max-age %s: want 0 (no age limit) or a positive duration", o.MaxAge)
+	case o.MaxAge > 0 && o.MaxAge < o.DuplicateWindow:
+		return fmt.Errorf("--max-age %s is shorter than the %s in which kvlive's streams recognise a message sent twice: "+
+			"want at least %s, or 0 for no age limit", o.MaxAge, o.DuplicateWindow, o.DuplicateWindow)
+	case o.Replicas < 0:
+		return fmt.Errorf("--replicas %d: want 1 or more", o.Replicas)
+	}
+	return nil
+}
+
 // StreamConfigs returns the configurations of every kvlive stream.
 //
 // Work streams never drop a message no consumer has settled: plans and held
@@ -180,6 +198,9 @@ const (
 // not ready yet is waited for (SetupTimeout), each retry logged to log
 // (which may be nil).
 func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions, log *slog.Logger) error {
+	if err := o.Validate(); err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

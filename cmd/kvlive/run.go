@@ -136,6 +136,9 @@ func (o *runOptions) validate() error {
 	case o.listenConfig != "" && o.nats.url != "":
 		return fmt.Errorf("%w: --listen-config is the embedded server's; with --nats-url, configure that server", errUsage)
 	}
+	if err := o.nats.streamOptions().Validate(); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
 	return checkPolicy(o.policy)
 }
 
