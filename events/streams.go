@@ -13,6 +13,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// StreamPrefix begins every kvlive stream's name, and BucketPrefix every
+// kvlive bucket's: a store holding other names is not kvlive's.
+const (
+	StreamPrefix = "KVLIVE_"
+	BucketPrefix = "kvlive-"
+)
+
 // Stream names.
 const (
 	StreamEvents   = "KVLIVE_EVENTS"

@@ -7,7 +7,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
+
+	"kvlive/events"
 )
 
 // Files kvlive keeps in a store directory beside JetStream's own.
@@ -96,6 +99,9 @@ func adoptable(dir string, entries []os.DirEntry) bool {
 	for _, e := range entries {
 		switch {
 		case e.IsDir() && e.Name() == jetStreamDir:
+			if !onlyKvliveStreams(filepath.Join(dir, jetStreamDir)) {
+				return false
+			}
 		case e.IsDir():
 			if !isStore(filepath.Join(dir, e.Name())) {
 				return false
@@ -121,6 +127,35 @@ func isStore(dir string) bool {
 	for _, e := range entries {
 		if !e.IsDir() || e.Name() != jetStreamDir {
 			return false
+		}
+	}
+	return onlyKvliveStreams(filepath.Join(dir, jetStreamDir))
+}
+
+// onlyKvliveStreams reports whether a JetStream store directory holds
+// kvlive's streams and buckets and nothing else, in every account
+// (<account>/streams/<stream>, as nats-server lays a file store out): an
+// unmarked store is adopted, and may be emptied, only if it is kvlive's.
+func onlyKvliveStreams(js string) bool {
+	accounts, err := os.ReadDir(js)
+	if err != nil {
+		return false
+	}
+	for _, a := range accounts {
+		if !a.IsDir() {
+			continue
+		}
+		streams, err := os.ReadDir(filepath.Join(js, a.Name(), "streams"))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return false
+		}
+		for _, st := range streams {
+			if !strings.HasPrefix(st.Name(), events.StreamPrefix) && !strings.HasPrefix(st.Name(), "KV_"+events.BucketPrefix) {
+				return false
+			}
 		}
 	}
 	return true

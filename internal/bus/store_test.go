@@ -115,3 +115,47 @@ func TestADirectoryHoldingAnOldDemoStoreIsAdopted(t *testing.T) {
 	}
 	_ = run.Close()
 }
+
+// TestAnotherServersStoreIsRefusedAndLeftAlone: an unmarked directory
+// holding a JetStream store with streams that are not kvlive's is another
+// NATS server's; kvlive neither adopts nor empties it. One holding only
+// kvlive's streams (an earlier kvlive's) is adopted.
+func TestAnotherServersStoreIsRefusedAndLeftAlone(t *testing.T) {
+	for _, tc := range []struct {
+		streams []string
+		adopt   bool
+	}{
+		{[]string{"KVLIVE_EVENTS", "KVLIVE_PLANS", "KV_kvlive-rollouts"}, true},
+		{[]string{"KVLIVE_EVENTS", "ORDERS"}, false},
+		{[]string{"KV_sessions"}, false},
+	} {
+		dir := t.TempDir()
+		for _, st := range tc.streams {
+			if err := os.MkdirAll(filepath.Join(dir, jetStreamDir, "$G", "streams", st, "msgs"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s, err := OpenStore(dir)
+		if tc.adopt {
+			if err != nil {
+				t.Errorf("streams %v: %v", tc.streams, err)
+				continue
+			}
+			_ = s.Close()
+			continue
+		}
+		if err == nil {
+			_ = s.Empty()
+			_ = s.Close()
+			t.Errorf("streams %v: adopted", tc.streams)
+		}
+		for _, st := range tc.streams {
+			if _, err := os.Stat(filepath.Join(dir, jetStreamDir, "$G", "streams", st)); err != nil {
+				t.Errorf("streams %v: %s touched: %v", tc.streams, st, err)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(dir, storeMarker)); err == nil {
+			t.Errorf("streams %v: marked as kvlive's", tc.streams)
+		}
+	}
+}
