@@ -1,0 +1,45 @@
+package events
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+)
+
+// Prefixes of the ids of events a user asks for rather than the watcher
+// emits: a switch request, a replay and a retry, each followed by a UUID.
+var requestedPrefixes = []string{"switch/", "replay/", "retry/"}
+
+// CheckEventID says why id cannot be the id of any event kvlive makes: a
+// change is <kind>/<uid>/<generation> of one of the four instance type and
+// preference kinds (EventID), a switch, replay or retry is switch/, replay/
+// or retry/ and a UUID. A command acting on an event before it exists
+// (pause --ahead) checks the id it is given, so a typo is an error, not a
+// record no event will ever meet.
+func CheckEventID(id string) error {
+	for _, p := range requestedPrefixes {
+		if rest, ok := strings.CutPrefix(id, p); ok {
+			if _, err := uuid.Parse(rest); err != nil {
+				return fmt.Errorf("event id %q: %s is followed by a UUID: %w", id, p, err)
+			}
+			return nil
+		}
+	}
+	parts := strings.Split(id, "/")
+	kinds := []string{KindInstancetype, KindClusterInstancetype, KindPreference, KindClusterPreference}
+	switch {
+	case len(parts) != 3:
+		return fmt.Errorf("event id %q: want KIND/UID/GENERATION, or switch/, replay/ or retry/ and a UUID", id)
+	case !slices.Contains(kinds, parts[0]):
+		return fmt.Errorf("event id %q: %q is not one of %s", id, parts[0], strings.Join(kinds, ", "))
+	case parts[1] == "":
+		return fmt.Errorf("event id %q: the object's UID is empty", id)
+	}
+	if g, err := strconv.ParseInt(parts[2], 10, 64); err != nil || g < 1 {
+		return fmt.Errorf("event id %q: generation %q: want a positive integer", id, parts[2])
+	}
+	return nil
+}
