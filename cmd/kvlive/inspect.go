@@ -220,6 +220,13 @@ count per result. kvlive events lists the event ids.`,
 				if err != nil {
 					return err
 				}
+				if f.EventID != "" && len(outs) == 0 {
+					// No outcomes of an event kvlive never heard of is
+					// a typo, not an answer.
+					if err := knownEvent(ctx, js, f.EventID); err != nil {
+						return err
+					}
+				}
 				out := cmd.OutOrStdout()
 				return inspect.WriteOutcomes(out, outs, output, printer.Width(out))
 			})

@@ -35,7 +35,8 @@ to run it again). An event can be paused or aborted before it happens, with
 --ahead: its id is <kind>/<uid>/<generation>. An id kvlive has no rollout of
 is otherwise an error, so a typo never answers "paused". Each change is a
 compare-and-set on the event's record, so two operators never overwrite each
-other unseen; --force overwrites a record that no longer decodes.
+other unseen; --force overwrites a record that no longer decodes, or one of
+a rollout that has finished (pause and abort refuse those otherwise).
 
 status derives the rollout's phase from its accounting (every planned VM
 has an outcome, a dead letter, a held plan or a plan in flight): pending,
@@ -197,7 +198,7 @@ func rolloutActionCmd(g *globals, action events.ControlAction) *cobra.Command {
 						return err
 					}
 				}
-				if err := checkKnown(ctx, js, s, args[0], action, ahead); err != nil {
+				if err := checkKnown(ctx, js, s, args[0], action, ahead, force); err != nil {
 					return err
 				}
 				c, changed, err := s.Apply(ctx, args[0], action, reason, whoAmI(), time.Now(), force)
@@ -214,7 +215,7 @@ func rolloutActionCmd(g *globals, action events.ControlAction) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded with the change and in skipped VMs' outcomes")
-	cmd.Flags().BoolVar(&force, "force", false, "overwrite the event's control record even when it no longer decodes")
+	cmd.Flags().BoolVar(&force, "force", false, "overwrite the event's control record even when it no longer decodes or the rollout has finished")
 	if action != events.ActionResume {
 		cmd.Flags().BoolVar(&ahead, "ahead", false, "the event has not been planned yet: "+string(action)+" it ahead, as soon as it arrives")
 	}
@@ -224,20 +225,67 @@ func rolloutActionCmd(g *globals, action events.ControlAction) *cobra.Command {
 }
 
 // checkKnown refuses to steer an event kvlive has no rollout of (neither
-// planned nor steered before), unless asked to act ahead of it.
-func checkKnown(ctx context.Context, js jetstream.JetStream, s *rollout.Store, eventID string, action events.ControlAction, ahead bool) error {
+// planned nor steered before), unless asked to act ahead of it with an id
+// an event can have, and refuses to pause or abort a rollout that has
+// finished (unless forced): nothing would change, and the record would
+// claim otherwise.
+func checkKnown(ctx context.Context, js jetstream.JetStream, s *rollout.Store, eventID string, action events.ControlAction, ahead, force bool) error {
+	if ahead {
+		if err := events.CheckEventID(eventID); err != nil {
+			return fmt.Errorf("%w: %s --ahead: %w", errUsage, action, err)
+		}
+	}
 	_, recorded, err := rollout.Record(ctx, js, eventID)
-	if err != nil || recorded || ahead {
+	switch {
+	case err != nil:
 		return err
+	case recorded && action != events.ActionResume && !force:
+		return checkUnfinished(ctx, js, eventID, action)
+	case recorded || ahead:
+		return nil
 	}
 	if _, rev, _ := s.Get(ctx, eventID); rev > 0 {
 		return nil
 	}
-	err = fmt.Errorf("%w %q: no event with that id was planned (kvlive events lists them)", rollout.ErrNoRollout, eventID)
+	err = noRollout(eventID)
 	if action != events.ActionResume {
 		err = fmt.Errorf("%w; to %s an event before it is planned, say --ahead", err, action)
 	}
 	return err
+}
+
+// knownEvent says an event kvlive has neither planned nor been asked to
+// steer is not known.
+func knownEvent(ctx context.Context, js jetstream.JetStream, eventID string) error {
+	_, recorded, err := rollout.Record(ctx, js, eventID)
+	if err != nil || recorded {
+		return err
+	}
+	if s, err := rollout.Open(ctx, js); err == nil {
+		if _, rev, _ := s.Get(ctx, eventID); rev > 0 {
+			return nil
+		}
+	}
+	return noRollout(eventID)
+}
+
+func noRollout(eventID string) error {
+	return fmt.Errorf("%w %q: no event with that id was planned (kvlive events lists them)", rollout.ErrNoRollout, eventID)
+}
+
+// checkUnfinished refuses to pause or abort a rollout with nothing left to
+// move: complete, incomplete, or aborted with every plan settled (aborting
+// that again is answered "already aborted").
+func checkUnfinished(ctx context.Context, js jetstream.JetStream, eventID string, action events.ControlAction) error {
+	a, err := rollout.AccountOf(ctx, js, eventID)
+	if err != nil {
+		return err
+	}
+	if !a.Done() || (a.Phase == rollout.PhaseAborted && action == events.ActionAbort) {
+		return nil
+	}
+	return fmt.Errorf("rollout %s is %s: it moves no VM any more, so there is nothing to %s (kvlive rollout status %s)",
+		eventID, a.Phase, action, eventID)
 }
 
 func rolloutStatusCmd(g *globals) *cobra.Command {

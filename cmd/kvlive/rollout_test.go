@@ -93,3 +93,24 @@ func TestRolloutStatusWatch(t *testing.T) {
 		t.Error("--timeout 0s accepted")
 	}
 }
+
+// TestFinishedRolloutsAndBadIDsAreRefused: pausing or aborting a rollout
+// that moves nothing any more is refused (the record would claim a pause
+// of nothing); --ahead takes only an id an event can have; outcomes of an
+// event kvlive never heard of is an error, not "no outcomes found".
+func TestFinishedRolloutsAndBadIDsAreRefused(t *testing.T) {
+	dir := recordedStore(t)
+	for _, action := range []string{"pause", "abort"} {
+		if out, err := kvlive(t, "rollout", action, testEvent, "--data-dir", dir); err == nil || !strings.Contains(err.Error(), "is complete") {
+			t.Errorf("%s of a complete rollout: %v\n%s", action, err, out)
+		}
+	}
+	for _, id := range []string{"u1.medium", "switch/0b5c", "VirtualMachineClusterInstancetype/uid/zero"} {
+		if out, err := kvlive(t, "rollout", "pause", id, "--ahead", "--data-dir", dir); err == nil || !strings.Contains(err.Error(), "event id") {
+			t.Errorf("pause --ahead %s: %v\n%s", id, err, out)
+		}
+	}
+	if out, err := kvlive(t, "outcomes", "--event", "switch/no-such-event", "--data-dir", dir); err == nil || !strings.Contains(err.Error(), "no rollout") {
+		t.Errorf("outcomes of an unknown event: %v\n%s", err, out)
+	}
+}
