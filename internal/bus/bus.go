@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -76,6 +77,45 @@ func (c *ErrorCount) Counted() nats.Option {
 	}
 }
 
+// Redact is a NATS server URL, or a comma-separated list of them, with
+// every password or token in it replaced by "xxxxx", for logs and errors.
+func Redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		u, err := neturl.Parse(strings.TrimSpace(p))
+		if err != nil {
+			if at := strings.LastIndex(p, "@"); at >= 0 {
+				parts[i] = "xxxxx" + p[at:] // unparsable, but maybe credentials
+			}
+			continue
+		}
+		if u.User != nil {
+			if _, hasPassword := u.User.Password(); !hasPassword {
+				u.User = neturl.User("xxxxx") // a token alone
+			}
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// redactErr is err with any credentials urls holds taken out of its text
+// (a dial error may quote the URL), still wrapping err.
+func redactErr(err error, urls string) error {
+	if redacted := Redact(urls); redacted != urls && strings.Contains(err.Error(), urls) {
+		return redactedError{err: err, text: strings.ReplaceAll(err.Error(), urls, redacted)}
+	}
+	return err
+}
+
+type redactedError struct {
+	err  error
+	text string
+}
+
+func (e redactedError) Error() string { return e.text }
+func (e redactedError) Unwrap() error { return e.err }
+
 // Connect connects to url with reconnects that never give up, so a NATS
 // restart pauses kvlive instead of ending it.
 func Connect(name string, log *slog.Logger, url string, extra ...nats.Option) (*nats.Conn, error) {
@@ -91,7 +131,7 @@ func Connect(name string, log *slog.Logger, url string, extra ...nats.Option) (*
 				log.Warn("nats disconnected", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrl()) }),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			subject := ""
 			if sub != nil {
@@ -105,9 +145,9 @@ func Connect(name string, log *slog.Logger, url string, extra ...nats.Option) (*
 	nc, err := nats.Connect(url, opts...)
 	switch {
 	case errors.Is(err, nats.ErrAuthorization), err != nil && strings.Contains(strings.ToLower(err.Error()), "authorization violation"):
-		return nil, fmt.Errorf("nats: %s refused kvlive's credentials (check --nats-creds, --nats-nkey, --nats-user with its password, or the token): %w", url, err)
+		return nil, fmt.Errorf("nats: %s refused kvlive's credentials (check --nats-creds, --nats-nkey, --nats-user with its password, or the token): %w", Redact(url), redactErr(err, url))
 	case err != nil:
-		return nil, fmt.Errorf("nats: connect %s: %w", url, err)
+		return nil, fmt.Errorf("nats: connect %s: %w", Redact(url), redactErr(err, url))
 	}
 	return nc, nil
 }

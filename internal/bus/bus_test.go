@@ -60,3 +60,26 @@ func TestAsynchronousErrorsAreLogged(t *testing.T) {
 		t.Error("the asynchronous error was not counted")
 	}
 }
+
+// TestCredentialsInURLsAreRedacted: a NATS URL carrying a password or a
+// token never shows it in an error or a log line.
+func TestCredentialsInURLsAreRedacted(t *testing.T) {
+	for _, url := range []string{
+		"nats://alice:s3cret@127.0.0.1:1",
+		"nats://s3cret@127.0.0.1:1",
+		"nats://127.0.0.1:2,nats://bob:s3cret@127.0.0.1:1",
+	} {
+		if r := bus.Redact(url); strings.Contains(r, "s3cret") || !strings.Contains(r, "127.0.0.1:1") {
+			t.Errorf("Redact(%q) = %q", url, r)
+		}
+		var logs testenv.LogBuffer
+		nc, err := bus.Connect(t.Name(), slog.New(slog.NewTextHandler(&logs, nil)), url, nats.Timeout(time.Second))
+		if err == nil {
+			nc.Close()
+			t.Fatalf("connect %s succeeded", url)
+		}
+		if strings.Contains(err.Error(), "s3cret") || strings.Contains(logs.String(), "s3cret") {
+			t.Errorf("connect %s: the password shows: %v\n%s", bus.Redact(url), err, logs.String())
+		}
+	}
+}
