@@ -68,6 +68,12 @@ func LoadListenAuth(path string) (*ListenAuth, error) {
 		if slices.ContainsFunc(o.Users, func(u *server.User) bool { return u.Username == embeddedUser }) {
 			return nil, fmt.Errorf("nats: listen configuration %s: the user %q is kvlive's own", path, embeddedUser)
 		}
+		// A user without a password lets anyone in under its name, unless
+		// TLS maps client certificates to users.
+		if i := slices.IndexFunc(o.Users, func(u *server.User) bool { return u.Password == "" }); i >= 0 && !o.TLSMap {
+			return nil, fmt.Errorf("nats: listen configuration %s: the user %q has no password, so anyone could log in as it: "+
+				"give it one (or an NKey, or map TLS client certificates to users with verify_and_map)", path, o.Users[i].Username)
+		}
 		password := rand.Text()
 		o.Users = append(o.Users, &server.User{Username: embeddedUser, Password: password})
 		a.self = []nats.Option{nats.UserInfo(embeddedUser, password)}
@@ -77,6 +83,9 @@ func LoadListenAuth(path string) (*ListenAuth, error) {
 		}
 		a.self = []nats.Option{nats.Token(o.Authorization)}
 	case o.Username != "":
+		if o.Password == "" {
+			return nil, fmt.Errorf("nats: listen configuration %s: the user %q has no password, so anyone could log in as it", path, o.Username)
+		}
 		if isBcrypt(o.Password) {
 			return nil, fmt.Errorf("nats: listen configuration %s: kvlive cannot log in as a user with a bcrypt-hashed password; give a users list instead", path)
 		}

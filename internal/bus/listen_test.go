@@ -35,6 +35,8 @@ func TestListenConfigTakesOnlyAuthorizationAndTLS(t *testing.T) {
 		{`authorization { users: [{user: kvlive-embedded, password: x}] }`, "kvlive's own"},
 		{"READER = { publish: { deny: \">\" } }\nauthorization { users: [{user: r, password: p, permissions: $READER}] }", ""},
 		{"authorization { token: abc }", ""},
+		{"authorization { users: [{user: a, password: x}, {user: b}] }", `the user "b" has no password`},
+		{"authorization { user: a }", `the user "a" has no password`},
 	} {
 		_, err := LoadListenAuth(writeConf(t, c.conf))
 		switch {
