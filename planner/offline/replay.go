@@ -26,7 +26,12 @@ func DryRun(f Fleet, stored []replay.Stored) ([]Preview, error) {
 			return nil, err
 		}
 		if _, ok := instancetype.SpecOf(f.Object(req.Object)); !ok {
-			out = append(out, Preview{Event: s, Note: fmt.Sprintf("%s no longer exists: replaying this event moves no VM", req.Object), Report: NewReport(nil)})
+			if s.Change != nil {
+				// As replay --apply answers: a change replays as its
+				// object's current generation, and there is none.
+				return nil, fmt.Errorf("replay: %s no longer exists: nothing to replay for %s", req.Object, s.ID)
+			}
+			out = append(out, Preview{Event: s, Note: fmt.Sprintf("%s no longer exists: replaying this switch moves no VM", req.Object), Report: NewReport(nil)})
 			continue
 		}
 		plans, err := Plan(f, req)

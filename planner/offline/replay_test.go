@@ -36,3 +36,19 @@ func TestDryRunPlansTodayAndSaysWhenSuperseded(t *testing.T) {
 		t.Errorf("plan = %+v", r)
 	}
 }
+
+// TestDryRunOfAChangeWhoseObjectIsGoneFails: replay --apply refuses to
+// replay a change of a deleted object (it replays as the object's current
+// generation, and there is none); its dry run says the same, not "moves no
+// VM".
+func TestDryRunOfAChangeWhoseObjectIsGoneFails(t *testing.T) {
+	f := testenv.StartCache(t, testenv.FakeClients(nil))
+	ref := events.Ref{Kind: events.KindClusterInstancetype, Name: "gone"}
+	id := events.EventID(ref.Kind, "uid-gone", 2)
+	stored := []replay.Stored{{ID: id, Type: events.TypeInstancetypeChanged,
+		Change: &events.Changed{Object: ref, UID: "uid-gone", Generation: 2, OldGeneration: 1, NewSpec: json.RawMessage(`{"cpu":{"guest":2},"memory":{"guest":"4Gi"}}`)}}}
+	previews, err := DryRun(f, stored)
+	if err == nil || !strings.Contains(err.Error(), "no longer exists") || !strings.Contains(err.Error(), id) {
+		t.Fatalf("dry run of a change of a deleted object: %v, %+v", err, previews)
+	}
+}
