@@ -138,9 +138,9 @@ func rolloutPromoteCmd(g *globals) *cobra.Command {
 		Long: `promote releases the batch after the last released one at once, whatever the
 gate of the released batch says and however long the policy's pause has to
 run, and resumes the rollout if it was paused (a pause: manual waits for
-this). The decision is a compare-and-set on the rollout's control record:
-two operators promoting at once release one batch each, never the same one
-twice.`,
+this). The decision is a compare-and-set on the batch the command saw
+released: of two operators promoting at once, one releases the next batch
+and the other is told it was released meanwhile; never two batches.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
@@ -161,7 +161,11 @@ twice.`,
 				if err != nil {
 					return err
 				}
-				batch, err := s.Promote(ctx, id, len(rec.Batches)-1, whoAmI(), time.Now())
+				seen, _, err := s.Get(ctx, id)
+				if err != nil {
+					return fmt.Errorf("promote %s: %w", id, err)
+				}
+				batch, err := s.Promote(ctx, id, seen.Batch, len(rec.Batches)-1, whoAmI(), time.Now())
 				if err != nil {
 					return fmt.Errorf("promote %s: %w", id, err)
 				}

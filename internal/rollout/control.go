@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -179,16 +180,26 @@ func (s *Store) PassGate(ctx context.Context, eventID string, batch int, gate st
 // ErrNothingToPromote is a promote of a rollout with no batch left to release.
 var ErrNothingToPromote = errors.New("nothing to promote")
 
-// Promote releases the batch after the last released one now, whatever its
-// gate and pause say, and resumes the rollout if it was paused; last is the
-// rollout's last batch. It returns the batch it released.
-func (s *Store) Promote(ctx context.Context, eventID string, last int, by string, now time.Time) (int, error) {
+// ErrPromotedMeanwhile is a promote that found another batch released
+// since the operator looked: it releases nothing, so two promotes at once
+// release one batch, not two.
+var ErrPromotedMeanwhile = errors.New("released meanwhile")
+
+// Promote releases batch seen+1 now, whatever its gate and pause say, and
+// resumes the rollout if it was paused: seen is the last released batch
+// the operator saw, last the rollout's last batch. A record that has moved
+// past seen since (another promote, the gate) is ErrPromotedMeanwhile. It
+// returns the batch it released.
+func (s *Store) Promote(ctx context.Context, eventID string, seen, last int, by string, now time.Time) (int, error) {
 	c, _, err := s.Update(ctx, eventID, false, func(c *events.Control) (bool, error) {
 		switch {
 		case c.State == events.StateAborted:
 			return false, errors.New("the rollout was aborted; an aborted rollout cannot be promoted")
 		case c.Batch >= last:
 			return false, fmt.Errorf("%w: batch %d of %d is the last and released", ErrNothingToPromote, c.Batch+1, last+1)
+		case c.Batch != seen:
+			return false, fmt.Errorf("%w: batch %d of %d was released since batch %d was seen (%s); nothing more is",
+				ErrPromotedMeanwhile, c.Batch+1, last+1, seen+1, cmp.Or(c.Gate, "by its gate"))
 		}
 		c.Batch, c.BatchAt, c.GateAt = c.Batch+1, now.UTC(), time.Time{}
 		c.Gate = fmt.Sprintf("promoted by %s", by)

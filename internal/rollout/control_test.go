@@ -178,7 +178,7 @@ func TestBatchStepsAreCompareAndSet(t *testing.T) {
 	if c.State != events.StatePaused || c.Batch != 1 || c.GateAt.IsZero() || c.Gate != "all 3 VMs in their planned state" {
 		t.Fatalf("a pause lost the batch: %+v", c)
 	}
-	batch, err := s.Promote(ctx, id, 2, "bob", now.Add(time.Minute))
+	batch, err := s.Promote(ctx, id, 1, 2, "bob", now.Add(time.Minute))
 	if err != nil || batch != 2 {
 		t.Fatalf("Promote = %d, %v", batch, err)
 	}
@@ -186,7 +186,44 @@ func TestBatchStepsAreCompareAndSet(t *testing.T) {
 	if c.State != events.StateRunning || c.Batch != 2 || !c.GateAt.IsZero() || c.By != "bob" {
 		t.Errorf("after promote: %+v", c)
 	}
-	if _, err := s.Promote(ctx, id, 2, "bob", now); !errors.Is(err, ErrNothingToPromote) {
+	if _, err := s.Promote(ctx, id, 2, 2, "bob", now); !errors.Is(err, ErrNothingToPromote) {
 		t.Errorf("promote past the last batch: %v", err)
+	}
+}
+
+// TestConcurrentPromotesReleaseOneBatch: operators who all saw batch 1
+// released and promote at once release batch 2, once; the others are told
+// it was released meanwhile, and batch 3 stays staged.
+func TestConcurrentPromotesReleaseOneBatch(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, testenv.JetStream(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "E/uid/4"
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	if ok, err := s.OpenBatch(ctx, id, 0, now); err != nil || ok {
+		t.Fatalf("OpenBatch 0 = %v, %v", ok, err) // batch 0 is released from the start
+	}
+	var wg sync.WaitGroup
+	var released, meanwhile atomic.Int32
+	for range 20 {
+		wg.Go(func() {
+			batch, err := s.Promote(ctx, id, 0, 3, "op", now)
+			switch {
+			case err == nil && batch == 1:
+				released.Add(1)
+			case errors.Is(err, ErrPromotedMeanwhile):
+				meanwhile.Add(1)
+			default:
+				t.Errorf("Promote = %d, %v", batch, err)
+			}
+		})
+	}
+	wg.Wait()
+	c, _, _ := s.Get(ctx, id)
+	if released.Load() != 1 || meanwhile.Load() != 19 || c.Batch != 1 {
+		t.Fatalf("20 promotes of batch 1: %d released, %d told meanwhile; the record is at batch %d, want 1",
+			released.Load(), meanwhile.Load(), c.Batch+1)
 	}
 }
