@@ -50,13 +50,11 @@ func replicated(t *testing.T, c *cluster, n int) {
 	}
 }
 
-// TestScanRidesOutALeaderChange kills the node that serves Scan its
-// messages (the node holding its consumer, which may lead the stream too)
-// midway through a read of a replicated stream: the read resumes from
-// another node, and every message is read once, in order.
-func TestScanRidesOutALeaderChange(t *testing.T) {
+// readAcrossAKill starts a cluster holding n messages in stream S, and
+// returns it with a plain connection to probe it and kvlive's reading one.
+func readAcrossAKill(t *testing.T, n int) (*cluster, jetstream.JetStream, jetstream.JetStream) {
+	t.Helper()
 	c := startCluster(t, 3)
-	const n = 20000
 	replicated(t, c, n)
 	probe, err := jetstream.New(c.connect(c.others("")...))
 	if err != nil {
@@ -66,10 +64,20 @@ func TestScanRidesOutALeaderChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, probe, js
+}
+
+// TestScanRidesOutALeaderChange kills the node that serves Scan its
+// messages (the node holding its consumer, which may lead the stream too)
+// midway through a read of a replicated stream: the read resumes from
+// another node, and every message is read once, in order.
+func TestScanRidesOutALeaderChange(t *testing.T) {
+	const n = 20000
+	c, probe, js := readAcrossAKill(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var got []int
-	err = bus.Scan(ctx, js, "S", jetstream.OrderedConsumerConfig{}, func(m jetstream.Msg) {
+	err := bus.Scan(ctx, js, "S", jetstream.OrderedConsumerConfig{}, func(m jetstream.Msg) {
 		i, err := strconv.Atoi(string(m.Data()))
 		if err != nil {
 			t.Fatal(err)
@@ -222,17 +230,8 @@ func consumerNode(ctx context.Context, t *testing.T, js jetstream.JetStream, str
 // TestTailRidesOutALeaderChange is TestScanRidesOutALeaderChange for a
 // Tail, which a command following a rollout reads with short waits.
 func TestTailRidesOutALeaderChange(t *testing.T) {
-	c := startCluster(t, 3)
 	const n = 20000
-	replicated(t, c, n)
-	probe, err := jetstream.New(c.connect(c.others("")...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := bus.NewJetStream(c.connect(c.others("")...), 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, probe, js := readAcrossAKill(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	tail := bus.NewTail(js, "S", jetstream.OrderedConsumerConfig{})
