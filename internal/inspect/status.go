@@ -24,6 +24,10 @@ func WriteStatus(w io.Writer, a rollout.Account, f printer.Format) error {
 		if !a.Since.IsZero() {
 			phase += " since " + a.Since.Format(time.RFC3339)
 		}
+		if len(a.Dropped) > 0 {
+			phase += "; " + strings.Join(a.Dropped, " and ") + " dropped records stored after the rollout was planned, " +
+				"to its limits: their VMs may be among them (raise kvlive run's --max-bytes)"
+		}
 	case a.Control.State != events.StateRunning && (a.Control.By != "" || a.Control.Reason != ""):
 		phase += fmt.Sprintf(" (%s)", a.Control.Describe())
 		if !a.Control.At.IsZero() {

@@ -71,6 +71,11 @@ type Account struct {
 	// Since is the last thing that happened to the rollout.
 	Unaccounted int       `json:"unaccounted,omitempty"`
 	Since       time.Time `json:"since,omitzero"`
+	// Dropped, for an incomplete rollout, names the record streams that
+	// have dropped messages stored after it was planned to their limits
+	// (--max-bytes, --max-age): the unaccounted VMs' records may be among
+	// them.
+	Dropped []string `json:"dropped,omitempty"`
 	// Latest is the latest outcome per VM UID.
 	Latest map[string]events.Outcome `json:"-"`
 }
@@ -152,7 +157,43 @@ func (a *Account) tally(ctx context.Context, js jetstream.JetStream) error {
 			return nil
 		}
 	}
-	return nil
+	var err error
+	a.Dropped, err = droppedSince(ctx, js, a.Record.PlannedAt)
+	return err
+}
+
+// droppedSince names the record streams (outcomes, dead letters) whose
+// oldest message was stored after since while older ones are gone: they
+// dropped, to their limits, records of a rollout planned at since. Nothing
+// else removes their messages.
+func droppedSince(ctx context.Context, js jetstream.JetStream, since time.Time) ([]string, error) {
+	var out []string
+	for _, name := range []string{events.StreamOutcomes, events.StreamDLQ} {
+		s, err := js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("rollout: stream %s: %w", name, err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("rollout: stream %s: %w", name, err)
+		}
+		st, cfg := info.State, info.Config
+		if st.FirstSeq <= 1 || !st.FirstTime.After(since) {
+			continue
+		}
+		limits := []string{}
+		if cfg.MaxBytes > 0 {
+			limits = append(limits, fmt.Sprintf("max bytes %d, holding %d", cfg.MaxBytes, st.Bytes))
+		}
+		if cfg.MaxAge > 0 {
+			limits = append(limits, "max age "+cfg.MaxAge.String())
+		}
+		out = append(out, fmt.Sprintf("%s (%s)", name, strings.Join(limits, ", ")))
+	}
+	return out, nil
 }
 
 // count reads the event's plans and settled VMs afresh, in tally's order.

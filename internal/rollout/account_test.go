@@ -3,6 +3,7 @@ package rollout
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -282,5 +283,35 @@ func TestAccountOfAPlanParkedMidRead(t *testing.T) {
 	})
 	if a := account(t, js); a.Phase != PhaseRunning || a.Held != 1 {
 		t.Fatalf("account = %s (held %d, %d unaccounted), want running with one held", a.Phase, a.Held, a.Unaccounted)
+	}
+}
+
+// TestAnIncompleteRolloutSaysItsRecordsWereDropped: an outcomes stream too
+// small for a rollout drops its oldest outcomes; the account says which
+// stream dropped records of the rollout, instead of only "unaccounted".
+func TestAnIncompleteRolloutSaysItsRecordsWereDropped(t *testing.T) {
+	js := testenv.JetStream(t, func(o *events.StreamOptions) { o.MaxBytes = 16 << 10 })
+	const planned = 60
+	recordRollout(t, js, planned)
+	for i := range planned {
+		publishOutcome(t, js, fmt.Sprintf("u%03d", i), 1, events.ResultLive)
+	}
+	a := account(t, js)
+	if a.Phase != PhaseIncomplete || a.Unaccounted == 0 {
+		t.Fatalf("phase %s with %d unaccounted; the stream was meant to drop outcomes", a.Phase, a.Unaccounted)
+	}
+	if len(a.Dropped) != 1 || !strings.Contains(a.Dropped[0], events.StreamOutcomes) || !strings.Contains(a.Dropped[0], "max bytes 16384") {
+		t.Errorf("dropped = %q, want the outcomes stream and its limit", a.Dropped)
+	}
+}
+
+// TestAnIncompleteRolloutWithNothingDroppedNamesNoStream: a stream that
+// dropped nothing is not blamed.
+func TestAnIncompleteRolloutWithNothingDroppedNamesNoStream(t *testing.T) {
+	js := testenv.JetStream(t)
+	recordRollout(t, js, 2)
+	publishOutcome(t, js, "a", 1, events.ResultLive)
+	if a := account(t, js); a.Phase != PhaseIncomplete || len(a.Dropped) != 0 {
+		t.Errorf("phase %s, dropped %q; want incomplete with nothing dropped", a.Phase, a.Dropped)
 	}
 }
