@@ -118,6 +118,10 @@ func DeadLetterSubject(stage, original string) string {
 	return subjectDLQ + "." + stage + "." + rest
 }
 
+// DeadEvents filters the dead-lettered events (change events and switch
+// requests a stage refused), of any stage.
+func DeadEvents() string { return subjectDLQ + ".*." + strings.TrimPrefix(subjectEvents, "kvlive.") + ".>" }
+
 // DeadLettersOf filters the dead plans of eventID, of any stage.
 func DeadLettersOf(eventID string) string {
 	return subjectDLQ + ".*.plans.*." + EventToken(eventID)

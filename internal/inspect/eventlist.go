@@ -62,6 +62,10 @@ type EventSummary struct {
 	// is the last released.
 	Batches []int `json:"batches,omitempty"`
 	Batch   int   `json:"batch,omitempty"`
+	// DeadLetter, for an event the planner refused (a forged or malformed
+	// request, an object it could not plan), is the reason it gave: such an
+	// event is never planned.
+	DeadLetter string `json:"deadLetter,omitempty"`
 }
 
 // Events returns the newest limit events (every event when limit <= 0),
@@ -92,11 +96,16 @@ func (r *Reader) HasEvent(ctx context.Context, id string) (bool, error) {
 // filter: an event not planned yet has none, and an unreadable control
 // record is noted on its own event only.
 func (r *Reader) addAccounts(ctx context.Context, list []EventSummary) error {
+	dead, err := r.deadEvents(ctx)
+	if err != nil {
+		return err
+	}
 	for i := range list {
 		e := &list[i]
 		if e.ID == "" {
 			continue
 		}
+		e.DeadLetter = dead[e.ID]
 		a, err := rollout.AccountOf(ctx, r.js, e.ID)
 		switch {
 		case errors.Is(err, rollout.ErrNoRollout):
@@ -114,6 +123,22 @@ func (r *Reader) addAccounts(ctx context.Context, list []EventSummary) error {
 		e.Settled, e.Batches, e.Batch = a.Settled(), a.Batches, a.Batch
 	}
 	return nil
+}
+
+// deadEvents maps the id of each event the planner dead-lettered to the
+// reason it gave (the last one, if it refused it more than once).
+func (r *Reader) deadEvents(ctx context.Context) (map[string]string, error) {
+	dead := map[string]string{}
+	if _, err := r.js.Stream(ctx, events.StreamDLQ); errors.Is(err, jetstream.ErrStreamNotFound) {
+		return dead, nil
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.DeadEvents()}}
+	err := r.scan(ctx, events.StreamDLQ, cfg, func(m jetstream.Msg) {
+		if env, err := events.Parse(m.Data()); err == nil && env.ID != "" {
+			dead[env.ID] = m.Headers().Get(events.HeaderDeadReason)
+		}
+	})
+	return dead, err
 }
 
 // readEvents reads the tail of the events stream: every message in it is
@@ -289,6 +314,9 @@ func generation(e EventSummary) string {
 }
 
 func planned(e EventSummary) string {
+	if e.Planned == nil && e.DeadLetter != "" {
+		return "never: dead-lettered (" + e.DeadLetter + ")"
+	}
 	if e.Planned == nil {
 		return "not yet"
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"kvlive/events"
 	"kvlive/internal/printer"
 )
@@ -134,5 +136,39 @@ func TestEventsEmpty(t *testing.T) {
 	var buf bytes.Buffer
 	if err := WriteEvents(&buf, list, printer.FormatJSON, 0); err != nil || strings.TrimSpace(buf.String()) != "[]" {
 		t.Errorf("json %q, %v", buf.String(), err)
+	}
+}
+
+// TestAnEventThePlannerRefusedIsShownAsSuch: a switch request the planner
+// dead-lettered (here, a forged one) is never planned; kvlive events says
+// so with the planner's reason, not "not yet".
+func TestAnEventThePlannerRefusedIsShownAsSuch(t *testing.T) {
+	f := newFixture(t)
+	sw := events.SwitchRequest{ID: "forged", From: events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.small"},
+		To: events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.large"}, RequestedAt: ms(1000)}
+	id := f.switched(sw)
+	body, err := events.Encode(events.TypeSwitchRequested, id, "kvlive/switch", sw.From.String(), sw.RequestedAt, &sw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := nats.NewMsg(events.DeadLetterSubject("planner", events.SwitchSubject()))
+	dead.Data = body
+	dead.Header.Set(events.HeaderDeadReason, "the switch request names no namespace it may plan in")
+	if _, err := f.js.PublishMsg(context.Background(), dead); err != nil {
+		t.Fatal(err)
+	}
+	list, err := f.reader().Events(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].DeadLetter != "the switch request names no namespace it may plan in" {
+		t.Fatalf("events: %+v", list)
+	}
+	var out bytes.Buffer
+	if err := WriteEvents(&out, list, printer.FormatWide, 200); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "dead-lettered") || strings.Contains(out.String(), "not yet") {
+		t.Errorf("kvlive events -o wide:\n%s", out.String())
 	}
 }
