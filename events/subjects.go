@@ -120,7 +120,9 @@ func DeadLetterSubject(stage, original string) string {
 
 // DeadEvents filters the dead-lettered events (change events and switch
 // requests a stage refused), of any stage.
-func DeadEvents() string { return subjectDLQ + ".*." + strings.TrimPrefix(subjectEvents, "kvlive.") + ".>" }
+func DeadEvents() string {
+	return subjectDLQ + ".*." + strings.TrimPrefix(subjectEvents, "kvlive.") + ".>"
+}
 
 // DeadLettersOf filters the dead plans of eventID, of any stage.
 func DeadLettersOf(eventID string) string {
