@@ -23,12 +23,13 @@ type Tail struct {
 	stream string
 	cfg    jetstream.OrderedConsumerConfig
 
-	cons    jetstream.Consumer
-	it      jetstream.MessagesContext
-	checked time.Time // when the consumer was last seen alive
-	last    uint64    // stream sequence of the last message read
-	broken  time.Time // when the read broke, if it has not read since
-	b       wait.Backoff
+	cons      jetstream.Consumer
+	it        jetstream.MessagesContext
+	checked   time.Time // when the consumer was last seen alive
+	delivered time.Time // when the read last got a message, or began
+	last      uint64    // stream sequence of the last message read
+	broken    time.Time // when the read broke, if it has not read since
+	b         wait.Backoff
 }
 
 // tailExpiry is how long one pull request of a Tail lasts.
@@ -52,7 +53,7 @@ func (t *Tail) Next(ctx context.Context, wait time.Duration) (jetstream.Msg, err
 				if md, err := msg.Metadata(); err == nil {
 					t.last = md.Sequence.Stream
 				}
-				t.broken = time.Time{}
+				t.broken, t.delivered = time.Time{}, time.Now()
 				return msg, nil
 			}
 			if errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
@@ -86,7 +87,7 @@ func (t *Tail) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	t.cons, t.checked = cons, time.Now()
+	t.cons, t.checked, t.delivered = cons, time.Now(), time.Now()
 	t.it, err = cons.Messages()
 	return err
 }
@@ -100,10 +101,16 @@ func (t *Tail) alive(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, min(tryTimeout, t.r.bound))
 	defer cancel()
-	if _, err := t.cons.Info(ctx); err != nil {
+	info, err := t.cons.Info(ctx)
+	if err != nil {
 		// Gone, offline with its node, or unanswered: the read starts
 		// again on a new consumer, which says if the stream is gone.
 		return fmt.Errorf("%w: %w", jetstream.ErrConsumerDeleted, err)
+	}
+	if info.NumPending > 0 && time.Since(t.delivered) > tailExpiry {
+		// Messages wait for this consumer, yet none came: the pull is
+		// stuck (a lost request, a consumer moved); start it again.
+		return fmt.Errorf("%w: %d messages pending, none delivered for %s", jetstream.ErrNoHeartbeat, info.NumPending, roundSince(t.delivered))
 	}
 	t.checked = time.Now()
 	return nil
