@@ -161,10 +161,16 @@ func TestLeastPrivilegeOnTheBus(t *testing.T) {
 	e.checkRollout(e.follow(m[1]), rolloutWant{eventID: m[1], shapes: web, action: vmShape.expected, clean: true})
 
 	for _, args := range [][]string{
-		{"events"}, {"rollouts"}, {"rollout", "status", m[1]}, {"outcomes", "--event", eventID}, {"trace", eventID}, {"dlq", "list"},
+		{"events"}, {"rollouts"}, {"rollout", "status", m[1]}, {"outcomes", "--event", eventID}, {"dlq", "list"},
 	} {
 		e.kvliveCommand(time.Minute, append(append(args, "--nats-url", e.natsURL), reader...)...)
 	}
+	// The stages export spans in batches, up to 5 s after they end: the
+	// switch above can finish sooner.
+	e.waitFor("the edit's trace, read as kvlive-reader", time.Minute, func() (bool, string) {
+		_, stderr, err := e.kvliveOnce(time.Minute, append([]string{"trace", eventID, "--nats-url", e.natsURL}, reader...)...)
+		return err == nil, fmt.Sprint(err, ": ", stderr.String())
+	})
 	if log := e.nats.Log(); strings.Contains(log, "Violation") {
 		t.Errorf("nats-server refused a kvlive stage or the reader something:\n%s", violations(log))
 	}
