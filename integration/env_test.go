@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,6 +153,10 @@ type planTap struct {
 	mu     sync.Mutex
 	order  []string
 	bodies map[string][]byte
+	// gapped is set once the tap's connection reconnected: a plan
+	// published before it subscribed again (kvlive may reconnect first
+	// after a NATS restart) was never seen.
+	gapped atomic.Bool
 }
 
 func tapPlans(t *testing.T, js jetstream.JetStream) *planTap {
@@ -172,6 +177,7 @@ func tapPlans(t *testing.T, js jetstream.JetStream) *planTap {
 	if err := js.Conn().Flush(); err != nil {
 		t.Fatal(err)
 	}
+	js.Conn().SetReconnectHandler(func(*nats.Conn) { tp.gapped.Store(true) })
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return tp
 }
