@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+	"golang.org/x/sync/singleflight"
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
@@ -88,6 +90,9 @@ type Applier struct {
 	// known is what each event's rollout record says, once read
 	// (knownRollout by event id).
 	known *lru.Cache
+	// reading makes the workers that meet a new rollout read its record
+	// once between them.
+	reading singleflight.Group
 	// slots cap each rollout's VMs in flight in this applier (MaxInFlight).
 	slots *rolloutSlots
 }
@@ -96,6 +101,17 @@ type Applier struct {
 type knownRollout struct {
 	object      events.Ref
 	maxInFlight int
+	// batchOf is the batch of each VM the rollout planned, by a hash of
+	// its UID (8 bytes a VM, not 36); nil for a record written before
+	// kvlive listed the VMs.
+	batchOf map[uint64]int32
+}
+
+// uidKey is the key of a VM in knownRollout.batchOf.
+func uidKey(uid string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(uid))
+	return h.Sum64()
 }
 
 // New builds an Applier; nothing runs until Run.
@@ -221,26 +237,61 @@ const maxKnownRollouts = 4096
 
 // checkPlanned makes sure a plan comes from kvlive's planner: its event has
 // a rollout record (the planner writes it before any plan) whose object is
-// the plan's target. Anything else, published by whoever can reach the
-// plans subjects, is dead-lettered and writes nothing.
+// the plan's target, and which lists the plan's VM in the plan's batch.
+// Anything else, published by whoever can reach the plans subjects, is
+// dead-lettered and writes nothing.
 func (a *Applier) checkPlanned(ctx context.Context, plan events.Plan) (knownRollout, error) {
-	v, known := a.known.Get(plan.EventID)
-	r, _ := v.(knownRollout)
-	if !known {
-		rec, ok, err := rollout.Record(ctx, a.cfg.JetStream, plan.EventID)
-		switch {
-		case err != nil:
-			return r, err
-		case !ok:
-			return r, fmt.Errorf("%w: event %s has no rollout record (forged, or recorded longer ago than the replay horizon)", errNotPlanned, plan.EventID)
-		}
-		r = knownRollout{object: rec.Object, maxInFlight: rec.Policy.MaxInFlight}
-		a.known.Add(plan.EventID, r)
+	r, err := a.knownRollout(ctx, plan.EventID)
+	if err != nil {
+		return r, err
 	}
 	if r.object != plan.Target.Object {
 		return r, fmt.Errorf("%w: event %s rolls %s out, the plan targets %s", errNotPlanned, plan.EventID, r.object, plan.Target.Object)
 	}
+	if r.batchOf == nil {
+		return r, nil
+	}
+	batch, listed := r.batchOf[uidKey(plan.VM.UID)]
+	switch {
+	case !listed:
+		return r, fmt.Errorf("%w: rollout %s did not plan VM %s (uid %s)", errNotPlanned, plan.EventID, plan.VM, plan.VM.UID)
+	case int(batch) != plan.Batch:
+		return r, fmt.Errorf("%w: rollout %s planned VM %s in batch %d, the plan says batch %d", errNotPlanned, plan.EventID, plan.VM, batch+1, plan.Batch+1)
+	}
 	return r, nil
+}
+
+// knownRollout is what eventID's rollout record says, read once.
+func (a *Applier) knownRollout(ctx context.Context, eventID string) (knownRollout, error) {
+	if v, ok := a.known.Get(eventID); ok {
+		return v.(knownRollout), nil
+	}
+	v, err, _ := a.reading.Do(eventID, func() (any, error) {
+		rec, ok, err := rollout.Record(ctx, a.cfg.JetStream, eventID)
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok:
+			return nil, fmt.Errorf("%w: event %s has no rollout record (forged, or recorded longer ago than the replay horizon)", errNotPlanned, eventID)
+		}
+		r := knownRollout{object: rec.Object, maxInFlight: rec.Policy.MaxInFlight}
+		vms, listed, err := rollout.PlannedVMs(ctx, a.cfg.JetStream, rec)
+		if err != nil {
+			return nil, err
+		}
+		if listed {
+			r.batchOf = make(map[uint64]int32, len(vms))
+			for _, vm := range vms {
+				r.batchOf[uidKey(vm.UID)] = int32(vm.Batch)
+			}
+		}
+		a.known.Add(eventID, r)
+		return r, nil
+	})
+	if err != nil {
+		return knownRollout{}, err
+	}
+	return v.(knownRollout), nil
 }
 
 // carryOut moves the VM, or records why not. A plan whose rollout was

@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -32,7 +33,35 @@ type Rollout struct {
 	// that were still running when this one was planned: this one took
 	// their remaining VMs over, and they were aborted saying so.
 	Supersedes []string `json:"supersedes,omitempty"`
+	// VMList and VMChunks say where the VMs the rollout planned are kept:
+	// VMChunks records under VMListKey(EventID, VMList, i). A plan for a VM
+	// that is not listed, or in another batch than listed, is not one the
+	// planner made. Records written before kvlive kept the list have none.
+	VMList   string `json:"vmList,omitempty"`
+	VMChunks int    `json:"vmChunks,omitempty"`
 }
+
+// PlannedVM is one VM a rollout planned and the batch its plan is in.
+type PlannedVM struct {
+	VMRef
+	Batch int `json:"batch,omitempty"`
+}
+
+// VMsPerChunk is how many planned VMs one record of a rollout's VM list
+// holds: about 100 bytes each, 200 KB a record, well under NATS' default
+// max_payload of 1 MiB.
+const VMsPerChunk = 2000
+
+// VMListKey is the KV key of chunk i of the VM list named list in eventID's
+// rollout record. The key has dots (the record's has none), so listing the
+// records' keys filters the lists out (RecordKeys).
+func VMListKey(eventID, list string, chunk int) string {
+	return eventID + ".vms." + list + "." + strconv.Itoa(chunk)
+}
+
+// RecordKeys is the KV key filter that matches the rollout records alone,
+// without their VM lists.
+const RecordKeys = "*"
 
 // MarshalRollout encodes a rollout record for the KV bucket.
 func MarshalRollout(r Rollout) ([]byte, error) { return json.Marshal(r) }

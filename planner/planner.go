@@ -143,7 +143,7 @@ func (p *Planner) handle(ctx context.Context, msg jetstream.Msg, _ consumer.Deli
 	}
 	plans, r := p.planAll(w)
 	if err == nil {
-		err = p.recordRollout(ctx, w, r)
+		plans, err = p.recordRollout(ctx, w, plans, r)
 	}
 	if err == nil {
 		err = p.publishPlans(ctx, w, plans)

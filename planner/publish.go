@@ -13,6 +13,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/instancetype"
+	"kvlive/internal/rollout"
 )
 
 // rolloutPlan is what publishPlans published: the plans per result and the
@@ -155,14 +156,18 @@ func rank(p events.Plan) int {
 }
 
 // recordRollout stores how many plans the event produces, by result, its
-// policy and batches, so progress, gates and completion can be read
-// without scanning the plans stream. It is written before the plans: an
-// applier moves a VM only for a plan whose rollout is recorded.
-func (p *Planner) recordRollout(ctx context.Context, w work, plan rolloutPlan) error {
-	kv, err := p.cfg.JetStream.KeyValue(ctx, events.BucketRollouts)
-	if err != nil {
-		return fmt.Errorf("planner: kv %s: %w", events.BucketRollouts, err)
-	}
+// policy and batches, and the VMs planned with their batches, so progress,
+// gates and completion can be read without scanning the plans stream, and
+// the applier can refuse a plan the planner did not make. It is written
+// before the plans: an applier moves a VM only for a plan its rollout
+// lists.
+//
+// The first planning of an event is its record. When the event was
+// recorded before (a redelivery after a lost ack or a partial publish, a
+// replica that restarted mid-planning), it is not planned into new batches:
+// the plans published are those of the recorded VMs, each in its recorded
+// batch (asRecorded).
+func (p *Planner) recordRollout(ctx context.Context, w work, plans []events.Plan, plan rolloutPlan) ([]events.Plan, error) {
 	total := 0
 	for _, n := range plan.counts {
 		total += n
@@ -175,12 +180,47 @@ func (p *Planner) recordRollout(ctx context.Context, w work, plan rolloutPlan) e
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		r.TraceID, r.SpanID = sc.TraceID().String(), sc.SpanID().String()
 	}
-	rec, err := events.MarshalRollout(r)
-	if err != nil {
-		return err
+	vms := make([]events.PlannedVM, len(plans))
+	for i, pl := range plans {
+		vms[i] = events.PlannedVM{VMRef: pl.VM, Batch: pl.Batch}
 	}
-	if _, err := kv.Put(ctx, events.RolloutKey(w.eventID), rec); err != nil {
-		return fmt.Errorf("planner: record rollout %s: %w", w.eventID, err)
+	stood, created, err := rollout.Create(ctx, p.cfg.JetStream, r, vms)
+	if err != nil || created {
+		return plans, err
 	}
-	return nil
+	trace.SpanFromContext(ctx).AddEvent("planned before: publishing the recorded plans", trace.WithAttributes(attribute.String("kvlive.planned_at", stood.PlannedAt.String())))
+	p.cfg.Log.Info("event planned before, publishing its recorded plans again", "event", w.eventID, "plannedAt", stood.PlannedAt)
+	return p.asRecorded(ctx, w, stood, plans)
+}
+
+// asRecorded turns plans, made now, into the plans of the VMs rec lists,
+// each in its recorded batch. A listed VM the planner's cache no longer
+// shows referencing the object gets a plan the applier decides afresh on
+// the VM as the API server has it (Recheck): it may be gone, or moved
+// elsewhere by a user. A VM that is not listed is not the rollout's: it
+// was created, or came to reference the object, after the event was
+// planned.
+func (p *Planner) asRecorded(ctx context.Context, w work, rec events.Rollout, plans []events.Plan) ([]events.Plan, error) {
+	listed, ok, err := rollout.PlannedVMs(ctx, p.cfg.JetStream, rec)
+	if err != nil || !ok {
+		// A record from before kvlive listed its VMs: plans as made now.
+		return plans, err
+	}
+	now := make(map[string]events.Plan, len(plans))
+	for _, pl := range plans {
+		now[pl.VM.UID] = pl
+	}
+	out := make([]events.Plan, 0, len(listed))
+	for _, vm := range listed {
+		pl, ok := now[vm.UID]
+		if !ok {
+			pl = events.Plan{
+				EventID: w.eventID, VM: vm.VMRef, Target: w.target.Target, Recheck: true,
+				Action: events.ResultSkip, Reason: fmt.Sprintf("not among the VMs referencing %s when the event was planned again", w.target.Object),
+			}
+		}
+		pl.Batch = vm.Batch
+		out = append(out, pl)
+	}
+	return out, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -274,77 +273,6 @@ func (a *Account) readDeadLetters(ctx context.Context, js jetstream.JetStream) e
 	})
 	a.DeadLetters = len(dead)
 	return err
-}
-
-// Record reads the planner's rollout record of eventID; false when it has
-// recorded none (yet), or the id is no key kvlive ever wrote.
-func Record(ctx context.Context, js jetstream.JetStream, eventID string) (events.Rollout, bool, error) {
-	kv, err := js.KeyValue(ctx, events.BucketRollouts)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return events.Rollout{}, false, nil
-	}
-	if err != nil {
-		return events.Rollout{}, false, fmt.Errorf("rollout: kv %s: %w", events.BucketRollouts, err)
-	}
-	entry, err := kv.Get(ctx, events.RolloutKey(eventID))
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
-		return events.Rollout{}, false, nil
-	}
-	if err != nil {
-		return events.Rollout{}, false, fmt.Errorf("rollout: record of %s: %w", eventID, err)
-	}
-	r, err := events.UnmarshalRollout(entry.Value())
-	if err != nil {
-		return r, false, fmt.Errorf("rollout: record of %s: %w", eventID, err)
-	}
-	return r, true, nil
-}
-
-// ResolveEventID expands a unique prefix of a recorded event id to the id,
-// so a user need not type 72 characters: an id with a rollout record is
-// itself, a prefix of exactly one recorded id is that id, a prefix of
-// several is an error listing some. Anything else comes back unchanged, for
-// the caller to report as unknown.
-func ResolveEventID(ctx context.Context, js jetstream.JetStream, arg string) (string, error) {
-	if _, ok, err := Record(ctx, js, arg); err != nil || ok {
-		return arg, err
-	}
-	matches, err := EventIDs(ctx, js, arg)
-	if err != nil {
-		return arg, err
-	}
-	switch len(matches) {
-	case 0:
-		return arg, nil
-	case 1:
-		return matches[0], nil
-	}
-	shown := matches[:min(len(matches), 3)]
-	return arg, fmt.Errorf("event id %q is ambiguous: %d events start with it (%s…)", arg, len(matches), strings.Join(shown, ", "))
-}
-
-// EventIDs lists, sorted, the ids of the events with a rollout record that
-// start with prefix.
-func EventIDs(ctx context.Context, js jetstream.JetStream, prefix string) ([]string, error) {
-	kv, err := js.KeyValue(ctx, events.BucketRollouts)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("rollout: kv %s: %w", events.BucketRollouts, err)
-	}
-	keys, err := kv.ListKeys(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("rollout: kv %s: %w", events.BucketRollouts, err)
-	}
-	var ids []string
-	for key := range keys.Keys() {
-		if strings.HasPrefix(key, prefix) {
-			ids = append(ids, key)
-		}
-	}
-	slices.Sort(ids)
-	return ids, nil
 }
 
 // CountSubjects counts the messages of stream under filter, from the
