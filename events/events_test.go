@@ -121,6 +121,7 @@ func TestSwitchValidate(t *testing.T) {
 	a := events.Ref{Kind: events.KindClusterInstancetype, Name: "a"}
 	b := events.Ref{Kind: events.KindClusterInstancetype, Name: "b"}
 	p := events.Ref{Kind: events.KindClusterPreference, Name: "p"}
+	dev := events.Ref{Kind: events.KindInstancetype, Namespace: "dev", Name: "d"}
 	tests := []struct {
 		name string
 		req  events.SwitchRequest
@@ -130,6 +131,10 @@ func TestSwitchValidate(t *testing.T) {
 		{"same", events.SwitchRequest{ID: "1", From: a, To: a}, false},
 		{"family mix", events.SwitchRequest{ID: "1", From: a, To: p}, false},
 		{"no id", events.SwitchRequest{From: a, To: b}, false},
+		{"to a namespaced type in its namespace", events.SwitchRequest{ID: "1", From: a, To: dev, Namespace: "dev"}, true},
+		{"to a namespaced type in every namespace", events.SwitchRequest{ID: "1", From: a, To: dev}, false},
+		{"to a namespaced type in another namespace", events.SwitchRequest{ID: "1", From: a, To: dev, Namespace: "prod"}, false},
+		{"from a namespaced type in every namespace", events.SwitchRequest{ID: "1", From: dev, To: a}, true},
 	}
 	for _, tt := range tests {
 		if err := tt.req.Validate(); (err == nil) != tt.ok {

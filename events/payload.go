@@ -118,10 +118,29 @@ func (s *SwitchRequest) Validate() error {
 	case s.From == s.To:
 		return errors.New("from and to are the same object")
 	}
+	if err := s.CheckScope(); err != nil {
+		return err
+	}
 	if s.Policy != nil {
 		return s.Policy.Validate()
 	}
 	return nil
+}
+
+// CheckScope applies the rule the planner plans by to the request as a
+// whole: a namespaced instance type or preference serves the VMs of its own
+// namespace only, so a switch to one is limited to that namespace. (A
+// namespaced From needs no rule: only its own namespace's VMs reference it.)
+func (s *SwitchRequest) CheckScope() error {
+	if s.To.IsClusterScoped() || s.To.Namespace == s.Namespace {
+		return nil
+	}
+	where := "every namespace"
+	if s.Namespace != "" {
+		where = "namespace " + s.Namespace
+	}
+	return fmt.Errorf("%s serves only the VMs of namespace %s, and the switch is in %s: switch with -n %s",
+		s.To, s.To.Namespace, where, s.To.Namespace)
 }
 
 // VMRef identifies one VirtualMachine, UID included so a VM deleted and

@@ -68,6 +68,12 @@ func (s *fleetFlags) request(object, namespace string) (offline.Request, error) 
 		}
 		return req, fmt.Errorf("%w: %s%w", errUsage, flag, err)
 	}
+	if req.From != nil {
+		scoped := events.SwitchRequest{From: *req.From, To: req.Object, Namespace: req.Namespace}
+		if err := scoped.CheckScope(); err != nil {
+			return req, fmt.Errorf("%w: %w", errUsage, err)
+		}
+	}
 	return req, nil
 }
 

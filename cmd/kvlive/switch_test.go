@@ -35,6 +35,10 @@ func TestSwitchChecksItsFlagsBeforeTheCluster(t *testing.T) {
 		{[]string{"switch", "--from", "clusterinstancetype/a", "--to", "clusterinstancetype/b", "--wait", "--timeout", "0s"}, "--timeout 0s"},
 		{[]string{"switch", "--from", "clusterinstancetype/a", "--to", "clusterinstancetype/b", "-n", "x", "-A"}, "none of the others can be"},
 		{[]string{"switch", "--from", "thing/a", "--to", "clusterinstancetype/b", "--server", "https://127.0.0.1:1"}, `unknown kind "thing"`},
+		{[]string{"switch", "--from", "clusterinstancetype/a", "--to", "instancetype/dev/b", "-A", "--server", "https://127.0.0.1:1"},
+			"instancetype/dev/b serves only the VMs of namespace dev, and the switch is in every namespace: switch with -n dev"},
+		{[]string{"plan", "--from", "clusterinstancetype/a", "--to", "instancetype/dev/b", "-n", "prod", "--server", "https://127.0.0.1:1"},
+			"and the switch is in namespace prod"},
 		{[]string{"plan", "--from", "clusterinstancetype/a", "--to", "clusterinstancetype/b", "-l", "a=(", "--server", "https://127.0.0.1:1"}, "-l"},
 	} {
 		out, err := kvlive(t, tt.args...)
