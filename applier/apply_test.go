@@ -3,6 +3,7 @@ package applier
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	virtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/api/instancetype/v1beta1"
 
@@ -125,6 +128,43 @@ func TestApplyRecheckKeepsASkipTheServerAgreesWith(t *testing.T) {
 	out, err := a.apply(ctx, plan)
 	if err != nil || out.Wrote || out.Result != events.ResultSkip || !strings.Contains(out.Reason, "not pinned") {
 		t.Fatalf("outcome %+v, err %v", out, err)
+	}
+}
+
+// TestApplyRetriesWhenAReplanMeetsALaggingCache: the VM was re-pinned
+// (by KubeVirt, or a user) to a revision the server has and the cache has
+// not seen yet. The re-plan cannot resolve the pin; that is the cache
+// behind, retried like the first delivery's recheck, never a final skip.
+func TestApplyRetriesWhenAReplanMeetsALaggingCache(t *testing.T) {
+	a, clients, plan := fixture(t)
+	ctx := context.Background()
+	const newer = "a-u1-v1beta1-uid-u1-1-resnap"
+	gen1, err := clients.Kube.AppsV1().ControllerRevisions("ns").Get(ctx, plan.Target.FromRevision, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server answers a get of the new revision; no list or watch
+	// shows it, so the cache never will.
+	clients.Kube.(*kubefake.Clientset).PrependReactor("get", "controllerrevisions", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.(k8stesting.GetAction).GetName() != newer {
+			return false, nil, nil
+		}
+		cr := gen1.DeepCopy()
+		cr.Name = newer
+		return true, cr, nil
+	})
+	vms := clients.Virt.KubevirtV1().VirtualMachines("ns")
+	vm, _ := vms.Get(ctx, "a", metav1.GetOptions{})
+	vm.Status.InstancetypeRef.ControllerRevisionRef.Name = newer
+	if _, err := vms.UpdateStatus(ctx, vm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := a.apply(ctx, plan)
+	if !errors.Is(err, errTransient) || !strings.Contains(fmt.Sprint(err), "not in the cache yet") {
+		t.Fatalf("outcome %+v, err %v: want a retry, the revision not in the cache yet", out, err)
+	}
+	if pinOf(t, clients) != newer {
+		t.Errorf("pin %s, want it left at %s", pinOf(t, clients), newer)
 	}
 }
 

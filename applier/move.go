@@ -62,6 +62,13 @@ func (a *Applier) apply(ctx context.Context, plan events.Plan) (events.Outcome, 
 		if plan, err = a.replan(plan, vm); err != nil {
 			return events.Outcome{}, err
 		}
+		if plan.Recheck {
+			// Decided on a cache that may be behind the VM just read:
+			// retried, as the first delivery's recheck is, when it is.
+			if err := a.revisionBehind(ctx, vm, plan.Target.Object.IsPreference()); err != nil {
+				return events.Outcome{}, err
+			}
+		}
 		const note = "re-planned: the VM changed after it was planned"
 		if !plan.Action.Moves() {
 			return events.Outcome{Result: plan.Action, Reason: joinReason(note, plan.Reason), Changes: plan.Changes}, nil
