@@ -131,6 +131,28 @@ func TestApplyRecheckKeepsASkipTheServerAgreesWith(t *testing.T) {
 	}
 }
 
+// TestApplyLeavesAVMTheUserSwitchedAway: a user switched the VM to
+// another instance type after it was planned, before KubeVirt re-pinned it
+// (its pin still names u1's old snapshot). The re-pin does not write it;
+// the outcome is a skip naming what the VM references now.
+func TestApplyLeavesAVMTheUserSwitchedAway(t *testing.T) {
+	a, clients, plan := fixture(t)
+	ctx := context.Background()
+	vms := clients.Virt.KubevirtV1().VirtualMachines("ns")
+	vm, _ := vms.Get(ctx, "a", metav1.GetOptions{})
+	vm.Spec.Instancetype = &virtv1.InstancetypeMatcher{Name: "u3", Kind: events.KindClusterInstancetype}
+	if _, err := vms.Update(ctx, vm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := a.apply(ctx, plan)
+	if err != nil || out.Wrote || out.Result != events.ResultSkip || !strings.Contains(out.Reason, "it references clusterinstancetype/u3 now") {
+		t.Fatalf("outcome %+v, err %v: want a skip naming u3", out, err)
+	}
+	if pin := pinOf(t, clients); pin != plan.Target.FromRevision {
+		t.Errorf("pin %s, want it left at %s", pin, plan.Target.FromRevision)
+	}
+}
+
 // TestApplyRetriesWhenAReplanMeetsALaggingCache: the VM was re-pinned
 // (by KubeVirt, or a user) to a revision the server has and the cache has
 // not seen yet. The re-plan cannot resolve the pin; that is the cache

@@ -154,7 +154,7 @@ func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.Virtua
 	if pin.Revision == want.Name {
 		return events.Outcome{Result: plan.Action, Reason: joinReason("already pinned to the target (an earlier attempt moved it)", plan.Reason), Revision: want.Name, Changes: plan.Changes}, false, nil
 	}
-	if pin.Revision != t.FromRevision || pin.Field != t.Pin {
+	if pin.Revision != t.FromRevision || pin.Field != t.Pin || !references(vm, t.Object) {
 		return events.Outcome{}, true, nil
 	}
 	if err := a.takeTurn(ctx, plan); err != nil {
@@ -163,11 +163,11 @@ func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.Virtua
 	if err := a.ensureRevision(ctx, want); err != nil {
 		return classify(err)
 	}
-	patch, sub := RepinPatch(pin.Field, preference, pin.Revision, want.Name)
+	patch, sub := RepinPatch(vm, pin.Field, preference, pin.Revision, want.Name)
 	if _, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, sub...); err != nil {
 		return a.patchFailed(ctx, plan, err, func(fresh *virtv1.VirtualMachine) bool {
 			p, perr := instancetype.PinOf(fresh, preference)
-			return perr != nil || p.Revision != pin.Revision || p.Field != pin.Field
+			return perr != nil || p.Revision != pin.Revision || p.Field != pin.Field || !references(fresh, t.Object)
 		})
 	}
 	trace.SpanFromContext(ctx).AddEvent("pin moved", trace.WithAttributes(attribute.String("kvlive.revision", want.Name)))
@@ -206,6 +206,21 @@ func (a *Applier) switchVM(ctx context.Context, plan events.Plan, vm *virtv1.Vir
 	}
 	trace.SpanFromContext(ctx).AddEvent("reference switched", trace.WithAttributes(attribute.String("kvlive.target", t.Object.String())))
 	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Wrote: true, Changes: plan.Changes}, false, nil
+}
+
+// references reports whether vm references obj, in its spec and, once
+// KubeVirt has recorded it, in its status: a VM switched elsewhere by a
+// user is not re-pinned, whatever its pin still says.
+func references(vm *virtv1.VirtualMachine, obj events.Ref) bool {
+	preference := obj.IsPreference()
+	if ref, ok := instancetype.RefOf(vm, preference); !ok || ref != obj {
+		return false
+	}
+	status := vm.Status.InstancetypeRef
+	if preference {
+		status = vm.Status.PreferenceRef
+	}
+	return status == nil || status.Name == "" || status.Name == obj.Name
 }
 
 // patchFailed tells a lost race (the test op failed because the VM changed,

@@ -27,12 +27,36 @@ func pinPath(field events.PinField, preference bool) (path string, subresource [
 	return "/status/" + family + "Ref/controllerRevisionRef/name", []string{"status"}
 }
 
-// RepinPatch moves a pin from one revision to another, failing on the server
-// if the pin is no longer from: the same test-and-replace KubeVirt's
-// upgrade handler uses (pkg/instancetype/upgrade/handler.go).
-func RepinPatch(field events.PinField, preference bool, from, to string) (patch []byte, subresource []string) {
+// RepinPatch moves vm's pin from one revision to another, failing on the
+// server if the pin is no longer from (the test-and-replace KubeVirt's
+// upgrade handler uses, pkg/instancetype/upgrade/handler.go) or if the VM
+// no longer references what it did when read: the patch also tests the
+// matcher's name (and kind, when set) and the status ref's name (when set),
+// so a VM a user switched elsewhere in between is never re-pinned to a
+// snapshot of what it left.
+func RepinPatch(vm *virtv1.VirtualMachine, field events.PinField, preference bool, from, to string) (patch []byte, subresource []string) {
 	path, sub := pinPath(field, preference)
-	patch, _ = json.Marshal([]op{{Op: "test", Path: path, Value: from}, {Op: "replace", Path: path, Value: to}})
+	family, statusName := "instancetype", ""
+	if preference {
+		family = "preference"
+		if r := vm.Status.PreferenceRef; r != nil {
+			statusName = r.Name
+		}
+	} else if r := vm.Status.InstancetypeRef; r != nil {
+		statusName = r.Name
+	}
+	ops := make([]op, 0, 5)
+	if m, ok := MatcherOf(vm, preference); ok {
+		ops = append(ops, op{Op: "test", Path: "/spec/" + family + "/name", Value: m.Name})
+		if m.Kind != "" {
+			ops = append(ops, op{Op: "test", Path: "/spec/" + family + "/kind", Value: m.Kind})
+		}
+	}
+	if statusName != "" {
+		ops = append(ops, op{Op: "test", Path: "/status/" + family + "Ref/name", Value: statusName})
+	}
+	ops = append(ops, op{Op: "test", Path: path, Value: from}, op{Op: "replace", Path: path, Value: to})
+	patch, _ = json.Marshal(ops)
 	return patch, sub
 }
 

@@ -3,6 +3,8 @@ package applier
 import (
 	"testing"
 
+	virtv1 "kubevirt.io/api/core/v1"
+
 	"kvlive/events"
 )
 
@@ -14,22 +16,34 @@ func TestRepinPatchBytes(t *testing.T) {
 		want       string
 		sub        []string
 	}{
-		{"status instancetype", events.PinStatus, false,
-			`[{"op":"test","path":"/status/instancetypeRef/controllerRevisionRef/name","value":"vm-a-1"},{"op":"replace","path":"/status/instancetypeRef/controllerRevisionRef/name","value":"vm-a-2"}]`,
+		{"status instancetype: name, kind and status ref tested", events.PinStatus, false,
+			`[{"op":"test","path":"/spec/instancetype/name","value":"u1"},{"op":"test","path":"/spec/instancetype/kind","value":"VirtualMachineClusterInstancetype"},` +
+				`{"op":"test","path":"/status/instancetypeRef/name","value":"u1"},` +
+				`{"op":"test","path":"/status/instancetypeRef/controllerRevisionRef/name","value":"vm-a-1"},{"op":"replace","path":"/status/instancetypeRef/controllerRevisionRef/name","value":"vm-a-2"}]`,
 			[]string{"status"}},
-		{"status preference", events.PinStatus, true,
-			`[{"op":"test","path":"/status/preferenceRef/controllerRevisionRef/name","value":"vm-a-1"},{"op":"replace","path":"/status/preferenceRef/controllerRevisionRef/name","value":"vm-a-2"}]`,
+		{"status preference: no kind, no status name yet", events.PinStatus, true,
+			`[{"op":"test","path":"/spec/preference/name","value":"linux"},` +
+				`{"op":"test","path":"/status/preferenceRef/controllerRevisionRef/name","value":"vm-a-1"},{"op":"replace","path":"/status/preferenceRef/controllerRevisionRef/name","value":"vm-a-2"}]`,
 			[]string{"status"}},
 		{"legacy spec revisionName", events.PinSpecRevisionName, false,
-			`[{"op":"test","path":"/spec/instancetype/revisionName","value":"vm-a-1"},{"op":"replace","path":"/spec/instancetype/revisionName","value":"vm-a-2"}]`,
+			`[{"op":"test","path":"/spec/instancetype/name","value":"u1"},{"op":"test","path":"/spec/instancetype/kind","value":"VirtualMachineClusterInstancetype"},` +
+				`{"op":"test","path":"/status/instancetypeRef/name","value":"u1"},` +
+				`{"op":"test","path":"/spec/instancetype/revisionName","value":"vm-a-1"},{"op":"replace","path":"/spec/instancetype/revisionName","value":"vm-a-2"}]`,
 			nil},
-		{"legacy preference revisionName", events.PinSpecRevisionName, true,
-			`[{"op":"test","path":"/spec/preference/revisionName","value":"vm-a-1"},{"op":"replace","path":"/spec/preference/revisionName","value":"vm-a-2"}]`,
-			nil},
+	}
+	vm := &virtv1.VirtualMachine{
+		Spec: virtv1.VirtualMachineSpec{
+			Instancetype: &virtv1.InstancetypeMatcher{Name: "u1", Kind: "VirtualMachineClusterInstancetype"},
+			Preference:   &virtv1.PreferenceMatcher{Name: "linux"},
+		},
+		Status: virtv1.VirtualMachineStatus{
+			InstancetypeRef: &virtv1.InstancetypeStatusRef{Name: "u1"},
+			PreferenceRef:   &virtv1.InstancetypeStatusRef{},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, sub := RepinPatch(tt.field, tt.preference, "vm-a-1", "vm-a-2")
+			got, sub := RepinPatch(vm, tt.field, tt.preference, "vm-a-1", "vm-a-2")
 			if string(got) != tt.want {
 				t.Errorf("patch:\n got %s\nwant %s", got, tt.want)
 			}

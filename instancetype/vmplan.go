@@ -48,9 +48,9 @@ func PlanVM(l Lookup, eventID string, t Target, vm *virtv1.VirtualMachine) event
 	case t.Move == events.MoveSwitch && ok && ref == t.Object:
 		return skip(events.ResultNone, "already references %s", t.Object)
 	case t.Move == events.MoveSwitch && (!ok || t.From == nil || ref != *t.From):
-		return skip(events.ResultSkip, "no longer references %s", refString(t.From))
+		return skip(events.ResultSkip, "no longer references %s%s", refString(t.From), referencesNow(ref, ok))
 	case t.Move == events.MoveRepin && (!ok || ref != t.Object):
-		return skip(events.ResultSkip, "no longer references %s", t.Object)
+		return skip(events.ResultSkip, "no longer references %s%s", t.Object, referencesNow(ref, ok))
 	case t.Move == events.MoveSwitch && !t.Object.IsClusterScoped() && t.Object.Namespace != vm.Namespace:
 		return skip(events.ResultSkip, "%s lives in another namespace than the VM", t.Object)
 	}
@@ -106,4 +106,13 @@ func refString(r *events.Ref) string {
 		return "the source object"
 	}
 	return r.String()
+}
+
+// referencesNow says what a VM that left the rollout's object references
+// instead: "; it references clusterinstancetype/u3 now".
+func referencesNow(ref events.Ref, ok bool) string {
+	if !ok {
+		return "; it references none now"
+	}
+	return "; it references " + ref.String() + " now"
 }

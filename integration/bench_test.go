@@ -415,7 +415,7 @@ func rawMove(ctx context.Context, c kube.Clients, vm *virtv1.VirtualMachine, tar
 	if err != nil {
 		return err
 	}
-	patch, sub := applier.RepinPatch(pin.Field, false, pin.Revision, rev.Name)
+	patch, sub := applier.RepinPatch(vm, pin.Field, false, pin.Revision, rev.Name)
 	_, err = vms.Patch(ctx, vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, sub...)
 	return err
 }
@@ -456,7 +456,7 @@ func (e *env) benchKubectlLoop(on *fleetOn, swtch bool) float64 {
 		raw, _ := json.Marshal(rev)
 		kubectl(raw, "create", "-f", "-")
 		pin, _ := instancetype.PinOf(vm, false)
-		patch, _ := applier.RepinPatch(pin.Field, false, pin.Revision, rev.Name)
+		patch, _ := applier.RepinPatch(vm, pin.Field, false, pin.Revision, rev.Name)
 		kubectl(nil, "patch", "-n", vm.Namespace, "vm", vm.Name, "--subresource=status", "--type=json", "-p", string(patch))
 	}
 	return float64(len(vms)) / time.Since(start).Seconds()

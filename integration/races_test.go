@@ -4,6 +4,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"testing"
 
@@ -18,9 +19,11 @@ import (
 // applier (a second process) carries them out, as concurrent actors would:
 // (a) a planned VM is deleted, (b) another VM's pin is moved to a different
 // revision of the same generation, (c) the second edit's instance type is
-// deleted. Each race must end as an outcome with a reason: skip for the
-// deleted VM, a re-plan (and a single write to the target) for the moved
-// pin, skip for every VM of the deleted instance type.
+// deleted, (d) a user switches a third VM to another instance type, which
+// KubeVirt has not pinned. Each race must end as an outcome with a reason:
+// skip for the deleted VM, a re-plan (and a single write to the target) for
+// the moved pin, skip for every VM of the deleted instance type, skip naming
+// what the switched VM references now, and no write to it.
 func TestRacesEndAsOutcomes(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 3, perIT: map[string]int{itMedium: 30, itSmall: 12}})
 	e.runKvlive("watcher and planner", "--stages", "watcher,planner")
@@ -32,10 +35,11 @@ func TestRacesEndAsOutcomes(t *testing.T) {
 	e.waitPlanned(smallEvent)
 
 	edited, onSmall := e.selectShapes(onInstancetype(itMedium)), e.selectShapes(onInstancetype(itSmall))
-	deleted, moved := edited[0], edited[1] // both running and migratable: planned live
+	deleted, moved, switched := edited[0], edited[1], edited[2] // running and migratable: planned live
 	smallPins := e.pins(onSmall)
 	e.deleteVM(deleted)
 	e.movePin(moved)
+	e.switchAway(switched, itGone)
 	if err := e.clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes().Delete(e.ctx, itSmall, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete %s: %v", itSmall, err)
 	}
@@ -50,11 +54,13 @@ func TestRacesEndAsOutcomes(t *testing.T) {
 				return events.ResultSkip, "deleted"
 			case moved:
 				return s.expected(), "re-planned"
+			case switched:
+				return events.ResultSkip, "it references clusterinstancetype/" + itGone + " now"
 			}
 			return s.expected(), ""
 		},
 	})
-	for _, s := range []vmShape{deleted, moved} {
+	for _, s := range []vmShape{deleted, moved, switched} {
 		o := progress.Outcomes[e.uids[s.key()]]
 		t.Logf("%s: %s, wrote %v: %s", s.key(), o.Result, o.Wrote, o.Reason)
 	}
@@ -63,7 +69,7 @@ func TestRacesEndAsOutcomes(t *testing.T) {
 		outcome: func(vmShape) (events.Result, string) { return events.ResultSkip, small.Name + " was deleted" },
 	})
 
-	remaining := edited[1:]
+	remaining := append([]vmShape{moved}, edited[3:]...)
 	e.waitSettled("the remaining VMs on the new generation", remaining, func(v clusterView, s vmShape) string {
 		if p := pinProblem(v, s, medium); p != "" {
 			return p
@@ -73,7 +79,22 @@ func TestRacesEndAsOutcomes(t *testing.T) {
 	if now := e.pins(onSmall); !maps.Equal(now, smallPins) {
 		t.Errorf("VMs of the deleted instance type changed pins: %v, were %v", now, smallPins)
 	}
-	e.checkWrites(remaining, onSmall)
+	e.checkWrites(remaining, append(onSmall, switched))
+}
+
+// itGone is an instance type no cluster has: a VM a user switched to it
+// keeps its old pin, as KubeVirt leaves the status of a VM whose instance
+// type it cannot find, so the VM looks as if KubeVirt had not reacted yet.
+const itGone = "u1.gone"
+
+// switchAway does what a user switching the VM by hand does: it points
+// spec.instancetype at another cluster instance type.
+func (e *env) switchAway(s vmShape, to string) {
+	e.t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"instancetype":{"name":%q,"kind":"VirtualMachineClusterInstancetype"}}}`, to)
+	if _, err := e.clients.Virt.KubevirtV1().VirtualMachines(s.namespace).Patch(e.ctx, s.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		e.t.Fatalf("switch %s to %s: %v", s.key(), to, err)
+	}
 }
 
 // deleteVM deletes a VM (its VMI stays: envtest runs no garbage collector).
