@@ -300,7 +300,7 @@ func (a *Applier) knownRollout(ctx context.Context, eventID string) (knownRollou
 // non-nil fate settles the plan without an outcome (held, or retried).
 func (a *Applier) carryOut(ctx context.Context, msg jetstream.Msg, plan events.Plan, d consumer.Delivery, span trace.Span, aborted *events.Outcome) (events.Outcome, *consumer.Fate) {
 	if aborted != nil {
-		return *aborted, nil
+		return a.abort(ctx, plan, d, *aborted)
 	}
 	out, err := a.apply(ctx, plan)
 	for steered := 0; errors.Is(err, errSteered) && steered < maxReplans; steered++ {
@@ -310,7 +310,7 @@ func (a *Applier) carryOut(ctx context.Context, msg jetstream.Msg, plan events.P
 			return out, held
 		}
 		if aborted != nil {
-			return *aborted, nil
+			return a.abort(ctx, plan, d, *aborted)
 		}
 		out, err = a.apply(ctx, plan)
 	}
@@ -323,6 +323,25 @@ func (a *Applier) carryOut(ctx context.Context, msg jetstream.Msg, plan events.P
 		return out, &retry
 	}
 	return events.Outcome{Result: events.ResultFailed, Error: err.Error(), Reason: fmt.Sprintf("gave up after %d attempts", d.Attempt)}, nil
+}
+
+// abort records the plan of an aborted rollout as skipped, unless the VM
+// is at the target already: an earlier delivery (or a first one that lost
+// its ack) moved it before the abort, and a VM that moved is recorded as
+// moved, never as "aborted before the VM moved". A failed read is retried.
+func (a *Applier) abort(ctx context.Context, plan events.Plan, d consumer.Delivery, skipped events.Outcome) (events.Outcome, *consumer.Fate) {
+	moved, err := a.atTarget(ctx, plan)
+	if err != nil {
+		if d.Last {
+			return events.Outcome{Result: events.ResultFailed, Error: err.Error(), Reason: "rollout aborted; could not read whether the VM had moved"}, nil
+		}
+		retry := consumer.Retry(fmt.Errorf("%s: rollout aborted; reading whether the VM moved: %w", plan.VM.String(), err))
+		return events.Outcome{}, &retry
+	}
+	if moved != nil {
+		return *moved, nil
+	}
+	return skipped, nil
 }
 
 // releaseLater queues eventID's held plans for release, without waiting

@@ -16,8 +16,11 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/api/instancetype/v1beta1"
 
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"kvlive/events"
 	"kvlive/instancetype"
+	"kvlive/internal/consumer"
 	"kvlive/internal/kube"
 	"kvlive/internal/rollout"
 	"kvlive/internal/testenv"
@@ -209,6 +212,53 @@ func TestApplyStopsWhenTheRolloutIsPausedBeforeItsTurn(t *testing.T) {
 	}
 	if pin := pinOf(t, clients); pin == gen2 {
 		t.Error("the VM moved while its rollout was paused")
+	}
+}
+
+// TestAbortAfterTheVMMovedRecordsItMoved: the VM moved on an earlier
+// delivery whose ack was lost; the rollout was aborted before the
+// redelivery. The VM is recorded as moved, not "aborted before the VM
+// moved", and a VM still on its old pin is recorded as skipped.
+func TestAbortAfterTheVMMovedRecordsItMoved(t *testing.T) {
+	a, _, plan := fixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, err := rollout.Open(ctx, a.cfg.JetStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.watch, err = store.StartWatch(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	redelivery := consumer.Delivery{Attempt: 2}
+	abort := func() (events.Outcome, *consumer.Fate) {
+		t.Helper()
+		held, aborted := a.controlled(ctx, nil, plan, redelivery)
+		if held != nil || aborted == nil {
+			t.Fatalf("aborted rollout: held %v, aborted %v", held, aborted)
+		}
+		return a.carryOut(ctx, nil, plan, redelivery, noop.Span{}, aborted)
+	}
+	if _, _, err := store.Apply(ctx, plan.EventID, events.ActionAbort, "wrong size", "test", time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the abort seen", func() bool { return a.watch.Of(plan.EventID).State == events.StateAborted })
+	if out, fate := abort(); fate != nil || out.Result != events.ResultSkip || !strings.Contains(out.Reason, "aborted before the VM moved") {
+		t.Fatalf("VM on its old pin: outcome %+v, fate %v; want skipped as aborted", out, fate)
+	}
+
+	// The first delivery moved it, then lost its ack.
+	a.watch = nil
+	if out, err := a.apply(ctx, plan); err != nil || !out.Wrote {
+		t.Fatalf("first delivery: %+v, %v", out, err)
+	}
+	if a.watch, err = store.StartWatch(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the abort seen", func() bool { return a.watch.Of(plan.EventID).State == events.StateAborted })
+	out, fate := abort()
+	if fate != nil || out.Result != events.ResultNextBoot || out.Revision != gen2 || !strings.Contains(out.Reason, "moved before the rollout was aborted") {
+		t.Fatalf("VM at the target: outcome %+v, fate %v; want it recorded as moved", out, fate)
 	}
 }
 

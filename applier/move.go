@@ -81,6 +81,40 @@ func (a *Applier) apply(ctx context.Context, plan events.Plan) (events.Outcome, 
 	return events.Outcome{}, fmt.Errorf("%w: VM %s kept changing while being moved", errTransient, plan.VM)
 }
 
+// atTarget reads the VM from the API server and returns the outcome of a
+// plan it already carries out (pinned to the target's snapshot, or switched
+// to the target), nil when it does not, or the VM is gone.
+func (a *Applier) atTarget(ctx context.Context, plan events.Plan) (*events.Outcome, error) {
+	if !plan.Action.Moves() && !plan.Recheck {
+		return nil, nil
+	}
+	vm, err := a.currentVM(ctx, plan.VM, true)
+	if vm == nil || err != nil {
+		return nil, err
+	}
+	t := plan.Target
+	preference := t.Object.IsPreference()
+	const note = "the VM moved before the rollout was aborted (an earlier attempt)"
+	if t.Move == events.MoveSwitch {
+		if ref, ok := instancetype.RefOf(vm, preference); ok && ref == t.Object {
+			return &events.Outcome{Result: plan.Action, Reason: joinReason(note, plan.Reason), Changes: plan.Changes}, nil
+		}
+		return nil, nil
+	}
+	obj, _, err := a.targetObject(t)
+	if obj == nil || err != nil {
+		return nil, err
+	}
+	want, err := instancetype.NewRevision(vm, obj)
+	if err != nil {
+		return nil, nil
+	}
+	if pin, err := instancetype.PinOf(vm, preference); err == nil && pin.Revision == want.Name {
+		return &events.Outcome{Result: plan.Action, Reason: joinReason(note, plan.Reason), Revision: want.Name, Changes: plan.Changes}, nil
+	}
+	return nil, nil
+}
+
 // recheck decides a plan again on the VM as the API server has it, for a
 // skip the planner based on cached state that may have been behind: KubeVirt
 // pins a VM (and snapshots its revision) moments after it is created, and an
