@@ -129,6 +129,8 @@ type step struct {
 // its staged batches, its record, the released batch's gate (asked only
 // when it matters) and the clock, the one step to take next.
 //   - aborted: send every staged batch, for the applier to skip its VMs;
+//   - a control record naming a batch the rollout does not have: nothing,
+//     and status says why;
 //   - a released batch still staged (a promote, a replica that stopped
 //     mid-way): send it;
 //   - paused: nothing;
@@ -139,6 +141,10 @@ func decide(c events.Control, staged []int, rec events.Rollout, gate func() gate
 	switch {
 	case c.State == events.StateAborted:
 		return step{kind: stepSend, batches: staged}
+	case c.Batch < 0 || c.Batch >= len(rec.Batches):
+		// Not a record kvlive wrote (promote stops at the last batch):
+		// acting on it would release every staged batch at once.
+		return step{kind: stepNote, why: fmt.Sprintf("refused: the control record names batch %d, the rollout has %d", c.Batch+1, len(rec.Batches))}
 	case staged[0] <= c.Batch:
 		return step{kind: stepSend, batches: slices.DeleteFunc(slices.Clone(staged), func(b int) bool { return b > c.Batch })}
 	case c.State == events.StatePaused || c.Batch+1 >= len(rec.Batches):

@@ -180,6 +180,8 @@ func TestDecide(t *testing.T) {
 			staged: []int{1, 2}, want: step{kind: stepSend, batches: []int{1, 2}}},
 		{name: "a released batch still staged is sent", c: running(1, t0, time.Time{}), staged: []int{1, 2},
 			want: step{kind: stepSend, batches: []int{1}}},
+		{name: "a batch beyond the rollout's: refused, nothing released", c: running(5, t0, time.Time{}), staged: []int{1, 2},
+			want: step{kind: stepNote, why: "refused: the control record names batch 6, the rollout has 3"}},
 		{name: "paused: nothing", c: events.Control{State: events.StatePaused}, staged: []int{1, 2}, gate: passed},
 		{name: "the last batch released: nothing", c: running(2, t0, time.Time{}), staged: []int{3}, gate: passed},
 		{name: "failed gate: trip", c: running(0, time.Time{}, time.Time{}), staged: []int{1, 2},
@@ -219,7 +221,7 @@ func TestDecide(t *testing.T) {
 			if got.kind != tt.want.kind || got.result != tt.want.result || got.why != tt.want.why || !slices.Equal(got.batches, tt.want.batches) {
 				t.Errorf("decide = %+v, want %+v", got, tt.want)
 			}
-			if asked && (tt.c.State != events.StateRunning || tt.want.kind == stepSend) {
+			if asked && (tt.c.State != events.StateRunning || tt.want.kind == stepSend || tt.c.Batch >= 3) {
 				t.Error("the gate was asked where it does not matter")
 			}
 		})
