@@ -14,6 +14,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/consumer"
+	"kvlive/internal/rollout"
 )
 
 // A paused rollout's plans are parked, untouched, in events.StreamHeld (a
@@ -146,27 +147,63 @@ func (a *Applier) releaseEvent(ctx context.Context, eventID string) error {
 	return nil
 }
 
+// drainLimit bounds one drain: a drain that has not emptied its consumer
+// by then returns an error saying so, and its caller (the releaser, the
+// gate loop) tries again later.
+const drainLimit = 10 * time.Minute
+
 // drain runs a durable consumer on stream that every replica shares,
 // sending each plan it delivers back to the plans stream under the id idOf
 // gives it, until nothing is pending or in flight, or halt says to stop.
 // It returns how many plans this call sent. Once done it deletes the
-// consumer: the server would drop the idle consumer anyway, and another
-// replica still draining it starts over on a fresh one.
+// consumer: the server would drop the idle consumer anyway. A drain whose
+// consumer another replica deleted (done with it, or halted) is done when
+// nothing is left under the consumer's filter, and starts over on a fresh
+// consumer otherwise. Nothing here waits longer than drainLimit.
 func (a *Applier) drain(ctx context.Context, stream string, cfg jetstream.ConsumerConfig, idOf func(string, uint64) string,
 	halt func() bool, logArgs ...any) (int, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, drainLimit,
+		fmt.Errorf("%s still had plans for consumer %s after %s", stream, cfg.Durable, drainLimit))
+	defer cancel()
+	total := 0
+	for {
+		n, gone, err := a.drainOnce(ctx, stream, cfg, idOf, halt, logArgs...)
+		total += n
+		if err != nil && ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
+		if err != nil || !gone {
+			return total, err
+		}
+		left, err := rollout.CountSubjects(ctx, a.cfg.JetStream, stream, cfg.FilterSubject)
+		if err != nil {
+			return total, err
+		}
+		if left == 0 || (halt != nil && halt()) {
+			return total, nil
+		}
+		a.cfg.Log.Debug("applier: drained consumer deleted by another replica with plans left; draining again", append(logArgs, "left", left)...)
+	}
+}
+
+// drainOnce is one run of drain's consumer; gone reports that it was
+// deleted under the run.
+func (a *Applier) drainOnce(ctx context.Context, stream string, cfg jetstream.ConsumerConfig, idOf func(string, uint64) string,
+	halt func() bool, logArgs ...any) (sentN int, gone bool, err error) {
 	cons, err := a.cfg.JetStream.CreateOrUpdateConsumer(ctx, stream, cfg)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	rt, err := consumer.New(consumer.Config{
 		Stage: "releaser", Consumer: cons, JetStream: a.cfg.JetStream, Workers: 4, MaxDeliver: events.ReleaseMaxDeliver,
 		Backoff: consumer.DefaultBackoff(), Grace: a.cfg.Grace, Log: a.cfg.Log.With(logArgs...), Metrics: a.cfg.Metrics,
 	})
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
+	var deleted atomic.Bool
 	go func() {
 		tick := time.NewTicker(releasePoll)
 		defer tick.Stop()
@@ -180,30 +217,43 @@ func (a *Applier) drain(ctx context.Context, stream string, cfg jetstream.Consum
 				stop()
 				return
 			}
-			if info, err := cons.Info(rctx); err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+			info, err := cons.Info(rctx)
+			if errors.Is(err, jetstream.ErrConsumerNotFound) {
+				deleted.Store(true)
+				stop()
+				return
+			}
+			if err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
 				stop()
 				return
 			}
 		}
 	}()
 	var sent atomic.Int64
-	if err := rt.Run(rctx, func(ctx context.Context, msg jetstream.Msg, d consumer.Delivery) consumer.Fate {
+	err = rt.Run(rctx, func(ctx context.Context, msg jetstream.Msg, d consumer.Delivery) consumer.Fate {
 		f := a.releaseOne(ctx, msg, d, idOf)
 		if f.IsDone() {
 			sent.Add(1)
 		}
 		return f
-	}); err != nil {
-		return int(sent.Load()), err
+	})
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		deleted.Store(true)
+		err = nil
 	}
-	if ctx.Err() != nil {
-		return int(sent.Load()), ctx.Err()
+	switch {
+	case deleted.Load() && ctx.Err() == nil:
+		return int(sent.Load()), true, nil
+	case err != nil:
+		return int(sent.Load()), false, err
+	case ctx.Err() != nil:
+		return int(sent.Load()), false, ctx.Err()
 	}
 	if err := a.cfg.JetStream.DeleteConsumer(context.WithoutCancel(ctx), stream, cfg.Durable); err != nil &&
 		!errors.Is(err, jetstream.ErrConsumerNotFound) {
 		a.cfg.Log.Debug("applier: drained consumer not deleted", "consumer", cfg.Durable, "err", err)
 	}
-	return int(sent.Load()), nil
+	return int(sent.Load()), false, nil
 }
 
 // releaseOne publishes a held (or staged) plan back to the plans stream,
