@@ -230,7 +230,7 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg, d consumer.Deli
 }
 
 // errNotPlanned marks a plan that kvlive's planner did not make.
-var errNotPlanned = errors.New("not a plan of kvlive's planner")
+var errNotPlanned = errors.New(events.ReasonNotPlanned)
 
 // maxKnownRollouts bounds the rollout records the applier remembers.
 const maxKnownRollouts = 4096

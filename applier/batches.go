@@ -392,7 +392,7 @@ func (a *Applier) gate(rec events.Rollout, batch int, acct rollout.Account, resu
 	if batch == 0 { // the plans that move nothing went with the first batch
 		want += rec.Counts[events.ResultNone] + rec.Counts[events.ResultSkip]
 	}
-	settled := 0
+	settled := acct.DeadIn(batch) // a dead letter the policy tolerates is settled
 	var unready []string
 	for _, o := range acct.Latest {
 		if o.Batch != batch {

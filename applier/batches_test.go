@@ -80,6 +80,7 @@ func TestGate(t *testing.T) {
 		vms      []*virtv1.VirtualMachine
 		vmis     map[string]*virtv1.VirtualMachineInstance
 		resumed  time.Time
+		dead     map[string]int
 		verdict  int
 		why      string
 	}{
@@ -129,6 +130,10 @@ func TestGate(t *testing.T) {
 		{name: "a resume accepts the failures before it", batch: 1, resumed: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
 			outcomes: []events.Outcome{outcome("a", 1, events.ResultFailed), outcome("b", 0, events.ResultFailed)},
 			policy:   events.Policy{FailureThreshold: "1"}, verdict: gateWaiting, why: "1 of 2 VMs"},
+		{name: "a tolerated dead letter settles its batch", batch: 1,
+			outcomes: []events.Outcome{outcome("b", 1, events.ResultRestart)}, dead: map[string]int{"a": 1},
+			policy: events.Policy{FailureThreshold: "1"}, vms: []*virtv1.VirtualMachine{gateVM("b", restartRequired)},
+			verdict: gatePassed},
 		{name: "failures within the threshold do not", batch: 1,
 			outcomes: []events.Outcome{outcome("a", 1, events.ResultFailed), outcome("b", 1, events.ResultRestart)},
 			policy:   events.Policy{FailureThreshold: "50%"}, vms: []*virtv1.VirtualMachine{gateVM("b", restartRequired)},
@@ -140,7 +145,7 @@ func TestGate(t *testing.T) {
 				f.vms["ns/"+vm.Name] = vm
 			}
 			a := &Applier{cfg: Config{Fleet: f}}
-			acct := rollout.Account{Outcomes: map[events.Result]int{}, Latest: map[string]events.Outcome{}}
+			acct := rollout.Account{Outcomes: map[events.Result]int{}, Latest: map[string]events.Outcome{}, DeadBatch: tt.dead, DeadLetters: len(tt.dead)}
 			for _, o := range tt.outcomes {
 				acct.Latest[o.VM.UID] = o
 				acct.Outcomes[o.Result]++

@@ -13,6 +13,10 @@ const (
 	HeaderContentType = "Content-Type"
 	// HeaderCEType repeats the CloudEvents type so tools can filter without decoding.
 	HeaderCEType = "ce-type"
+	// ReasonNotPlanned starts the dead-letter reason of a plan the applier
+	// refused as none kvlive's planner made: it is no VM of the rollout's,
+	// and the rollout's accounting leaves it out.
+	ReasonNotPlanned = "not a plan of kvlive's planner"
 	// HeaderDeadReason is why a message was dead-lettered.
 	HeaderDeadReason = "Kvlive-Dead-Reason"
 	// HeaderDeadSubject is the subject a dead-lettered message was read from.

@@ -124,9 +124,24 @@ func DeadEvents() string {
 	return subjectDLQ + ".*." + strings.TrimPrefix(subjectEvents, "kvlive.") + ".>"
 }
 
-// DeadLettersOf filters the dead plans of eventID, of any stage.
+// DeadLettersOf filters the dead plans of eventID, of any stage, read from
+// the plans, held or staged streams (kvlive.dlq.<stage>.<plans|held|
+// staged>.<namespace or batch>.<event>; a dead change event's subject ends
+// in its kind, which is no event token).
 func DeadLettersOf(eventID string) string {
-	return subjectDLQ + ".*.plans.*." + EventToken(eventID)
+	return subjectDLQ + ".*.*.*." + EventToken(eventID)
+}
+
+// RetrySubject is where `kvlive dlq retry` sends a dead letter read from
+// original: where it came from, except that a held plan goes to the
+// applier (kvlive.plans.<namespace>.<event>), which holds it again while
+// its rollout is paused; sent back to the held stream, it would wait for a
+// resume that already happened.
+func RetrySubject(original string) string {
+	if rest, ok := strings.CutPrefix(original, subjectHeld+"."); ok {
+		return subjectPlans + "." + rest
+	}
+	return original
 }
 
 // StageOfDeadLetter is the stage that dead-lettered a message stored on subject.

@@ -81,8 +81,9 @@ func (s Store) Show(ctx context.Context, seq uint64) (Letter, error) {
 	}, nil
 }
 
-// Retry publishes the dead letter again to the subject it came from, with
-// its original headers, then removes it from the dead-letter stream. A
+// Retry publishes the dead letter again to the subject it came from (a
+// held plan: to the applier, events.RetrySubject), with its original
+// headers, then removes it from the dead-letter stream. A
 // message that fails again is dead-lettered again, with the new reason.
 func (s Store) Retry(ctx context.Context, seq uint64) error {
 	l, err := s.Show(ctx, seq)
@@ -97,7 +98,8 @@ func (s Store) Retry(ctx context.Context, seq uint64) error {
 			"the original is message %s of stream %s while that stream keeps it", seq, size,
 			l.Headers.Get(events.HeaderDeadSequence), l.Headers.Get(events.HeaderDeadStream))
 	}
-	msg := nats.NewMsg(l.Subject)
+	to := events.RetrySubject(l.Subject)
+	msg := nats.NewMsg(to)
 	msg.Data = l.Data
 	for k, vs := range l.Headers {
 		if strings.HasPrefix(k, "Kvlive-Dead-") || strings.HasPrefix(k, "Nats-") {
@@ -108,7 +110,7 @@ func (s Store) Retry(ctx context.Context, seq uint64) error {
 		}
 	}
 	if _, err := s.JetStream.PublishMsg(ctx, msg); err != nil {
-		return fmt.Errorf("dlq: retry %d to %s: %w", seq, l.Subject, err)
+		return fmt.Errorf("dlq: retry %d to %s: %w", seq, to, err)
 	}
 	return s.Purge(ctx, seq)
 }

@@ -90,3 +90,30 @@ func TestRetryRefusesATruncatedLetter(t *testing.T) {
 		t.Errorf("the truncated letter was removed: %+v", letters)
 	}
 }
+
+// TestRetryOfAHeldPlanGoesToTheApplier: a held plan the releaser
+// dead-lettered goes to the plans stream when retried, where the applier
+// holds it again if its rollout is paused; back in the held stream it would
+// wait for a resume that already happened.
+func TestRetryOfAHeldPlanGoesToTheApplier(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx := context.Background()
+	held := events.HeldSubject("shop", "ev")
+	m := nats.NewMsg(events.DeadLetterSubject("releaser", held))
+	m.Data = []byte("held-plan")
+	m.Header.Set(events.HeaderDeadSubject, held)
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (Store{JetStream: js}).Retry(ctx, ack.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	plans, err := js.Stream(ctx, events.StreamPlans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := plans.GetLastMsgForSubject(ctx, events.PlanSubject("shop", "ev")); err != nil || string(got.Data) != "held-plan" {
+		t.Errorf("the retried held plan is not on the plans stream: %v", err)
+	}
+}

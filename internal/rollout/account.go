@@ -77,6 +77,19 @@ type Account struct {
 	Dropped []string `json:"dropped,omitempty"`
 	// Latest is the latest outcome per VM UID.
 	Latest map[string]events.Outcome `json:"-"`
+	// DeadBatch is the batch of each VM counted in DeadLetters, by UID.
+	DeadBatch map[string]int `json:"-"`
+}
+
+// DeadIn is how many of DeadLetters are VMs of batch.
+func (a Account) DeadIn(batch int) int {
+	n := 0
+	for _, b := range a.DeadBatch {
+		if b == batch {
+			n++
+		}
+	}
+	return n
 }
 
 // Settled is how many planned VMs have an outcome or a dead letter.
@@ -258,20 +271,26 @@ func (a *Account) readOutcomes(ctx context.Context, js jetstream.JetStream) erro
 }
 
 // readDeadLetters counts the event's dead plans of VMs without an outcome
-// (a plan given up on after its last delivery has both).
+// (a plan given up on after its last delivery has both), by batch, whichever
+// stage dead-lettered them (the applier, or the releaser of held and staged
+// plans). A plan the applier refused as not the planner's is no VM of the
+// rollout's and is left out.
 func (a *Account) readDeadLetters(ctx context.Context, js jetstream.JetStream) error {
-	dead := map[string]bool{}
+	a.DeadBatch = map[string]int{}
 	err := scanSubject(ctx, js, events.StreamDLQ, events.DeadLettersOf(a.EventID), func(m jetstream.Msg) {
+		if strings.HasPrefix(m.Headers().Get(events.HeaderDeadReason), events.ReasonNotPlanned) {
+			return
+		}
 		var plan events.Plan
 		uid := fmt.Sprint("seq-", m.Headers().Get(events.HeaderDeadSequence)) // undecodable: one VM each
 		if _, err := events.Decode(m.Data(), events.TypePlan, &plan); err == nil {
 			uid = plan.VM.UID
 		}
 		if _, ok := a.Latest[uid]; !ok {
-			dead[uid] = true
+			a.DeadBatch[uid] = plan.Batch
 		}
 	})
-	a.DeadLetters = len(dead)
+	a.DeadLetters = len(a.DeadBatch)
 	return err
 }
 

@@ -116,9 +116,19 @@ func TestAccountingArithmetic(t *testing.T) {
 	if err := held.Purge(ctx); err != nil {
 		t.Fatal(err)
 	}
-	dd := planMsg(t, events.DeadLetterSubject("releaser", events.PlanSubject("ns", acctEvent)), "d")
+	// The releaser dead-letters it, from the held stream.
+	dd := planMsg(t, events.DeadLetterSubject("releaser", events.HeldSubject("ns", acctEvent)), "d")
 	dd.Header.Del(jetstream.MsgIDHeader)
 	publish(t, js, dd)
+	if a = account(t, js); a.DeadLetters != 1 {
+		t.Fatalf("the releaser's dead letter not counted: %+v", a)
+	}
+	// A plan for a VM the rollout did not plan, refused by the applier: no
+	// VM of this rollout's.
+	forged := planMsg(t, events.DeadLetterSubject(events.ConsumerApplier, events.PlanSubject("ns", acctEvent)), "f")
+	forged.Header.Del(jetstream.MsgIDHeader)
+	forged.Header.Set(events.HeaderDeadReason, events.ReasonNotPlanned+": rollout did not plan VM ns/vm-f")
+	publish(t, js, forged)
 	a = account(t, js)
 	if a.Phase != PhaseIncomplete || a.Unaccounted != 1 || a.DeadLetters != 1 || a.Since.IsZero() {
 		t.Fatalf("incomplete account = %+v", a)
