@@ -243,17 +243,24 @@ func (a *Applier) step(ctx context.Context, store *rollout.Store, id string, sta
 			a.batchSpan(ctx, rec, c, now, s.why, nil)
 			continue // the pause, or the next batch, may follow at once
 		case stepAwaitPromote:
-			if _, _, err := store.Apply(ctx, id, events.ActionPause, s.why, gatedBy, now, false); err != nil {
-				return err
-			}
-			a.cfg.Metrics.Gate("passed", "waiting")
-			a.cfg.Log.Info("batch passed its gate; waiting for promote", "event", id, "batch", c.Batch+1)
-			return nil
+			return a.awaitPromote(ctx, store, id, c, s.why, now)
 		case stepRelease:
 			return a.releaseNext(ctx, store, rec, s.batches[0], now)
 		}
 		return nil
 	}
+}
+
+// awaitPromote pauses a rollout whose batch passed its gate under a manual
+// pause, unless an operator acted since c was read.
+func (a *Applier) awaitPromote(ctx context.Context, store *rollout.Store, id string, c events.Control, why string, now time.Time) error {
+	_, paused, err := store.ApplyIf(ctx, id, c, events.ActionPause, why, gatedBy, now)
+	if err != nil || !paused {
+		return err
+	}
+	a.cfg.Metrics.Gate("passed", "waiting")
+	a.cfg.Log.Info("batch passed its gate; waiting for promote", "event", id, "batch", c.Batch+1)
+	return nil
 }
 
 // releaseNext records batch as released and sends its staged plans.
@@ -262,6 +269,13 @@ func (a *Applier) releaseNext(ctx context.Context, store *rollout.Store, rec eve
 	opened, err := store.OpenBatch(ctx, id, next, now)
 	if err != nil {
 		return err
+	}
+	if !opened {
+		// Another replica opened it (this one helps send it), or an
+		// operator paused or aborted the rollout meanwhile: nothing opens.
+		if c, _, err := store.Get(ctx, id); err != nil || c.Batch < next {
+			return err
+		}
 	}
 	if opened {
 		a.cfg.Metrics.Gate("passed", "running")
@@ -302,14 +316,15 @@ func (a *Applier) noteWaiting(ctx context.Context, store *rollout.Store, id stri
 }
 
 // trip pauses (or, as the policy says, aborts) a rollout whose batch failed
-// its gate or missed its deadline, with the reason.
+// its gate or missed its deadline, with the reason, unless an operator
+// acted since c was read (the gate decides again on what they did).
 func (a *Applier) trip(ctx context.Context, store *rollout.Store, rec events.Rollout, c events.Control, result, why string) error {
 	action, phase := events.ActionPause, "paused"
 	if rec.Policy.Aborts() {
 		action, phase = events.ActionAbort, "aborted"
 	}
 	reason := fmt.Sprintf("batch %d of %d: %s", c.Batch+1, len(rec.Batches), why)
-	_, changed, err := store.Apply(ctx, rec.EventID, action, reason, gatedBy, a.cfg.Clock.Now(), false)
+	_, changed, err := store.ApplyIf(ctx, rec.EventID, c, action, reason, gatedBy, a.cfg.Clock.Now())
 	if err != nil || !changed {
 		return err
 	}

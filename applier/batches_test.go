@@ -232,3 +232,74 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+// TestGateWritesYieldToTheOperator: what a gate writes is conditional on
+// the control record it decided on. An operator's pause and resume landing
+// between the gate's read and its write is not overwritten by a trip or a
+// wait for promote, and a batch does not open on a paused rollout.
+func TestGateWritesYieldToTheOperator(t *testing.T) {
+	a, _, _ := fixture(t)
+	ctx := t.Context()
+	store, err := rollout.Open(ctx, a.cfg.JetStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "switch/9b0d3f0e-7a51-4c4a-8c1e-3f7f3e4c2a10"
+	rec := events.Rollout{EventID: id, Batches: []int{1, 2, 2}}
+	now := time.Now()
+	if _, err := store.OpenBatch(ctx, id, 1, now); err != nil {
+		t.Fatal(err)
+	}
+	seen, _, err := store.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	operator := func(actions ...events.ControlAction) {
+		t.Helper()
+		for _, action := range actions {
+			if _, _, err := store.Apply(ctx, id, action, "checking", "alice", time.Now(), false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	state := func() events.Control {
+		t.Helper()
+		c, _, err := store.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+
+	operator(events.ActionPause, events.ActionResume)
+	if err := a.trip(ctx, store, rec, seen, "failed", "2 VMs failed, the policy tolerates 1"); err != nil {
+		t.Fatal(err)
+	}
+	if c := state(); c.State != events.StateRunning || c.By != "alice" {
+		t.Errorf("after a trip decided before the operator's resume: %+v, want the resume kept", c)
+	}
+	if err := a.awaitPromote(ctx, store, id, seen, "batch 2 of 3 passed its gate", now); err != nil {
+		t.Fatal(err)
+	}
+	if c := state(); c.State != events.StateRunning || c.By != "alice" {
+		t.Errorf("after a wait for promote decided before the operator's resume: %+v, want the resume kept", c)
+	}
+
+	operator(events.ActionPause)
+	if opened, err := store.OpenBatch(ctx, id, 2, now); err != nil || opened {
+		t.Errorf("batch 3 opened on a paused rollout (%v)", err)
+	}
+	if c := state(); c.State != events.StatePaused || c.Batch != 1 {
+		t.Errorf("after opening a batch on a pause: %+v, want paused at batch 2", c)
+	}
+
+	// Decided on the record as it is, the gate writes.
+	operator(events.ActionResume)
+	current := state()
+	if err := a.trip(ctx, store, rec, current, "failed", "2 VMs failed"); err != nil {
+		t.Fatal(err)
+	}
+	if c := state(); c.State != events.StatePaused || c.By != gatedBy {
+		t.Errorf("a trip on the current record: %+v, want paused by %s", c, gatedBy)
+	}
+}

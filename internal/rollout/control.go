@@ -112,6 +112,33 @@ func (s *Store) Apply(ctx context.Context, eventID string, action events.Control
 	})
 }
 
+// ApplyIf is Apply on the condition that the record is still the one a
+// decision was made on (seen): a gate that tripped, or passed and waits for
+// a promote, on what it read, never overwrites an operator's promote, pause
+// or resume that landed in between. changed is false when the record
+// moved on.
+func (s *Store) ApplyIf(ctx context.Context, eventID string, seen events.Control, action events.ControlAction, reason, by string, now time.Time) (events.Control, bool, error) {
+	return s.Update(ctx, eventID, false, func(c *events.Control) (bool, error) {
+		if !sameStep(*c, seen) {
+			return false, nil
+		}
+		next, changed, err := c.Next(action)
+		if err != nil || !changed {
+			return false, err
+		}
+		c.State, c.Reason, c.By, c.At = next, reason, by, now.UTC()
+		return true, nil
+	})
+}
+
+// sameStep reports whether a control record is still at the step seen:
+// the same state, set at the same time, and the same batch released and
+// gated at the same times (a gate's note may differ).
+func sameStep(c, seen events.Control) bool {
+	return c.State == seen.State && c.At.Equal(seen.At) && c.By == seen.By &&
+		c.Batch == seen.Batch && c.BatchAt.Equal(seen.BatchAt) && c.GateAt.Equal(seen.GateAt)
+}
+
 // Update changes the event's record with change, by compare-and-set against
 // the revision it read, retrying (change decides again on what it finds)
 // when another writer got in between. change returns false to leave the
@@ -150,11 +177,11 @@ func (s *Store) Update(ctx context.Context, eventID string, force bool, change f
 }
 
 // OpenBatch records that batch of the event's rollout is released, unless
-// it (or a later one) already is or the rollout was aborted. Of several
-// replicas deciding at once, one wins.
+// it (or a later one) already is, or the rollout is paused or aborted. Of
+// several replicas deciding at once, one wins.
 func (s *Store) OpenBatch(ctx context.Context, eventID string, batch int, now time.Time) (bool, error) {
 	_, opened, err := s.Update(ctx, eventID, false, func(c *events.Control) (bool, error) {
-		if c.State == events.StateAborted || c.Batch >= batch {
+		if c.State != events.StateRunning || c.Batch >= batch {
 			return false, nil
 		}
 		c.Batch, c.BatchAt, c.GateAt, c.Gate = batch, now.UTC(), time.Time{}, ""
