@@ -7,19 +7,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // restartPause is how long the runtime waits before it starts consuming
-// again after the iterator failed, so a consumer that is gone for a while
+// again after a fetch failed, so a consumer that is gone for a while
 // (deleted, being recreated, its server down) is not hammered.
 const restartPause = time.Second
 
-// pullExpiry is how long each pull request waits on the server. nats.go
-// notices a consumer that vanished without a word (deleted while no pull was
-// pending, or before it was recreated) only by missing heartbeats, after one
-// expiry; nats.go's default of 30s would leave a recreated consumer
-// unconsumed that long, while the cost of a shorter one is an idle pull
+// pullExpiry is how long each fetch waits on the server for messages. A
+// consumer that vanished (deleted, or recreated) is noticed at the next
+// fetch, at most one expiry later; the cost of a short one is an idle pull
 // request every few seconds.
 const pullExpiry = 10 * time.Second
 
@@ -47,9 +46,8 @@ func (r *Runtime) Run(ctx context.Context, h Handler) error {
 	defer cancelHandlers()
 	var inflight sync.WaitGroup
 	// A slot is taken before a message is fetched, not after, so no
-	// message waits in our hands, unheartbeated, for a free worker; the
-	// iterator's own read-ahead is kept to Workers messages for the same
-	// reason (see consumeOnce).
+	// message waits in our hands, unheartbeated, for a free worker (see
+	// consumeOnce).
 	slots := make(chan struct{}, r.cfg.Workers)
 	r.log.Info("consuming", "workers", r.cfg.Workers, "max_deliver", r.cfg.MaxDeliver, "ack_wait", r.ackWait)
 	for ctx.Err() == nil {
@@ -72,47 +70,76 @@ func (r *Runtime) Run(ctx context.Context, h Handler) error {
 	return nil
 }
 
-// consumeOnce runs one message iterator until ctx ends (nil) or the
-// iterator fails (its error).
+// consumeOnce fetches messages for free workers only, until ctx ends (nil)
+// or a fetch fails (its error). A message is asked of the server only when
+// a worker is free to take it: a message read ahead counts as delivered and
+// its AckWait runs, unheartbeated, so one that waited in a client buffer
+// behind busy workers would be delivered again while still to be handled.
 func (r *Runtime) consumeOnce(ctx, hctx context.Context, h Handler, slots chan struct{}, inflight *sync.WaitGroup) error {
-	// Messages the iterator reads ahead count as delivered, and their
-	// AckWait runs, before any handler sees them: keep that to one
-	// message per worker.
-	it, err := r.cfg.Consumer.Messages(jetstream.PullMaxMessages(r.cfg.Workers), jetstream.PullExpiry(pullExpiry))
-	if err != nil {
-		return fmt.Errorf("open message iterator: %w", err)
-	}
-	defer it.Stop()
-	unhook := context.AfterFunc(ctx, it.Stop)
-	defer unhook()
 	for {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			return nil
 		}
-		msg, err := it.Next()
-		if err != nil {
-			<-slots
-			if ctx.Err() != nil {
-				return nil
+		free := 1
+	more:
+		for free < r.cfg.Workers {
+			select {
+			case slots <- struct{}{}:
+				free++
+			default:
+				break more
 			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return fmt.Errorf("message iterator closed unexpectedly: %w", err)
-			}
-			return fmt.Errorf("next message: %w", err)
 		}
+		if err := r.fetch(ctx, hctx, h, slots, inflight, free); err != nil {
+			return err
+		}
+	}
+}
+
+// fetch asks for up to free messages, one pull request that waits up to
+// pullExpiry, and hands each to a worker as it arrives; the slots of the
+// messages that did not come are given back.
+func (r *Runtime) fetch(ctx, hctx context.Context, h Handler, slots chan struct{}, inflight *sync.WaitGroup, free int) error {
+	fctx, cancel := context.WithTimeout(ctx, pullExpiry)
+	defer cancel()
+	batch, err := r.cfg.Consumer.Fetch(free, jetstream.FetchContext(fctx))
+	if err != nil {
+		giveBack(slots, free)
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("fetch: %w", err)
+	}
+	got := 0
+	for msg := range batch.Messages() {
+		got++
 		if ctx.Err() != nil {
 			// Fetched as the shutdown began: hand it back at once rather
 			// than start work or leave it to wait out AckWait.
 			<-slots
 			r.nak(msg, r.Delivery(msg), 0)
-			return nil
+			continue
 		}
 		inflight.Go(func() {
 			defer func() { <-slots }()
 			r.process(ctx, hctx, h, msg)
 		})
+	}
+	giveBack(slots, free-got)
+	switch err := batch.Error(); {
+	case err == nil, ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return nil // the pull expired with fewer messages than asked: normal
+	default:
+		return fmt.Errorf("fetch: %w", err)
+	}
+}
+
+// giveBack frees n worker slots taken for messages that did not come.
+func giveBack(slots chan struct{}, n int) {
+	for range n {
+		<-slots
 	}
 }
 

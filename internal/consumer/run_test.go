@@ -328,3 +328,46 @@ func TestRunBoundsConcurrencyByWorkers(t *testing.T) {
 		t.Errorf("%d handlers ran at once, want 2", peak)
 	}
 }
+
+// TestNoMessageWaitsBehindBusyWorkersPastAckWait: with every worker busy
+// for longer than AckWait (its own message kept alive by heartbeats), the
+// messages behind it are not fetched into a buffer where their AckWait
+// would run out unheartbeated: each is handled once, on its first delivery.
+func TestNoMessageWaitsBehindBusyWorkersPastAckWait(t *testing.T) {
+	js, _ := startJetStream(t, 0, false)
+	const ackWait = time.Second
+	cons := workStream(t, js, ackWait)
+	r, _, _ := testRuntime(t, js, func(c *Config) { c.Consumer, c.Workers = cons, 4 })
+	var mu sync.Mutex
+	handled := map[string][]int{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := runInBackground(ctx, r, func(_ context.Context, msg jetstream.Msg, d Delivery) Fate {
+		mu.Lock()
+		handled[string(msg.Data())] = append(handled[string(msg.Data())], d.Attempt)
+		mu.Unlock()
+		if strings.HasPrefix(string(msg.Data()), "slow") {
+			time.Sleep(3 * ackWait)
+		}
+		return Done()
+	})
+	// Four messages keep the four workers busy; the fifth arrives while
+	// they are, with a pull request still open for more.
+	publish(t, js, "slow-1", "slow-2", "slow-3", "slow-4", "b")
+	eventually(t, 30*time.Second, "five messages handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) == 5
+	})
+	time.Sleep(2 * ackWait) // room for a redelivery to show
+	cancel()
+	if err := <-done; err != nil {
+		t.Error(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for body, attempts := range handled {
+		if len(attempts) != 1 || attempts[0] != 1 {
+			t.Errorf("%s handled on deliveries %v, want once, on the first", body, attempts)
+		}
+	}
+}
