@@ -1,6 +1,7 @@
 package events
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -73,6 +74,10 @@ type StreamOptions struct {
 	MaxBytes int64
 	// DuplicateWindow is how long a Nats-Msg-Id is remembered for deduplication.
 	DuplicateWindow time.Duration
+	// Scope is the namespace the replica watches, plans and applies in
+	// ("" for every namespace). Replicas sharing one bus share its work
+	// consumers, so they must share one scope (see Setup).
+	Scope string
 }
 
 // DefaultStreamOptions keeps a week of history on a single replica.
@@ -238,8 +243,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions, log *sl
 	}
 	for stream, cfg := range map[string]jetstream.ConsumerConfig{StreamEvents: PlannerConsumer(), StreamPlans: ApplierConsumer()} {
 		err := step("consumer "+cfg.Durable, func(ctx context.Context) error {
-			_, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
-			return err
+			return setupConsumer(ctx, js, stream, cfg, o.Scope)
 		})
 		if err != nil {
 			return fmt.Errorf("events: consumer %s on %s: %w", cfg.Durable, stream, err)
@@ -255,6 +259,57 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions, log *sl
 		}
 	}
 	return nil
+}
+
+// ScopeMetadata is the metadata key of the planner's and the applier's
+// consumers that names the scope of the replicas sharing them: a
+// namespace, or AllNamespaces.
+const ScopeMetadata = "kvlive.io/scope"
+
+// AllNamespaces is the ScopeMetadata of replicas that watch every namespace.
+const AllNamespaces = "*"
+
+// ErrScopeMismatch is a replica started on a bus whose work consumers
+// belong to replicas of another scope. Two replicas with different -n on
+// one bus would split the planner's and the applier's consumers between
+// them, each planning and moving only its own namespace's VMs of the
+// events it happens to get, while every rollout read complete.
+var ErrScopeMismatch = errors.New("replicas sharing one bus must share one scope")
+
+// setupConsumer creates (or updates) one of the work consumers, recording
+// scope in its metadata, unless it belongs to replicas of another scope.
+// A consumer made before kvlive recorded scopes takes this replica's.
+func setupConsumer(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, scope string) error {
+	want := cmp.Or(scope, AllNamespaces)
+	cfg.Metadata = map[string]string{ScopeMetadata: want}
+	for range 2 {
+		c, err := js.Consumer(ctx, stream, cfg.Durable)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			_, err = js.CreateConsumer(ctx, stream, cfg)
+			if errors.Is(err, jetstream.ErrConsumerExists) {
+				continue // another replica made it meanwhile: check its scope
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		if have, ok := c.CachedInfo().Config.Metadata[ScopeMetadata]; ok && have != want {
+			return fmt.Errorf("%w: consumer %s on %s serves replicas scoped to %s, this one is scoped to %s; "+
+				"give it the same -n, or its own bus (another --nats-url, or an embedded server)", ErrScopeMismatch, cfg.Durable, stream, describeScope(have), describeScope(want))
+		}
+		_, err = js.UpdateConsumer(ctx, stream, cfg)
+		return err
+	}
+	return fmt.Errorf("consumer %s on %s: created and gone again while being set up", cfg.Durable, stream)
+}
+
+// describeScope says a scope in words: "namespace shop", "every namespace".
+func describeScope(scope string) string {
+	if scope == AllNamespaces {
+		return "every namespace"
+	}
+	return "namespace " + scope
 }
 
 // Transient reports whether a JetStream request failed in a way that goes

@@ -171,7 +171,9 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 		return err
 	}
 	defer func() { err = errors.Join(err, closeNATS()) }()
-	if err := events.Setup(ctx, js, o.nats.streamOptions(), log); err != nil {
+	streams := o.nats.streamOptions()
+	streams.Scope = o.kube.ExplicitNamespace()
+	if err := events.Setup(ctx, js, streams, log); err != nil {
 		return err
 	}
 	tp, err := telemetry.Setup(ctx, "kvlive", js)
