@@ -2,6 +2,8 @@ package applier
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -449,7 +451,13 @@ func (a *Applier) publishOutcome(ctx context.Context, out events.Outcome) error 
 	if err != nil {
 		return err
 	}
-	m := events.NewMsg(events.OutcomeSubject(out.VM.Namespace, out.EventID), id, events.TypeOutcome, body)
+	// The Nats-Msg-Id is the outcome's id and a nonce of this call: the
+	// stream still drops a retried publish below, while an outcome someone
+	// published ahead under the id the applier would use cannot stand in
+	// for the real one.
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:])
+	m := events.NewMsg(events.OutcomeSubject(out.VM.Namespace, out.EventID), id+"#"+hex.EncodeToString(nonce[:]), events.TypeOutcome, body)
 	a.prop.Inject(ctx, events.HeaderCarrier(m.Header))
 	deadline := a.cfg.Clock.Now().Add(outcomeRetryBudget)
 	backoff := consumer.DefaultBackoff()

@@ -317,3 +317,37 @@ func TestIsTransient(t *testing.T) {
 		t.Error("deadline and cancel should be transient")
 	}
 }
+
+// TestAnOutcomePublishedAheadCannotSuppressTheRealOne: whoever can publish
+// on the outcomes subjects stores an outcome under the Nats-Msg-Id the
+// applier's would have had; the applier's outcome is stored all the same.
+func TestAnOutcomePublishedAheadCannotSuppressTheRealOne(t *testing.T) {
+	a, _, plan := fixture(t)
+	ctx := t.Context()
+	js := a.cfg.JetStream
+	id := events.OutcomeID(plan.EventID, plan.VM.UID, 1)
+	forged := events.Outcome{EventID: plan.EventID, VM: plan.VM, Attempt: 1, Result: events.ResultSkip, Reason: "forged", FinishedAt: time.Now()}
+	body, err := events.Encode(events.TypeOutcome, id, "someone", plan.VM.String(), time.Now(), &forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(ctx, events.NewMsg(events.OutcomeSubject(plan.VM.Namespace, plan.EventID), id, events.TypeOutcome, body)); err != nil {
+		t.Fatal(err)
+	}
+	real := events.Outcome{EventID: plan.EventID, VM: plan.VM, Attempt: 1, Result: events.ResultNextBoot, Wrote: true, FinishedAt: time.Now()}
+	if err := a.publishOutcome(ctx, real); err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, events.StreamOutcomes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, events.OutcomeSubject(plan.VM.Namespace, plan.EventID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last events.Outcome
+	if _, err := events.Decode(m.Data, events.TypeOutcome, &last); err != nil || last.Result != events.ResultNextBoot || !last.Wrote {
+		t.Errorf("last outcome stored: %+v (%v), want the applier's", last, err)
+	}
+}
