@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -37,6 +38,28 @@ type Control struct {
 	BatchAt time.Time `json:"batchAt,omitzero"`
 	GateAt  time.Time `json:"gateAt,omitzero"`
 	Gate    string    `json:"gate,omitempty"`
+	// Retries are the rollout retries of this rollout's failed VMs: a VM
+	// retried once is not offered to another retry of this rollout (retry
+	// the retry for those that failed again).
+	Retries []Retry `json:"retries,omitempty"`
+}
+
+// Retry is one rollout retry: the retry event and the VMs (UIDs) it took.
+type Retry struct {
+	EventID string    `json:"eventId"`
+	VMs     []string  `json:"vms"`
+	By      string    `json:"by,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// RetriedBy is the retry event that took the VM with uid, "" for none.
+func (c Control) RetriedBy(uid string) string {
+	for _, r := range c.Retries {
+		if slices.Contains(r.VMs, uid) {
+			return r.EventID
+		}
+	}
+	return ""
 }
 
 // Describe says who asked and why: "by alice@host: bad memory size".

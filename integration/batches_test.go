@@ -273,6 +273,17 @@ func TestRolloutRetry(t *testing.T) {
 	if _, _, err := e.kvliveOnce(time.Minute, "rollout", "retry", r[1], "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig); err == nil {
 		t.Error("retry of a rollout without failures succeeded")
 	}
+
+	// The original says its failures were retried, and offers them to no
+	// second retry.
+	status := e.kvliveCommand(time.Minute, "rollout", "status", m[1], "--nats-url", e.natsURL)
+	if want := "retried:      2 failed VMs as " + r[1]; !strings.Contains(status, want) {
+		t.Errorf("rollout status of the original:\n%s\nwant a line %q", status, want)
+	}
+	_, stderr, err := e.kvliveOnce(time.Minute, "rollout", "retry", m[1], "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig)
+	if want := "2 failed VMs were retried already, as " + r[1]; err == nil || !strings.Contains(stderr.String(), want) {
+		t.Errorf("a second retry of the original: %v, said %q; want refused saying %q", err, stderr, want)
+	}
 }
 
 // freezeLabelledVMs makes the API server refuse every update of a VM

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/user"
-	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -65,7 +64,9 @@ Kvlive-Retry-Of header and a trace linked to the original's), limited to the
 VMs whose latest outcome in it is failed. A change retries as its object's
 current generation, as a replay does; a switch as it was asked. The rollout
 must be finished (kvlive rollout status says complete, incomplete or aborted):
-retrying VMs still in flight would move them twice.`,
+retrying VMs still in flight would move them twice. The original's control
+record notes the retry and the VMs it took (rollout status shows it), and
+a VM is retried once per rollout: retry the retry for those that fail again.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, _, err := kubeFlags.Load()
@@ -81,30 +82,6 @@ retrying VMs still in flight would move them twice.`,
 				if err != nil {
 					return err
 				}
-				a, err := rollout.AccountOf(ctx, js, id)
-				if err != nil {
-					return err
-				}
-				if !a.Done() {
-					return fmt.Errorf("rollout %s is %s with %d of %d VMs settled: retry it once it has finished", id, a.Phase, a.Settled(), a.Planned)
-				}
-				var failed []string
-				for uid, o := range a.Latest {
-					if o.Result == events.ResultFailed {
-						failed = append(failed, uid)
-					}
-				}
-				if len(failed) == 0 {
-					return fmt.Errorf("rollout %s has no failed VM to retry", id)
-				}
-				slices.Sort(failed)
-				stored, err := replay.Select(ctx, js, replay.Selection{EventID: id})
-				if err != nil {
-					return err
-				}
-				if len(stored) == 0 {
-					return fmt.Errorf("event %s is no longer in the events stream (older than its --max-age): nothing to retry from", id)
-				}
 				f, stop, err := kube.StartCache(ctx, clients, "", kube.DefaultSyncTimeout)
 				if err != nil {
 					return err
@@ -115,7 +92,7 @@ retrying VMs still in flight would move them twice.`,
 					return err
 				}
 				defer func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) }()
-				r, err := replay.Publisher{JetStream: js, Fleet: f, Tracer: tp}.Retry(ctx, stored[len(stored)-1], failed)
+				r, failed, err := replay.Publisher{JetStream: js, Fleet: f, Tracer: tp}.RetryFailed(ctx, id, whoAmI())
 				if err != nil {
 					return err
 				}

@@ -50,6 +50,11 @@ func WriteStatus(w io.Writer, a rollout.Account, f printer.Format) error {
 	if err == nil && len(a.Record.Supersedes) > 0 {
 		_, err = fmt.Fprintf(w, "supersedes:   %s\n", strings.Join(a.Record.Supersedes, ", "))
 	}
+	for _, r := range a.Control.Retries {
+		if err == nil {
+			_, err = fmt.Fprintf(w, "retried:      %d failed VMs as %s (by %s at %s)\n", len(r.VMs), r.EventID, r.By, r.At.Format(time.RFC3339))
+		}
+	}
 	if err != nil || len(a.Batches) == 0 {
 		return err
 	}

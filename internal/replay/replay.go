@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/instancetype"
+	"kvlive/internal/rollout"
 )
 
 const tracerName = "kvlive/internal/replay"
@@ -56,7 +58,7 @@ type Replayed struct {
 func (p Publisher) Apply(ctx context.Context, stored []Stored) ([]Replayed, error) {
 	var out []Replayed
 	for _, s := range stored {
-		r, err := p.apply(ctx, s, "replay", nil)
+		r, err := p.apply(ctx, s, "replay", "replay/"+uuid.NewString(), nil)
 		if err != nil {
 			return out, err
 		}
@@ -70,16 +72,79 @@ func (p Publisher) Apply(ctx context.Context, stored []Stored) ([]Replayed, erro
 // naming the original, and a new trace linked to the original's. A change
 // retries as its object's current generation.
 func (p Publisher) Retry(ctx context.Context, s Stored, only []string) (Replayed, error) {
+	return p.retryAs(ctx, s, only, retryID())
+}
+
+// retryID is a fresh retry event id.
+func retryID() string { return "retry/" + uuid.NewString() }
+
+func (p Publisher) retryAs(ctx context.Context, s Stored, only []string, id string) (Replayed, error) {
 	if len(only) == 0 {
 		return Replayed{}, fmt.Errorf("retry %s: no VM to retry", s.ID)
 	}
-	return p.apply(ctx, s, "retry", only)
+	return p.apply(ctx, s, "retry", id, only)
 }
 
-// apply publishes s as a new event: a replay, or a retry (kind) of the VMs
-// only names.
-func (p Publisher) apply(ctx context.Context, s Stored, kind string, only []string) (Replayed, error) {
-	id := kind + "/" + uuid.NewString()
+// RetryFailed retries the VMs of eventID's finished rollout whose latest
+// outcome is failed and that no earlier retry of it took: it claims them
+// on the rollout's control record (so of two retries at once one goes
+// ahead), then publishes the retry (Retry), and releases the claim if that
+// fails. by names who asked. It returns the retry and the VMs it took.
+func (p Publisher) RetryFailed(ctx context.Context, eventID, by string) (Replayed, []string, error) {
+	a, err := rollout.AccountOf(ctx, p.JetStream, eventID)
+	if err != nil {
+		return Replayed{}, nil, err
+	}
+	if !a.Done() {
+		return Replayed{}, nil, fmt.Errorf("rollout %s is %s with %d of %d VMs settled: retry it once it has finished", eventID, a.Phase, a.Settled(), a.Planned)
+	}
+	var failed, retried []string
+	for uid, o := range a.Latest {
+		switch {
+		case o.Result != events.ResultFailed:
+		case a.Control.RetriedBy(uid) != "":
+			retried = append(retried, a.Control.RetriedBy(uid))
+		default:
+			failed = append(failed, uid)
+		}
+	}
+	if len(failed) == 0 {
+		if len(retried) > 0 {
+			slices.Sort(retried)
+			return Replayed{}, nil, fmt.Errorf("rollout %s's %d failed VMs were retried already, as %s: retry that rollout for those that failed again",
+				eventID, len(retried), strings.Join(slices.Compact(retried), ", "))
+		}
+		return Replayed{}, nil, fmt.Errorf("rollout %s has no failed VM to retry", eventID)
+	}
+	slices.Sort(failed)
+	stored, err := Select(ctx, p.JetStream, Selection{EventID: eventID})
+	if err != nil {
+		return Replayed{}, nil, err
+	}
+	if len(stored) == 0 {
+		return Replayed{}, nil, fmt.Errorf("event %s is no longer in the events stream (older than its --max-age): nothing to retry from", eventID)
+	}
+	store, err := rollout.Open(ctx, p.JetStream)
+	if err != nil {
+		return Replayed{}, nil, err
+	}
+	id := retryID()
+	if err := store.ClaimRetry(ctx, eventID, id, failed, by, p.now()); err != nil {
+		return Replayed{}, nil, err
+	}
+	r, err := p.retryAs(ctx, stored[len(stored)-1], failed, id)
+	if err != nil {
+		if rerr := store.ReleaseRetry(context.WithoutCancel(ctx), eventID, id); rerr != nil {
+			err = fmt.Errorf("%w; and its VMs stay marked retried as %s: %w", err, id, rerr)
+		}
+		return r, nil, err
+	}
+	return r, failed, nil
+}
+
+// apply publishes s as a new event with id: a replay, or a retry (kind) of
+// the VMs only names.
+func (p Publisher) apply(ctx context.Context, s Stored, kind, id string, only []string) (Replayed, error) {
 	r := Replayed{Original: s.ID, EventID: id}
 	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("kvlive.event.id", id), attribute.String("kvlive."+kind+".of", s.ID))}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -202,6 +203,36 @@ func (s *Store) PassGate(ctx context.Context, eventID string, batch int, gate st
 		return true, nil
 	})
 	return passed, err
+}
+
+// ErrRetried is a retry of VMs another retry of the rollout took already.
+var ErrRetried = errors.New("retried already")
+
+// ClaimRetry records that retry retryID takes the rollout's VMs (UIDs)
+// vms, unless another retry took any of them since the caller looked: of
+// two retries at once, one goes ahead.
+func (s *Store) ClaimRetry(ctx context.Context, eventID, retryID string, vms []string, by string, now time.Time) error {
+	_, _, err := s.Update(ctx, eventID, false, func(c *events.Control) (bool, error) {
+		for _, uid := range vms {
+			if other := c.RetriedBy(uid); other != "" {
+				return false, fmt.Errorf("%w: VM %s of %s is being retried as %s", ErrRetried, uid, eventID, other)
+			}
+		}
+		c.Retries = append(c.Retries, events.Retry{EventID: retryID, VMs: vms, By: by, At: now.UTC()})
+		return true, nil
+	})
+	return err
+}
+
+// ReleaseRetry forgets retry retryID of the rollout, whose event could not
+// be published: its VMs may be retried again.
+func (s *Store) ReleaseRetry(ctx context.Context, eventID, retryID string) error {
+	_, _, err := s.Update(ctx, eventID, false, func(c *events.Control) (bool, error) {
+		n := len(c.Retries)
+		c.Retries = slices.DeleteFunc(c.Retries, func(r events.Retry) bool { return r.EventID == retryID })
+		return len(c.Retries) != n, nil
+	})
+	return err
 }
 
 // ErrNothingToPromote is a promote of a rollout with no batch left to release.

@@ -3,6 +3,7 @@ package rollout
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -225,5 +226,35 @@ func TestConcurrentPromotesReleaseOneBatch(t *testing.T) {
 	if released.Load() != 1 || meanwhile.Load() != 19 || c.Batch != 1 {
 		t.Fatalf("20 promotes of batch 1: %d released, %d told meanwhile; the record is at batch %d, want 1",
 			released.Load(), meanwhile.Load(), c.Batch+1)
+	}
+}
+
+// TestARetryClaimsItsVMsOnce: a retry claims the failed VMs on the
+// rollout's control record; another retry of any of them is refused until
+// the first is released (its event could not be published).
+func TestARetryClaimsItsVMsOnce(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx := t.Context()
+	s, err := Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "switch/0b7f3c6e-3b6a-4f0c-9a57-7d2c8f1f3c11"
+	now := time.Now()
+	if err := s.ClaimRetry(ctx, id, "retry/1", []string{"a", "b"}, "alice", now); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ClaimRetry(ctx, id, "retry/2", []string{"b", "c"}, "bob", now); !errors.Is(err, ErrRetried) || !strings.Contains(err.Error(), "retry/1") {
+		t.Errorf("a second retry of b: %v, want ErrRetried naming retry/1", err)
+	}
+	if err := s.ReleaseRetry(ctx, id, "retry/1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ClaimRetry(ctx, id, "retry/2", []string{"b", "c"}, "bob", now); err != nil {
+		t.Errorf("a retry after the first was released: %v", err)
+	}
+	c, _, err := s.Get(ctx, id)
+	if err != nil || c.RetriedBy("b") != "retry/2" || c.RetriedBy("a") != "" || c.State != events.StateRunning {
+		t.Errorf("control record %+v (%v): want b retried by retry/2 alone, the rollout running", c, err)
 	}
 }
