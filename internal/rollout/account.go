@@ -79,6 +79,9 @@ type Account struct {
 	Latest map[string]events.Outcome `json:"-"`
 	// DeadBatch is the batch of each VM counted in DeadLetters, by UID.
 	DeadBatch map[string]int `json:"-"`
+	// afterRead, when set, is called after each of tally's reads with what
+	// it read (tests move a plan on between two reads).
+	afterRead func(what string)
 }
 
 // DeadIn is how many of DeadLetters are VMs of batch.
@@ -105,7 +108,12 @@ func (a Account) Done() bool {
 // outcomes, dead letters, held plans and plans in flight. An event with
 // neither a rollout record nor a control record is ErrNoRollout.
 func AccountOf(ctx context.Context, js jetstream.JetStream, eventID string) (Account, error) {
-	a := Account{EventID: eventID, Outcomes: map[events.Result]int{}, Latest: map[string]events.Outcome{}}
+	return accountOf(ctx, js, eventID, nil)
+}
+
+// accountOf is AccountOf calling afterRead after each of tally's reads.
+func accountOf(ctx context.Context, js jetstream.JetStream, eventID string, afterRead func(what string)) (Account, error) {
+	a := Account{EventID: eventID, Outcomes: map[events.Result]int{}, Latest: map[string]events.Outcome{}, afterRead: afterRead}
 	rec, recorded, err := Record(ctx, js, eventID)
 	if err != nil {
 		return a, err
@@ -139,13 +147,10 @@ func AccountWith(ctx context.Context, js jetstream.JetStream, rec events.Rollout
 	return a, err
 }
 
-// afterRead, when set (by tests), is called after each of tally's reads
-// with what it read, so a test can move a plan on between two reads.
-var afterRead func(what string)
-
-func read(what string, err error) error {
-	if afterRead != nil && err == nil {
-		afterRead(what)
+// read passes err on, after telling afterRead (if set) what was read.
+func (a *Account) read(what string, err error) error {
+	if a.afterRead != nil && err == nil {
+		a.afterRead(what)
 	}
 	return err
 }
@@ -213,19 +218,19 @@ func (a *Account) count(ctx context.Context, js jetstream.JetStream) error {
 	eventID, rec := a.EventID, a.Record
 	a.Outcomes, a.Latest, a.Unaccounted = map[events.Result]int{}, map[string]events.Outcome{}, 0
 	var err error
-	if a.Staged, err = CountSubjects(ctx, js, events.StreamStaged, events.StagedOf(eventID)); read("staged", err) != nil {
+	if a.Staged, err = CountSubjects(ctx, js, events.StreamStaged, events.StagedOf(eventID)); a.read("staged", err) != nil {
 		return err
 	}
-	if a.Held, err = CountSubjects(ctx, js, events.StreamHeld, events.HeldOf(eventID)); read("held", err) != nil {
+	if a.Held, err = CountSubjects(ctx, js, events.StreamHeld, events.HeldOf(eventID)); a.read("held", err) != nil {
 		return err
 	}
-	if a.InFlight, err = CountSubjects(ctx, js, events.StreamPlans, events.PlansOf(eventID)); read("in flight", err) != nil {
+	if a.InFlight, err = CountSubjects(ctx, js, events.StreamPlans, events.PlansOf(eventID)); a.read("in flight", err) != nil {
 		return err
 	}
-	if err := read("outcomes", a.readOutcomes(ctx, js)); err != nil {
+	if err := a.read("outcomes", a.readOutcomes(ctx, js)); err != nil {
 		return err
 	}
-	if err := read("dead letters", a.readDeadLetters(ctx, js)); err != nil {
+	if err := a.read("dead letters", a.readDeadLetters(ctx, js)); err != nil {
 		return err
 	}
 	a.Batches, a.Batch = rec.Batches, a.Control.Batch

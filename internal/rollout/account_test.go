@@ -233,18 +233,26 @@ func TestResolveEventID(t *testing.T) {
 	}
 }
 
-// movesOnAfter sets tally's afterRead hook to run move once, right after
-// the read named after.
-func movesOnAfter(t *testing.T, after string, move func()) {
-	t.Helper()
+// movesOnAfter is a hook for tally that runs move once, right after the
+// read named after.
+func movesOnAfter(after string, move func()) func(what string) {
 	moved := false
-	afterRead = func(what string) {
+	return func(what string) {
 		if what == after && !moved {
 			moved = true
 			move()
 		}
 	}
-	t.Cleanup(func() { afterRead = nil })
+}
+
+// accountHooked is account with tally calling hook after each read.
+func accountHooked(t *testing.T, js jetstream.JetStream, hook func(string)) Account {
+	t.Helper()
+	a, err := accountOf(context.Background(), js, acctEvent, hook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 // TestAccountNeverCallsARunningRolloutIncomplete: the applier stores a VM's
@@ -259,14 +267,14 @@ func TestAccountNeverCallsARunningRolloutIncomplete(t *testing.T) {
 			ctx := context.Background()
 			recordRollout(t, js, 1)
 			seq := publish(t, js, planMsg(t, events.PlanSubject("ns", acctEvent), "e"))
-			movesOnAfter(t, after, func() {
+			hook := movesOnAfter(after, func() {
 				publishOutcome(t, js, "e", 1, events.ResultLive)
 				plans, _ := js.Stream(ctx, events.StreamPlans)
 				if err := plans.DeleteMsg(ctx, seq); err != nil {
 					t.Error(err)
 				}
 			})
-			if a := account(t, js); a.Phase != PhaseRunning && a.Phase != PhaseComplete {
+			if a := accountHooked(t, js, hook); a.Phase != PhaseRunning && a.Phase != PhaseComplete {
 				t.Fatalf("account = %s (%d unaccounted), want running or complete", a.Phase, a.Unaccounted)
 			}
 			if a := account(t, js); a.Phase != PhaseComplete {
@@ -284,14 +292,14 @@ func TestAccountOfAPlanParkedMidRead(t *testing.T) {
 	ctx := context.Background()
 	recordRollout(t, js, 1)
 	seq := publish(t, js, planMsg(t, events.PlanSubject("ns", acctEvent), "e"))
-	movesOnAfter(t, "held", func() {
+	hook := movesOnAfter("held", func() {
 		publish(t, js, planMsg(t, events.HeldSubject("ns", acctEvent), "e"))
 		plans, _ := js.Stream(ctx, events.StreamPlans)
 		if err := plans.DeleteMsg(ctx, seq); err != nil {
 			t.Error(err)
 		}
 	})
-	if a := account(t, js); a.Phase != PhaseRunning || a.Held != 1 {
+	if a := accountHooked(t, js, hook); a.Phase != PhaseRunning || a.Held != 1 {
 		t.Fatalf("account = %s (held %d, %d unaccounted), want running with one held", a.Phase, a.Held, a.Unaccounted)
 	}
 }
