@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -36,6 +37,9 @@ type Cache struct {
 	revisions cache.SharedIndexInformer
 	objects   ObjectInformers
 	started   startedSpecs
+	// life is the context Start was given: the cache's reads of the API
+	// server (start revisions) end with it.
+	life atomic.Pointer[context.Context]
 }
 
 // NewCache registers the informers over namespace ("" for all); nothing
@@ -59,7 +63,18 @@ func NewCache(c Clients, namespace string) (*Cache, error) {
 
 // Start starts every informer; they stop when ctx ends, and Shutdown waits
 // for them.
-func (c *Cache) Start(ctx context.Context) { c.factory.Start(ctx.Done()) }
+func (c *Cache) Start(ctx context.Context) {
+	c.life.Store(&ctx)
+	c.factory.Start(ctx.Done())
+}
+
+// lifeContext is the context Start was given (Background before Start).
+func (c *Cache) lifeContext() context.Context {
+	if ctx := c.life.Load(); ctx != nil {
+		return *ctx
+	}
+	return context.Background()
+}
 
 // WaitForSync waits until every informer has listed once, or timeout
 // passes, or ctx ends, and says which kinds did not sync.

@@ -28,7 +28,8 @@ type startedSpecs struct {
 // virt-controller wrote when it created the VMI, named in
 // vmi.status.virtualMachineRevisionName. Those revisions carry no label
 // kvlive could watch them by, so each is read once from the API server (a
-// VM needs it only while it has RestartRequired) and kept.
+// VM needs it only while it has RestartRequired) and kept. The read ends
+// with the cache (the context Start was given) or after startedTimeout.
 func (c *Cache) StartedSpec(vmi *virtv1.VirtualMachineInstance) (*virtv1.VirtualMachineSpec, error) {
 	name := vmi.Status.VirtualMachineRevisionName
 	if name == "" {
@@ -41,7 +42,7 @@ func (c *Cache) StartedSpec(vmi *virtv1.VirtualMachineInstance) (*virtv1.Virtual
 	if ok {
 		return spec, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), startedTimeout)
+	ctx, cancel := context.WithTimeout(c.lifeContext(), startedTimeout)
 	defer cancel()
 	cr, err := c.Clients.Kube.AppsV1().ControllerRevisions(vmi.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
