@@ -18,6 +18,7 @@ import (
 	"kvlive/events"
 	"kvlive/internal/bus"
 	"kvlive/internal/kube"
+	"kvlive/internal/kube/inmemory"
 )
 
 // JetStream starts an embedded, in-process NATS server with kvlive's
@@ -50,7 +51,7 @@ func JetStream(t testing.TB, configure ...func(*events.StreamOptions)) jetstream
 // FakeClients returns fake clientsets holding objs (KubeVirt kinds to the
 // KubeVirt clientset, everything else to the core one).
 func FakeClients(kubeObjs []runtime.Object, virtObjs ...runtime.Object) kube.Clients {
-	return kube.NewInMemory(kubeObjs, virtObjs...)
+	return inmemory.New(kubeObjs, virtObjs...)
 }
 
 // RunningVMI is a running, live-migratable VMI booted with 2 sockets (up

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"kvlive/internal/kube"
+	"kvlive/internal/kube/inmemory"
 )
 
 // newObject maps the apiVersion/kind pairs an offline file may hold to
@@ -123,7 +124,7 @@ func Load(ctx context.Context, r io.Reader) (kube.Clients, error) {
 			kubeObjs = append(kubeObjs, obj)
 		}
 	}
-	return kube.NewInMemory(kubeObjs, virtObjs...), nil
+	return inmemory.New(kubeObjs, virtObjs...), nil
 }
 
 // empty reports whether a document holds only whitespace and comments.

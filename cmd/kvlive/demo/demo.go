@@ -16,6 +16,7 @@ import (
 	"kvlive/events"
 	"kvlive/internal/bus"
 	"kvlive/internal/kube"
+	"kvlive/internal/kube/inmemory"
 	"kvlive/internal/telemetry"
 )
 
@@ -88,7 +89,7 @@ type env struct {
 
 func start(ctx context.Context, cfg Config) (*env, error) {
 	objs, shapes := seed(cfg.Fleet)
-	e := &env{cfg: cfg, shapes: shapes, clients: kube.NewInMemory(nil, objs...)}
+	e := &env{cfg: cfg, shapes: shapes, clients: inmemory.New(nil, objs...)}
 
 	dir := cfg.DataDir
 	if dir == "" {
