@@ -4,6 +4,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -106,6 +107,28 @@ func TestLayerViolation(t *testing.T) {
 	for _, tt := range tests {
 		if got := layerViolation(tt.pkg, tt.imp) != ""; got != tt.bad {
 			t.Errorf("%s → %s: violation %v, want %v", tt.pkg, tt.imp, got, tt.bad)
+		}
+	}
+}
+
+// TestStagesLinkNoFakes: the stages talk to a real API server only; no
+// fake clientset (nor kvlive's in-memory cluster) is linked into them.
+func TestStagesLinkNoFakes(t *testing.T) {
+	args := []string{"list", "-deps"}
+	for _, s := range stages {
+		args = append(args, "./"+s)
+	}
+	out, err := exec.Command("go", args...).Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 100 {
+		t.Fatalf("go list -deps named %d packages; want the stages' whole graph", len(deps))
+	}
+	for _, dep := range deps {
+		if strings.HasSuffix(dep, "/fake") || strings.Contains(dep, "/fake/") || dep == module+"/internal/kube/inmemory" {
+			t.Errorf("a stage links %s", dep)
 		}
 	}
 }
