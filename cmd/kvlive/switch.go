@@ -63,51 +63,91 @@ of nothing.`,
 	return cmd
 }
 
-func (o *switchOptions) run(cmd *cobra.Command, g *globals) error {
+// validate checks the flags before anything is read.
+func (o *switchOptions) validate() (*events.Policy, error) {
 	if o.wait && o.timeout <= 0 {
-		return fmt.Errorf("%w: --timeout %s: want a positive duration", errUsage, o.timeout)
+		return nil, fmt.Errorf("%w: --timeout %s: want a positive duration", errUsage, o.timeout)
 	}
 	if err := checkPolicy(o.policy); err != nil {
-		return err
+		return nil, err
 	}
-	var policy *events.Policy
-	if !o.policy.IsZero() {
-		policy = &o.policy
+	if o.policy.IsZero() {
+		return nil, nil
 	}
-	cfg, namespace, err := o.fleet.kube.Load()
+	return &o.policy, nil
+}
+
+// run previews the switch, asks, requests it, and with --wait follows it.
+func (o *switchOptions) run(cmd *cobra.Command, g *globals) error {
+	policy, err := o.validate()
 	if err != nil {
 		return err
+	}
+	req, plans, err := o.preview(cmd.Context(), policy)
+	if err != nil || len(plans) == 0 {
+		if err == nil {
+			fmt.Fprintf(cmd.OutOrStdout(), "no VM %s references %s: nothing to switch\n", scope(req.Namespace), req.From)
+		}
+		return err
+	}
+	if err := o.show(cmd, req, plans, policy); err != nil {
+		return err
+	}
+	js, closeBus, err := o.connect(cmd, g)
+	if err != nil {
+		return err
+	}
+	defer closeBus()
+	id, err := rollout.RequestSwitch(cmd.Context(), js, events.SwitchRequest{
+		From: *req.From, To: req.Object, Namespace: req.Namespace, Selector: o.fleet.selector, Policy: policy,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "switch requested: %s\n", id)
+	if !o.wait {
+		return nil
+	}
+	return o.follow(cmd, js, id)
+}
+
+// preview plans the switch against the cluster as it is, with policy.
+func (o *switchOptions) preview(ctx context.Context, policy *events.Policy) (offline.Request, []events.Plan, error) {
+	cfg, namespace, err := o.fleet.kube.Load()
+	if err != nil {
+		return offline.Request{}, nil, err
 	}
 	clients, err := kube.NewClients(cfg)
 	if err != nil {
-		return err
+		return offline.Request{}, nil, err
 	}
 	req, err := o.fleet.request("", namespace)
 	if err != nil {
-		return err
+		return req, nil, err
 	}
-	ctx := cmd.Context()
 	plans, err := planCluster(ctx, clients, req)
 	if err != nil {
-		return err
+		return req, nil, err
 	}
-	out := cmd.OutOrStdout()
-	if len(plans) == 0 {
-		fmt.Fprintf(out, "no VM %s references %s: nothing to switch\n", scope(req.Namespace), req.From)
-		return nil
-	}
-	moving := 0
 	for i := range plans {
 		if policy != nil {
 			plans[i] = planner.WithPolicy(plans[i], *policy)
 		}
-		if plans[i].Action.Moves() {
+	}
+	return req, plans, nil
+}
+
+// show prints the preview and, on a terminal without --yes, asks.
+func (o *switchOptions) show(cmd *cobra.Command, req offline.Request, plans []events.Plan, policy *events.Policy) error {
+	out := cmd.OutOrStdout()
+	if err := offline.NewReport(plans).Print(out, printer.FormatTable, printer.Width(out)); err != nil {
+		return err
+	}
+	moving := 0
+	for _, p := range plans {
+		if p.Action.Moves() {
 			moving++
 		}
-	}
-	report := offline.NewReport(plans)
-	if err := report.Print(out, printer.FormatTable, printer.Width(out)); err != nil {
-		return err
 	}
 	if policy != nil && policy.Batched(moving) {
 		fmt.Fprintf(out, "in %s\n", describeBatches(policy.Batches(moving)))
@@ -121,34 +161,35 @@ func (o *switchOptions) run(cmd *cobra.Command, g *globals) error {
 			return errNotConfirmed
 		}
 	}
+	return nil
+}
+
+// connect opens the bus the switch is requested on, reads bounded by
+// --request-timeout.
+func (o *switchOptions) connect(cmd *cobra.Command, g *globals) (jetstream.JetStream, func(), error) {
 	auth, err := o.auth.options()
 	if err != nil {
-		return err
+		return nil, nil, err
+	}
+	bound, err := readBound(cmd.Flags())
+	if err != nil {
+		return nil, nil, err
 	}
 	nc, err := bus.Connect("kvlive-switch", g.logger(), o.url, auth...)
 	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	bound, err := readBound(cmd.Flags())
-	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	js, err := bus.NewJetStream(nc, bound)
 	if err != nil {
-		return err
+		nc.Close()
+		return nil, nil, err
 	}
-	id, err := rollout.RequestSwitch(ctx, js, events.SwitchRequest{
-		From: *req.From, To: req.Object, Namespace: req.Namespace, Selector: o.fleet.selector, Policy: policy,
-	})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "switch requested: %s\n", id)
-	if !o.wait {
-		return nil
-	}
-	p, err := waitSwitch(ctx, js, id, o.timeout, cmd.ErrOrStderr())
+	return js, nc.Close, nil
+}
+
+// follow waits for the switch's outcomes and prints the counts.
+func (o *switchOptions) follow(cmd *cobra.Command, js jetstream.JetStream, id string) error {
+	p, err := waitSwitch(cmd.Context(), js, id, o.timeout, cmd.ErrOrStderr())
 	if err != nil {
 		return err
 	}
@@ -158,7 +199,7 @@ func (o *switchOptions) run(cmd *cobra.Command, g *globals) error {
 		results = append(results, fmt.Sprintf("%s=%d", r, n))
 	}
 	sort.Strings(results)
-	fmt.Fprintf(out, "%d VMs: %v\n", len(p.Outcomes), results)
+	fmt.Fprintf(cmd.OutOrStdout(), "%d VMs: %v\n", len(p.Outcomes), results)
 	return nil
 }
 
