@@ -268,79 +268,48 @@ func isLoopback(host string) bool {
 // counting the connection's asynchronous errors in errs. The returned ready
 // func reports whether NATS is connected, for /readyz.
 func (o *runOptions) connect(log *slog.Logger, errs *bus.ErrorCount) (js jetstream.JetStream, ready func() error, closeAll func() error, err error) {
-	var nc *nats.Conn
-	var closers []func() error
-	if o.nats.url != "" {
-		auth, err := o.nats.auth.options()
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		if nc, err = bus.Connect("kvlive", log, o.nats.url, append(auth, errs.Counted())...); err != nil {
-			return nil, nil, nil, err
-		}
-	} else {
-		host, portStr, err := net.SplitHostPort(o.listen)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("%w: --listen %q: %w", errUsage, o.listen, err)
-		}
-		port, err := strconv.Atoi(portStr)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("%w: --listen port %q", errUsage, portStr)
-		}
-		var auth *bus.ListenAuth
-		if o.listenConfig != "" {
-			if auth, err = bus.LoadListenAuth(o.listenConfig); err != nil {
-				return nil, nil, nil, fmt.Errorf("%w: --listen-config: %w", errUsage, err)
-			}
-		}
-		if !isLoopback(host) && auth == nil {
-			return nil, nil, nil, fmt.Errorf("%w: --listen %s: beyond loopback the embedded NATS server needs --listen-config, "+
-				"a nats-server configuration whose authorization block says who may connect (and whose tls block, TLS); "+
-				"or run a NATS server of your own and point --nats-url at it", errUsage, o.listen)
-		}
-		if !o.nats.auth.IsZero() || o.nats.auth.passwordFile != "" || o.nats.auth.tokenFile != "" {
-			return nil, nil, nil, fmt.Errorf("%w: NATS credentials and TLS are for --nats-url; the embedded server's are in --listen-config", errUsage)
-		}
-		store, err := bus.OpenStore(o.dataDir)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: o.dataDir, Host: host, Port: port, Auth: auth})
-		if err != nil {
-			_ = store.Close()
-			return nil, nil, nil, err
-		}
-		var self []nats.Option
-		if auth != nil {
-			self = auth.Self()
-			log.Info("embedded NATS server requires authorization", "config", auth.Path, "tls", auth.TLS())
-		}
-		closers = append(closers, func() error { ns.Shutdown(); ns.WaitForShutdown(); return store.Close() })
-		if err := store.Advertise("kvlive run", bus.LocalURL(ns)); err != nil {
-			log.Warn("the store does not say where it is served; read commands will need --nats-url", "err", err)
-		}
-		log.Info("embedded NATS server started", "url", bus.LocalURL(ns), "listen", o.listen, "store", o.dataDir)
-		if nc, err = bus.ConnectEmbedded(ns, "kvlive", log, append(self, errs.Counted())...); err != nil {
-			ns.Shutdown()
-			return nil, nil, nil, err
-		}
-	}
-	closeAll = func() error {
-		errs := []error{nc.Drain()}
-		for _, c := range closers {
-			errs = append(errs, c())
-		}
-		return errors.Join(errs...)
-	}
-	ready = func() error {
-		if !nc.IsConnected() {
-			return fmt.Errorf("NATS %s", nc.Status())
-		}
-		return nil
-	}
-	if js, err = bus.NewJetStream(nc, bus.ReadBound, jetstream.WithPublishAsyncMaxPending(4096)); err != nil {
-		_ = closeAll()
+	opts, err := o.busOptions()
+	if err != nil {
 		return nil, nil, nil, err
 	}
-	return js, ready, closeAll, nil
+	opts.Log, opts.Extra = log, []nats.Option{errs.Counted()}
+	b, err := bus.Open(opts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return b.JetStream, b.Ready, b.Close, nil
+}
+
+// busOptions reads the NATS flags: --nats-url and its credentials, or the
+// embedded server's --listen (beyond loopback only with --listen-config),
+// --listen-config and --data-dir.
+func (o *runOptions) busOptions() (bus.OpenOptions, error) {
+	opts := bus.OpenOptions{Name: "kvlive", URL: o.nats.url, DataDir: o.dataDir, Command: "kvlive run"}
+	if o.nats.url != "" {
+		auth, err := o.nats.auth.options()
+		opts.Auth = auth
+		return opts, err
+	}
+	host, portStr, err := net.SplitHostPort(o.listen)
+	if err != nil {
+		return opts, fmt.Errorf("%w: --listen %q: %w", errUsage, o.listen, err)
+	}
+	if opts.Port, err = strconv.Atoi(portStr); err != nil {
+		return opts, fmt.Errorf("%w: --listen port %q", errUsage, portStr)
+	}
+	opts.Host = host
+	if o.listenConfig != "" {
+		if opts.Listen, err = bus.LoadListenAuth(o.listenConfig); err != nil {
+			return opts, fmt.Errorf("%w: --listen-config: %w", errUsage, err)
+		}
+	}
+	if !isLoopback(host) && opts.Listen == nil {
+		return opts, fmt.Errorf("%w: --listen %s: beyond loopback the embedded NATS server needs --listen-config, "+
+			"a nats-server configuration whose authorization block says who may connect (and whose tls block, TLS); "+
+			"or run a NATS server of your own and point --nats-url at it", errUsage, o.listen)
+	}
+	if !o.nats.auth.IsZero() || o.nats.auth.passwordFile != "" || o.nats.auth.tokenFile != "" {
+		return opts, fmt.Errorf("%w: NATS credentials and TLS are for --nats-url; the embedded server's are in --listen-config", errUsage)
+	}
+	return opts, nil
 }
