@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
@@ -139,6 +140,11 @@ func (o *runOptions) validate() error {
 	if err := o.nats.streamOptions().Validate(); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
+	for _, st := range o.stages {
+		if !slices.Contains(pipeline.AllStages, st) {
+			return fmt.Errorf("%w: unknown stage %q (want %s)", errUsage, st, strings.Join(pipeline.AllStages, ", "))
+		}
+	}
 	return checkPolicy(o.policy)
 }
 
@@ -146,62 +152,25 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 	if err := o.validate(); err != nil {
 		return err
 	}
-	for _, s := range o.stages {
-		if !slices.Contains(pipeline.AllStages, s) {
-			return fmt.Errorf("%w: unknown stage %q (want %s)", errUsage, s, strings.Join(pipeline.AllStages, ", "))
-		}
-	}
-	restCfg, _, err := o.kube.Load()
+	clients, leader, err := o.cluster()
 	if err != nil {
 		return err
 	}
-	var leader *pipeline.LeaderElection
-	if o.leaderElect {
-		if leader, err = o.leaderElection(); err != nil {
-			return err
-		}
-	}
-	clients, err := kube.NewClients(restCfg)
+	in, err := o.openInfra(ctx, log)
 	if err != nil {
 		return err
 	}
-	var natsErrors bus.ErrorCount
-	js, natsReady, closeNATS, err := o.connect(log, &natsErrors)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, closeNATS()) }()
-	streams := o.nats.streamOptions()
-	streams.Scope = o.kube.ExplicitNamespace()
-	if err := events.Setup(ctx, js, streams, log); err != nil {
-		return err
-	}
-	tp, err := telemetry.Setup(ctx, "kvlive", js)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, tp.Shutdown(context.WithoutCancel(ctx))) }()
-
-	m := telemetry.New()
-	m.ConsumerLag(js)
-	m.NATSAsyncErrors(natsErrors.Load)
+	defer func() { err = errors.Join(err, in.close(context.WithoutCancel(ctx))) }()
+	js, tp, m := in.js, in.tp, in.metrics
 	var ready atomic.Pointer[pipeline.Running]
-	serveErr := make(chan error, 1)
-	if o.metricsAddr != "" {
-		ln, err := net.Listen("tcp", o.metricsAddr)
-		if err != nil {
-			return fmt.Errorf("--metrics-addr: %w", err)
+	served, err := o.serve(ctx, log, m, func() error {
+		if r := ready.Load(); r != nil {
+			return errors.Join(in.natsReady(), r.Ready())
 		}
-		log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String(), "profiling", o.profiling)
-		go func() {
-			serveErr <- m.Serve(ctx, ln, func() error {
-				r := ready.Load()
-				if r == nil {
-					return errors.New("caches not synced yet")
-				}
-				return errors.Join(natsReady(), r.Ready())
-			}, o.profiling)
-		}()
+		return errors.New("caches not synced yet")
+	})
+	if err != nil {
+		return err
 	}
 	running, err := pipeline.Start(ctx, pipeline.Config{
 		Clients: clients, JetStream: js, Namespace: o.kube.ExplicitNamespace(), Stages: o.stages,
@@ -213,11 +182,80 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 	}
 	ready.Store(running)
 	log.Info("kvlive running", "stages", o.stages, "namespace", o.kube.ExplicitNamespace())
-	err = running.Wait()
-	if o.metricsAddr != "" {
-		err = errors.Join(err, <-serveErr)
+	return errors.Join(running.Wait(), served())
+}
+
+// cluster reads the kubeconfig flags into clients, and the leader
+// election flags, with --leader-elect, into the watcher's election.
+func (o *runOptions) cluster() (kube.Clients, *pipeline.LeaderElection, error) {
+	restCfg, _, err := o.kube.Load()
+	if err != nil {
+		return kube.Clients{}, nil, err
 	}
-	return err
+	var leader *pipeline.LeaderElection
+	if o.leaderElect {
+		if leader, err = o.leaderElection(); err != nil {
+			return kube.Clients{}, nil, err
+		}
+	}
+	clients, err := kube.NewClients(restCfg)
+	return clients, leader, err
+}
+
+// infra is what the stages run on: the bus with kvlive's streams set up,
+// tracing into it, and the metrics.
+type infra struct {
+	js        jetstream.JetStream
+	natsReady func() error
+	tp        *sdktrace.TracerProvider
+	metrics   *telemetry.Metrics
+	closeNATS func() error
+}
+
+// openInfra opens the bus, sets kvlive's streams up on it for this
+// replica's scope, and starts tracing and metrics.
+func (o *runOptions) openInfra(ctx context.Context, log *slog.Logger) (*infra, error) {
+	var natsErrors bus.ErrorCount
+	js, natsReady, closeNATS, err := o.connect(log, &natsErrors)
+	if err != nil {
+		return nil, err
+	}
+	streams := o.nats.streamOptions()
+	streams.Scope = o.kube.ExplicitNamespace()
+	if err := events.Setup(ctx, js, streams, log); err != nil {
+		return nil, errors.Join(err, closeNATS())
+	}
+	tp, err := telemetry.Setup(ctx, "kvlive", js)
+	if err != nil {
+		return nil, errors.Join(err, closeNATS())
+	}
+	m := telemetry.New()
+	m.ConsumerLag(js)
+	m.NATSAsyncErrors(natsErrors.Load)
+	return &infra{js: js, natsReady: natsReady, tp: tp, metrics: m, closeNATS: closeNATS}, nil
+}
+
+// close flushes the traces, then closes the bus.
+func (in *infra) close(ctx context.Context) error {
+	return errors.Join(in.tp.Shutdown(ctx), in.closeNATS())
+}
+
+// serve serves /metrics, /healthz and /readyz (ready says whether kvlive
+// is) on --metrics-addr until ctx ends; the returned func waits for the
+// server to stop and says how it did. Without --metrics-addr it serves
+// nothing.
+func (o *runOptions) serve(ctx context.Context, log *slog.Logger, m *telemetry.Metrics, ready func() error) (func() error, error) {
+	if o.metricsAddr == "" {
+		return func() error { return nil }, nil
+	}
+	ln, err := net.Listen("tcp", o.metricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String(), "profiling", o.profiling)
+	served := make(chan error, 1)
+	go func() { served <- m.Serve(ctx, ln, ready, o.profiling) }()
+	return func() error { return <-served }, nil
 }
 
 // leaderElection completes the --leader-elect-* flags: the Lease lives in
