@@ -78,26 +78,7 @@ a VM is retried once per rollout: retry the retry for those that fail again.`,
 				return err
 			}
 			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
-				id, err := rollout.ResolveEventID(ctx, js, args[0])
-				if err != nil {
-					return err
-				}
-				f, stop, err := kube.StartCache(ctx, clients, "", kube.DefaultSyncTimeout)
-				if err != nil {
-					return err
-				}
-				defer stop()
-				tp, err := telemetry.Setup(ctx, "kvlive-retry", js)
-				if err != nil {
-					return err
-				}
-				defer func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) }()
-				r, failed, err := replay.Publisher{JetStream: js, Fleet: f, Tracer: tp}.RetryFailed(ctx, id, whoAmI())
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "retrying %d failed VMs of %s as %s\n", len(failed), id, r.EventID)
-				return nil
+				return retryRollout(ctx, cmd.OutOrStdout(), js, clients, args[0])
 			})
 		},
 	}
@@ -105,6 +86,32 @@ a VM is retried once per rollout: retry the retry for those that fail again.`,
 	store.bind(cmd)
 	cmd.ValidArgsFunction = store.completeEventIDs
 	return cmd
+}
+
+// retryRollout retries the failed VMs of the rollout arg names (a unique
+// prefix will do), with the cluster's objects at hand for a change's
+// current generation, and says what it published.
+func retryRollout(ctx context.Context, out io.Writer, js jetstream.JetStream, clients kube.Clients, arg string) error {
+	id, err := rollout.ResolveEventID(ctx, js, arg)
+	if err != nil {
+		return err
+	}
+	f, stop, err := kube.StartCache(ctx, clients, "", kube.DefaultSyncTimeout)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	tp, err := telemetry.Setup(ctx, "kvlive-retry", js)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) }()
+	r, failed, err := replay.Publisher{JetStream: js, Fleet: f, Tracer: tp}.RetryFailed(ctx, id, whoAmI())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "retrying %d failed VMs of %s as %s\n", len(failed), id, r.EventID)
+	return nil
 }
 
 func rolloutPromoteCmd(g *globals) *cobra.Command {
