@@ -23,7 +23,9 @@
 //
 // While a handler runs, the runtime tells the server the message is still
 // in progress every AckWait/3, so a handler waiting on a rate limiter or a
-// slow API server never causes a redelivery. When the context given to
+// slow API server never causes a redelivery. Messages are fetched only for
+// free workers, so none waits, unheartbeated, in a client buffer behind busy
+// ones while its AckWait runs out. When the context given to
 // Runtime.Run ends, the runtime stops fetching, lets in-flight handlers
 // finish (for at most Config.Grace), settles them, and only then returns. A
 // Retry caused by the shutdown becomes a short nak, never a dead letter.
