@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -95,6 +96,11 @@ type Applier struct {
 	// reading makes the workers that meet a new rollout read its record
 	// once between them.
 	reading singleflight.Group
+	// knownVMs counts the planned VMs the known rollouts hold in memory;
+	// past knownVMsCap the least recently used rollouts are let go (and
+	// read again when one of their plans comes).
+	knownVMs    atomic.Int64
+	knownVMsCap int64
 	// slots cap each rollout's VMs in flight in this applier (MaxInFlight).
 	slots *rolloutSlots
 }
@@ -135,8 +141,12 @@ func New(cfg Config) (*Applier, error) {
 	if cfg.Rate > 0 {
 		limiter = rate.NewLimiter(rate.Limit(cfg.Rate), max(int(cfg.Rate), 1))
 	}
-	return &Applier{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}, limiter: limiter,
-		observers: make(chan struct{}, maxObservers), gateNotes: map[string]time.Time{}, known: lru.New(maxKnownRollouts), slots: newRolloutSlots()}, nil
+	a := &Applier{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}, limiter: limiter,
+		observers: make(chan struct{}, maxObservers), gateNotes: map[string]time.Time{}, slots: newRolloutSlots(), knownVMsCap: maxKnownVMs}
+	a.known = lru.NewWithEvictionFunc(maxKnownRollouts, func(_ lru.Key, v any) {
+		a.knownVMs.Add(-int64(len(v.(knownRollout).batchOf)))
+	})
+	return a, nil
 }
 
 // Run consumes plans until ctx ends. The fleet must be running.
@@ -234,8 +244,13 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg, d consumer.Deli
 // errNotPlanned marks a plan that kvlive's planner did not make.
 var errNotPlanned = errors.New(events.ReasonNotPlanned)
 
-// maxKnownRollouts bounds the rollout records the applier remembers.
-const maxKnownRollouts = 4096
+// maxKnownRollouts bounds the rollout records the applier remembers, and
+// maxKnownVMs the planned VMs of their lists it keeps (about 40 bytes a VM
+// in the map: some 40 MiB).
+const (
+	maxKnownRollouts = 4096
+	maxKnownVMs      = 1 << 20
+)
 
 // checkPlanned makes sure a plan comes from kvlive's planner: its event has
 // a rollout record (the planner writes it before any plan) whose object is
@@ -287,13 +302,27 @@ func (a *Applier) knownRollout(ctx context.Context, eventID string) (knownRollou
 				r.batchOf[uidKey(vm.UID)] = int32(vm.Batch)
 			}
 		}
-		a.known.Add(eventID, r)
+		a.remember(eventID, r)
 		return r, nil
 	})
 	if err != nil {
 		return knownRollout{}, err
 	}
 	return v.(knownRollout), nil
+}
+
+// remember keeps r, letting the least recently used rollouts go while the
+// VMs the known rollouts list are more than knownVMsCap (the one just read
+// stays, whatever its size).
+func (a *Applier) remember(eventID string, r knownRollout) {
+	if _, ok := a.known.Get(eventID); ok {
+		return
+	}
+	a.known.Add(eventID, r)
+	a.knownVMs.Add(int64(len(r.batchOf)))
+	for a.knownVMs.Load() > a.knownVMsCap && a.known.Len() > 1 {
+		a.known.RemoveOldest()
+	}
 }
 
 // carryOut moves the VM, or records why not. A plan whose rollout was
