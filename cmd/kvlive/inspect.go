@@ -223,7 +223,7 @@ count per result. kvlive events lists the event ids.`,
 				if f.EventID != "" && len(outs) == 0 {
 					// No outcomes of an event kvlive never heard of is
 					// a typo, not an answer.
-					if err := knownEvent(ctx, js, f.EventID); err != nil {
+					if err := rollout.Known(ctx, js, f.EventID); err != nil {
 						return err
 					}
 				}

@@ -132,26 +132,9 @@ and the other is told it was released meanwhile; never two batches.`,
 				if err != nil {
 					return err
 				}
-				rec, ok, err := rollout.Record(ctx, js, id)
-				switch {
-				case err != nil:
-					return err
-				case !ok:
-					return fmt.Errorf("%w %q: no event with that id was planned (kvlive events lists them)", rollout.ErrNoRollout, id)
-				case len(rec.Batches) < 2:
-					return fmt.Errorf("%s is not a batched rollout: nothing to promote", id)
-				}
-				s, err := rollout.Open(ctx, js)
+				batch, rec, err := rollout.PromoteNext(ctx, js, id, whoAmI(), time.Now())
 				if err != nil {
 					return err
-				}
-				seen, _, err := s.Get(ctx, id)
-				if err != nil {
-					return fmt.Errorf("promote %s: %w", id, err)
-				}
-				batch, err := s.Promote(ctx, id, seen.Batch, len(rec.Batches)-1, whoAmI(), time.Now())
-				if err != nil {
-					return fmt.Errorf("promote %s: %w", id, err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: batch %d of %d released (%d VMs)\n", id, batch+1, len(rec.Batches), rec.Batches[batch])
 				return nil
@@ -177,28 +160,9 @@ func rolloutActionCmd(g *globals, action events.ControlAction) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
-				s, err := rollout.Open(ctx, js)
-				if err != nil {
-					return err
-				}
-				if !ahead {
-					if args[0], err = rollout.ResolveEventID(ctx, js, args[0]); err != nil {
-						return err
-					}
-				}
-				if err := checkKnown(ctx, js, s, args[0], action, ahead, force); err != nil {
-					return err
-				}
-				c, changed, err := s.Apply(ctx, args[0], action, reason, whoAmI(), time.Now(), force)
-				if err != nil {
-					return fmt.Errorf("%s %s: %w", action, args[0], err)
-				}
-				if !changed {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s is already %s\n", args[0], c.State)
-					return nil
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", args[0], c.State)
-				return nil
+				return steer(ctx, cmd.OutOrStdout(), js, rollout.Steering{
+					EventID: args[0], Action: action, Reason: reason, By: whoAmI(), Ahead: ahead, Force: force,
+				})
 			})
 		},
 	}
@@ -212,68 +176,28 @@ func rolloutActionCmd(g *globals, action events.ControlAction) *cobra.Command {
 	return cmd
 }
 
-// checkKnown refuses to steer an event kvlive has no rollout of (neither
-// planned nor steered before), unless asked to act ahead of it with an id
-// an event can have, and refuses to pause or abort a rollout that has
-// finished (unless forced): nothing would change, and the record would
-// claim otherwise.
-func checkKnown(ctx context.Context, js jetstream.JetStream, s *rollout.Store, eventID string, action events.ControlAction, ahead, force bool) error {
-	if ahead {
-		if err := events.CheckEventID(eventID); err != nil {
-			return fmt.Errorf("%w: %s --ahead: %w", errUsage, action, err)
+// steer resolves a shortened event id (unless acting ahead of the event),
+// applies the steering and says what became of the rollout.
+func steer(ctx context.Context, out io.Writer, js jetstream.JetStream, s rollout.Steering) error {
+	if !s.Ahead {
+		id, err := rollout.ResolveEventID(ctx, js, s.EventID)
+		if err != nil {
+			return err
 		}
+		s.EventID = id
 	}
-	_, recorded, err := rollout.Record(ctx, js, eventID)
+	c, changed, err := rollout.Steer(ctx, js, s, time.Now())
 	switch {
+	case errors.Is(err, rollout.ErrBadEventID):
+		return fmt.Errorf("%w: %w", errUsage, err)
 	case err != nil:
 		return err
-	case recorded && action != events.ActionResume && !force:
-		return checkUnfinished(ctx, js, eventID, action)
-	case recorded || ahead:
-		return nil
+	case !changed:
+		fmt.Fprintf(out, "%s is already %s\n", s.EventID, c.State)
+	default:
+		fmt.Fprintf(out, "%s %s\n", s.EventID, c.State)
 	}
-	if _, rev, _ := s.Get(ctx, eventID); rev > 0 {
-		return nil
-	}
-	err = noRollout(eventID)
-	if action != events.ActionResume {
-		err = fmt.Errorf("%w; to %s an event before it is planned, say --ahead", err, action)
-	}
-	return err
-}
-
-// knownEvent says an event kvlive has neither planned nor been asked to
-// steer is not known.
-func knownEvent(ctx context.Context, js jetstream.JetStream, eventID string) error {
-	_, recorded, err := rollout.Record(ctx, js, eventID)
-	if err != nil || recorded {
-		return err
-	}
-	if s, err := rollout.Open(ctx, js); err == nil {
-		if _, rev, _ := s.Get(ctx, eventID); rev > 0 {
-			return nil
-		}
-	}
-	return noRollout(eventID)
-}
-
-func noRollout(eventID string) error {
-	return fmt.Errorf("%w %q: no event with that id was planned (kvlive events lists them)", rollout.ErrNoRollout, eventID)
-}
-
-// checkUnfinished refuses to pause or abort a rollout with nothing left to
-// move: complete, incomplete, or aborted with every plan settled (aborting
-// that again is answered "already aborted").
-func checkUnfinished(ctx context.Context, js jetstream.JetStream, eventID string, action events.ControlAction) error {
-	a, err := rollout.AccountOf(ctx, js, eventID)
-	if err != nil {
-		return err
-	}
-	if !a.Done() || (a.Phase == rollout.PhaseAborted && action == events.ActionAbort) {
-		return nil
-	}
-	return fmt.Errorf("rollout %s is %s: it moves no VM any more, so there is nothing to %s (kvlive rollout status %s)",
-		eventID, a.Phase, action, eventID)
+	return nil
 }
 
 func rolloutStatusCmd(g *globals) *cobra.Command {
