@@ -103,14 +103,7 @@ var ErrUnreadable = errors.New("control record unreadable")
 // An unreadable record is an error, unless force is set: then it is
 // overwritten as if the rollout were running.
 func (s *Store) Apply(ctx context.Context, eventID string, action events.ControlAction, reason, by string, now time.Time, force bool) (events.Control, bool, error) {
-	return s.Update(ctx, eventID, force, func(c *events.Control) (bool, error) {
-		next, changed, err := c.Next(action)
-		if err != nil || !changed {
-			return false, err
-		}
-		c.State, c.Reason, c.By, c.At = next, reason, by, now.UTC()
-		return true, nil
-	})
+	return s.Update(ctx, eventID, force, step(nil, action, reason, by, now))
 }
 
 // ApplyIf is Apply on the condition that the record is still the one a
@@ -119,8 +112,14 @@ func (s *Store) Apply(ctx context.Context, eventID string, action events.Control
 // or resume that landed in between. changed is false when the record
 // moved on.
 func (s *Store) ApplyIf(ctx context.Context, eventID string, seen events.Control, action events.ControlAction, reason, by string, now time.Time) (events.Control, bool, error) {
-	return s.Update(ctx, eventID, false, func(c *events.Control) (bool, error) {
-		if !sameStep(*c, seen) {
+	return s.Update(ctx, eventID, false, step(&seen, action, reason, by, now))
+}
+
+// step is the change Apply and ApplyIf make: action, by by at now, on a
+// record that is still at seen's step when seen is set.
+func step(seen *events.Control, action events.ControlAction, reason, by string, now time.Time) func(*events.Control) (bool, error) {
+	return func(c *events.Control) (bool, error) {
+		if seen != nil && !sameStep(*c, *seen) {
 			return false, nil
 		}
 		next, changed, err := c.Next(action)
@@ -129,7 +128,7 @@ func (s *Store) ApplyIf(ctx context.Context, eventID string, seen events.Control
 		}
 		c.State, c.Reason, c.By, c.At = next, reason, by, now.UTC()
 		return true, nil
-	})
+	}
 }
 
 // sameStep reports whether a control record is still at the step seen:
