@@ -247,11 +247,16 @@ func TestAbortAfterTheVMMovedRecordsItMoved(t *testing.T) {
 		t.Fatalf("VM on its old pin: outcome %+v, fate %v; want skipped as aborted", out, fate)
 	}
 
-	// The first delivery moved it, then lost its ack.
+	// The first delivery moved it, then lost its ack; the redelivery comes
+	// an AckWait later, when the cache has long seen the move.
 	a.watch = nil
 	if out, err := a.apply(ctx, plan); err != nil || !out.Wrote {
 		t.Fatalf("first delivery: %+v, %v", out, err)
 	}
+	testenv.Eventually(t, 30*time.Second, "the cache to see the move", func() bool {
+		vm := a.cfg.Fleet.VM("ns", "a")
+		return vm != nil && vm.Status.InstancetypeRef.ControllerRevisionRef.Name == gen2
+	})
 	if a.watch, err = store.StartWatch(ctx, nil); err != nil {
 		t.Fatal(err)
 	}

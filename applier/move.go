@@ -81,14 +81,17 @@ func (a *Applier) apply(ctx context.Context, plan events.Plan) (events.Outcome, 
 	return events.Outcome{}, fmt.Errorf("%w: VM %s kept changing while being moved", errTransient, plan.VM)
 }
 
-// atTarget reads the VM from the API server and returns the outcome of a
-// plan it already carries out (pinned to the target's snapshot, or switched
-// to the target), nil when it does not, or the VM is gone.
+// atTarget returns the outcome of a plan the VM already carries out
+// (pinned to the target's snapshot, or switched to the target), nil when it
+// does not, or the VM is gone. It reads the informer cache (the API server
+// only for a VM the cache lacks): an earlier delivery that moved the VM did
+// so at least an AckWait before this redelivery, or before a restart whose
+// cache listed the VMs afresh, so the cache holds the move.
 func (a *Applier) atTarget(ctx context.Context, plan events.Plan) (*events.Outcome, error) {
 	if !plan.Action.Moves() && !plan.Recheck {
 		return nil, nil
 	}
-	vm, err := a.currentVM(ctx, plan.VM, true)
+	vm, err := a.currentVM(ctx, plan.VM, false)
 	if vm == nil || err != nil {
 		return nil, err
 	}
