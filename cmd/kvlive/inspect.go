@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -71,18 +70,14 @@ func (s *storeFlags) completeEventIDs(cmd *cobra.Command, args []string, typed s
 	if cmd.ValidArgsFunction != nil && len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	nc, closeStore, err := s.connect(slog.New(slog.DiscardHandler))
+	b, err := s.open(slog.New(slog.DiscardHandler), completionTimeout)
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveError
 	}
-	defer func() { _ = closeStore() }()
+	defer func() { _ = b.Close() }()
 	ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
 	defer cancel()
-	js, err := bus.NewJetStream(nc, completionTimeout)
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveError
-	}
-	ids, err := rollout.EventIDs(ctx, js, typed)
+	ids, err := rollout.EventIDs(ctx, b.JetStream, typed)
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveError
 	}
@@ -116,16 +111,12 @@ func readBound(f *pflag.FlagSet) (time.Duration, error) {
 
 // withJetStream opens the store, runs fn on it and closes the store again.
 func withJetStream(cmd *cobra.Command, g *globals, s *storeFlags, fn func(context.Context, jetstream.JetStream) error) (err error) {
-	nc, closeStore, err := s.connect(g.logger())
+	b, err := s.open(g.logger(), s.bound)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, closeStore()) }()
-	js, err := bus.NewJetStream(nc, s.bound)
-	if err != nil {
-		return err
-	}
-	return fn(cmd.Context(), js)
+	defer func() { err = errors.Join(err, b.Close()) }()
+	return fn(cmd.Context(), b.JetStream)
 }
 
 // withReader is withJetStream for the inspection commands.
@@ -135,59 +126,44 @@ func (s *storeFlags) withReader(cmd *cobra.Command, g *globals, fn func(context.
 	})
 }
 
-// connect reaches --nats-url, or starts a server that does not listen on
-// --data-dir's store.
-func (s *storeFlags) connect(log *slog.Logger) (*nats.Conn, func() error, error) {
+// open reaches --nats-url, or the store under --data-dir: through the
+// server of the process holding it, else by starting a server of this
+// process's own on it that does not listen. Reads are bounded by bound.
+func (s *storeFlags) open(log *slog.Logger, bound time.Duration) (*bus.Opened, error) {
 	auth, err := s.auth.options()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
+	o := bus.OpenOptions{Name: "kvlive-inspect", Log: log, Auth: auth, ReadBound: bound}
 	if s.dataDir == "" {
-		nc, err := bus.Connect("kvlive-inspect", log, s.url, auth...)
+		o.URL = s.url
+		b, err := bus.Open(o)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w (is kvlive run up? after kvlive demo --data-dir DIR, pass --data-dir DIR)", err)
+			return nil, fmt.Errorf("%w (is kvlive run up? after kvlive demo --data-dir DIR, pass --data-dir DIR)", err)
 		}
-		return nc, func() error { nc.Close(); return nil }, nil
+		return b, nil
 	}
 	// A process serving the store: reach its server rather than open the
-	// files under it.
+	// files under it (with the credentials given, should kvlive run's
+	// --listen-config require them).
 	if h, held := bus.StoreHolder(s.dataDir); held {
 		if h.URL == "" {
-			return nil, nil, fmt.Errorf("--data-dir %s: %w by %s (pid %d), which serves it to no other process; "+
+			return nil, fmt.Errorf("--data-dir %s: %w by %s (pid %d), which serves it to no other process; "+
 				"read it once that has finished", s.dataDir, bus.ErrStoreInUse, h.Command, h.PID)
 		}
-		// With the credentials given, should kvlive run's --listen-config
-		// require them.
-		nc, err := bus.Connect("kvlive-inspect", log, h.URL, auth...)
+		o.URL = h.URL
+		b, err := bus.Open(o)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--data-dir %s is served by %s (pid %d) at %s: %w", s.dataDir, h.Command, h.PID, h.URL, err)
+			return nil, fmt.Errorf("--data-dir %s is served by %s (pid %d) at %s: %w", s.dataDir, h.Command, h.PID, h.URL, err)
 		}
-		return nc, func() error { nc.Close(); return nil }, nil
+		return b, nil
 	}
 	// The server would make an empty store where none is: say so instead.
 	if !bus.HasJetStream(s.dataDir) {
-		return nil, nil, fmt.Errorf("--data-dir %s holds no JetStream store", s.dataDir)
+		return nil, fmt.Errorf("--data-dir %s holds no JetStream store", s.dataDir)
 	}
-	store, err := bus.OpenStore(s.dataDir)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := store.Advertise("kvlive (reading)", ""); err != nil {
-		_ = store.Close()
-		return nil, nil, err
-	}
-	ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: s.dataDir, DontListen: true})
-	if err != nil {
-		_ = store.Close()
-		return nil, nil, err
-	}
-	nc, err := bus.ConnectEmbedded(ns, "kvlive-inspect", log)
-	if err != nil {
-		ns.Shutdown()
-		_ = store.Close()
-		return nil, nil, err
-	}
-	return nc, func() error { nc.Close(); ns.Shutdown(); ns.WaitForShutdown(); return store.Close() }, nil
+	o.DataDir, o.DontListen, o.Command = s.dataDir, true, "kvlive (reading)"
+	return bus.Open(o)
 }
 
 func newOutcomesCmd(g *globals) *cobra.Command {

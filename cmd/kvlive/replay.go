@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"kvlive/events"
-	"kvlive/internal/bus"
 	"kvlive/internal/kube"
 	"kvlive/internal/printer"
 	"kvlive/internal/replay"
@@ -79,15 +78,12 @@ func (o *replayOptions) run(cmd *cobra.Command, g *globals) error {
 	if err != nil {
 		return err
 	}
-	nc, closeStore, err := o.store.connect(log)
+	b, err := o.store.open(log, o.store.bound)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = closeStore() }()
-	js, err := bus.NewJetStream(nc, o.store.bound)
-	if err != nil {
-		return err
-	}
+	defer func() { _ = b.Close() }()
+	js := b.JetStream
 	ctx, cancel := context.WithCancel(cmd.Context())
 	defer cancel()
 	stored, err := replay.Select(ctx, js, o.selected)

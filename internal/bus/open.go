@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,12 +21,16 @@ type OpenOptions struct {
 	URL  string
 	Auth []nats.Option
 	// DataDir, Host, Port and Listen (who may connect and how) configure
-	// the embedded server when URL is empty. Command names the process in
-	// the store's lock (a second process on DataDir fails naming it).
+	// the embedded server when URL is empty; with DontListen it serves this
+	// process alone (a command reading a store). Command names the process
+	// in the store's lock (a second process on DataDir fails naming it).
 	DataDir, Host string
 	Port          int
+	DontListen    bool
 	Listen        *ListenAuth
 	Command       string
+	// ReadBound bounds each read's retries (bus.Reads); 0 means ReadBound.
+	ReadBound time.Duration
 	// Extra are options for kvlive's own connection (an error counter).
 	Extra []nats.Option
 }
@@ -57,7 +62,10 @@ func Open(o OpenOptions) (*Opened, error) {
 		_ = b.Close()
 		return nil, err
 	}
-	if b.JetStream, err = NewJetStream(b.conn, ReadBound, jetstream.WithPublishAsyncMaxPending(4096)); err != nil {
+	if o.ReadBound <= 0 {
+		o.ReadBound = ReadBound
+	}
+	if b.JetStream, err = NewJetStream(b.conn, o.ReadBound, jetstream.WithPublishAsyncMaxPending(4096)); err != nil {
 		_ = b.Close()
 		return nil, err
 	}
@@ -71,7 +79,7 @@ func (b *Opened) startEmbedded(o OpenOptions) error {
 		return err
 	}
 	b.closers = append(b.closers, store.Close)
-	ns, err := StartEmbedded(EmbeddedOptions{StoreDir: o.DataDir, Host: o.Host, Port: o.Port, Auth: o.Listen})
+	ns, err := StartEmbedded(EmbeddedOptions{StoreDir: o.DataDir, Host: o.Host, Port: o.Port, DontListen: o.DontListen, Auth: o.Listen})
 	if err != nil {
 		return err
 	}
@@ -81,10 +89,14 @@ func (b *Opened) startEmbedded(o OpenOptions) error {
 		self = o.Listen.Self()
 		o.Log.Info("embedded NATS server requires authorization", "config", o.Listen.Path, "tls", o.Listen.TLS())
 	}
-	if err := store.Advertise(o.Command, LocalURL(ns)); err != nil {
+	url := LocalURL(ns)
+	if o.DontListen {
+		url = "" // served to no other process
+	}
+	if err := store.Advertise(o.Command, url); err != nil {
 		o.Log.Warn("the store does not say where it is served; read commands will need --nats-url", "err", err)
 	}
-	o.Log.Info("embedded NATS server started", "url", LocalURL(ns), "store", o.DataDir)
+	o.Log.Info("embedded NATS server started", "url", url, "store", o.DataDir)
 	b.conn, err = ConnectEmbedded(ns, o.Name, o.Log, append(self, o.Extra...)...)
 	return err
 }

@@ -61,3 +61,20 @@ func TestOpenExternal(t *testing.T) {
 		t.Errorf("JetStream: %v, ready: %v", err, b.Ready())
 	}
 }
+
+// TestOpenToReadServesNoOtherProcess: a command reading a store opens it
+// with a server that does not listen, and its lock says it serves no one.
+func TestOpenToReadServesNoOtherProcess(t *testing.T) {
+	dir := t.TempDir()
+	b, err := Open(OpenOptions{Name: "test", DataDir: dir, DontListen: true, Command: "kvlive (reading)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Close() }()
+	if h, held := StoreHolder(dir); !held || h.URL != "" || h.Command != "kvlive (reading)" {
+		t.Errorf("the store's holder: %+v (held: %v), want kvlive (reading) serving no URL", h, held)
+	}
+	if _, err := b.JetStream.AccountInfo(t.Context()); err != nil {
+		t.Errorf("JetStream: %v", err)
+	}
+}
