@@ -172,8 +172,13 @@ func (a *Applier) drain(ctx context.Context, stream string, cfg jetstream.Consum
 		if err != nil && ctx.Err() != nil {
 			err = context.Cause(ctx)
 		}
-		if err != nil || !gone {
+		if err != nil {
+			a.cfg.Metrics.DrainFailed(stream)
+			a.cfg.Log.Warn("applier: release of plans did not finish; it is tried again", append(logArgs, "stream", stream, "sent", total, "err", err)...)
 			return total, err
+		}
+		if !gone {
+			return total, nil
 		}
 		left, err := rollout.CountSubjects(ctx, a.cfg.JetStream, stream, cfg.FilterSubject)
 		if err != nil {

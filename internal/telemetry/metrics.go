@@ -33,6 +33,7 @@ type Metrics struct {
 	batches       prometheus.Counter
 	batched       *prometheus.GaugeVec
 	outcomeRetry  prometheus.Counter
+	drainFailed   *prometheus.CounterVec
 }
 
 // New registers kvlive's metrics, and the Go and process collectors, in a
@@ -83,8 +84,11 @@ func New() *Metrics {
 		outcomeRetry: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvlive_outcome_publish_retries_total", Help: "Outcomes whose storing failed transiently (a NATS failover) and was tried again within the same delivery.",
 		}),
+		drainFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvlive_drains_failed_total", Help: "Releases of held plans or staged batches that failed or ran out of their time limit; each is tried again.",
+		}, []string{"stream"}),
 	}
-	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.observed, m.gates, m.batches, m.batched, m.outcomeRetry,
+	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.observed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -154,6 +158,14 @@ func (m *Metrics) BatchedRollouts(byState map[string]int) {
 		for state, n := range byState {
 			m.batched.WithLabelValues(state).Set(float64(n))
 		}
+	}
+}
+
+// DrainFailed counts one release of stream's plans that failed or ran out
+// of its time limit.
+func (m *Metrics) DrainFailed(stream string) {
+	if m != nil {
+		m.drainFailed.WithLabelValues(stream).Inc()
 	}
 }
 
