@@ -90,6 +90,9 @@ type Applier struct {
 	// gateNotes is when each batched rollout's waiting gate was last noted.
 	gateNotesMu sync.Mutex
 	gateNotes   map[string]time.Time
+	// refusedAt is when each rollout's refused control record was last
+	// logged.
+	refusedAt map[string]time.Time
 	// known is what each event's rollout record says, once read
 	// (knownRollout by event id).
 	known *lru.Cache
@@ -142,7 +145,7 @@ func New(cfg Config) (*Applier, error) {
 		limiter = rate.NewLimiter(rate.Limit(cfg.Rate), max(int(cfg.Rate), 1))
 	}
 	a := &Applier{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}, limiter: limiter,
-		observers: make(chan struct{}, maxObservers), gateNotes: map[string]time.Time{}, slots: newRolloutSlots(), knownVMsCap: maxKnownVMs}
+		observers: make(chan struct{}, maxObservers), gateNotes: map[string]time.Time{}, refusedAt: map[string]time.Time{}, slots: newRolloutSlots(), knownVMsCap: maxKnownVMs}
 	a.known = lru.NewWithEvictionFunc(maxKnownRollouts, func(_ lru.Key, v any) {
 		a.knownVMs.Add(-int64(len(v.(knownRollout).batchOf)))
 	})

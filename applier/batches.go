@@ -115,6 +115,7 @@ const (
 	stepPassGate                     // record the released batch's gate as passed (why)
 	stepAwaitPromote                 // pause until promote or resume (why)
 	stepRelease                      // release the next batch (batches[0])
+	stepRefuse                       // act on nothing: the control record is not kvlive's (why)
 )
 
 // step is a decision of the batch state machine.
@@ -144,7 +145,7 @@ func decide(c events.Control, staged []int, rec events.Rollout, gate func() gate
 	case c.Batch < 0 || c.Batch >= len(rec.Batches):
 		// Not a record kvlive wrote (promote stops at the last batch):
 		// acting on it would release every staged batch at once.
-		return step{kind: stepNote, why: fmt.Sprintf("refused: the control record names batch %d, the rollout has %d", c.Batch+1, len(rec.Batches))}
+		return step{kind: stepRefuse, why: fmt.Sprintf("refused: the control record names batch %d, the rollout has %d", c.Batch+1, len(rec.Batches))}
 	case staged[0] <= c.Batch:
 		return step{kind: stepSend, batches: slices.DeleteFunc(slices.Clone(staged), func(b int) bool { return b > c.Batch })}
 	case c.State == events.StatePaused || c.Batch+1 >= len(rec.Batches):
@@ -232,6 +233,9 @@ func (a *Applier) step(ctx context.Context, store *rollout.Store, id string, sta
 			return a.releaseBatches(ctx, id, s.batches)
 		case stepNote:
 			return a.noteWaiting(ctx, store, id, c, s.why)
+		case stepRefuse:
+			a.refuse(id, c, s.why)
+			return a.noteWaiting(ctx, store, id, c, s.why)
 		case stepTrip:
 			return a.trip(ctx, store, rec, c, s.result, s.why)
 		case stepPassGate:
@@ -248,6 +252,26 @@ func (a *Applier) step(ctx context.Context, store *rollout.Store, id string, sta
 			return a.releaseNext(ctx, store, rec, s.batches[0], now)
 		}
 		return nil
+	}
+}
+
+// refuseEvery is how often, at most, a refused control record is logged
+// and counted again.
+const refuseEvery = time.Minute
+
+// refuse logs and counts a control record kvlive did not write, which the
+// gate loop meets every round: once per refuseEvery per rollout.
+func (a *Applier) refuse(id string, c events.Control, why string) {
+	now := a.cfg.Clock.Now()
+	a.gateNotesMu.Lock()
+	due := now.Sub(a.refusedAt[id]) >= refuseEvery
+	if due {
+		a.refusedAt[id] = now
+	}
+	a.gateNotesMu.Unlock()
+	if due {
+		a.cfg.Metrics.Gate("refused", string(c.State))
+		a.cfg.Log.Warn("applier: a control record kvlive did not write; the rollout is left where it is", "event", id, "reason", why)
 	}
 }
 

@@ -1,6 +1,8 @@
 package applier
 
 import (
+	"bytes"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
@@ -186,7 +189,7 @@ func TestDecide(t *testing.T) {
 		{name: "a released batch still staged is sent", c: running(1, t0, time.Time{}), staged: []int{1, 2},
 			want: step{kind: stepSend, batches: []int{1}}},
 		{name: "a batch beyond the rollout's: refused, nothing released", c: running(5, t0, time.Time{}), staged: []int{1, 2},
-			want: step{kind: stepNote, why: "refused: the control record names batch 6, the rollout has 3"}},
+			want: step{kind: stepRefuse, why: "refused: the control record names batch 6, the rollout has 3"}},
 		{name: "paused: nothing", c: events.Control{State: events.StatePaused}, staged: []int{1, 2}, gate: passed},
 		{name: "the last batch released: nothing", c: running(2, t0, time.Time{}), staged: []int{3}, gate: passed},
 		{name: "failed gate: trip", c: running(0, time.Time{}, time.Time{}), staged: []int{1, 2},
@@ -301,5 +304,20 @@ func TestGateWritesYieldToTheOperator(t *testing.T) {
 	}
 	if c := state(); c.State != events.StatePaused || c.By != gatedBy {
 		t.Errorf("a trip on the current record: %+v, want paused by %s", c, gatedBy)
+	}
+}
+
+// TestARefusedControlRecordIsLoggedNotFlooded: the gate loop meets a
+// refused control record every round; it is logged (and counted) once a
+// minute per rollout, not every round.
+func TestARefusedControlRecordIsLoggedNotFlooded(t *testing.T) {
+	var log bytes.Buffer
+	a := &Applier{cfg: Config{Log: slog.New(slog.NewTextHandler(&log, nil)), Clock: clock.RealClock{}}, refusedAt: map[string]time.Time{}}
+	for range 3 {
+		a.refuse("E", events.Control{State: events.StateRunning, Batch: 5}, "refused: the control record names batch 6, the rollout has 3")
+	}
+	a.refuse("F", events.Control{State: events.StatePaused, Batch: 7}, "refused: the control record names batch 8, the rollout has 3")
+	if n := strings.Count(log.String(), "a control record kvlive did not write"); n != 2 {
+		t.Errorf("logged %d times, want once per rollout:\n%s", n, log.String())
 	}
 }
