@@ -67,8 +67,11 @@ const (
 type StreamOptions struct {
 	// Replicas is 1 on an embedded server, 3 on a NATS cluster.
 	Replicas int
-	// MaxAge is the replay horizon: older messages are dropped. Zero keeps them
-	// until MaxBytes is reached.
+	// MaxAge is the replay horizon: events, outcomes and dead letters
+	// older than it go, except a rollout's that has not settled (the
+	// planner's keeper removes them, see rollout.Keeper), and so do spans
+	// (the spans stream's age limit). Zero keeps them until MaxBytes is
+	// reached.
 	MaxAge time.Duration
 	// MaxBytes bounds each stream's size; zero means unlimited.
 	MaxBytes int64
@@ -86,17 +89,11 @@ func DefaultStreamOptions() StreamOptions {
 }
 
 // Validate says what is wrong with options JetStream would refuse, in the
-// words of kvlive run's flags, before a stream is made: a replay horizon
-// (--max-age) shorter than the window in which a redelivered message is
-// recognised by its Nats-Msg-Id would let the same event, plan or outcome
-// be stored twice, and JetStream refuses it.
+// words of kvlive run's flags, before a stream is made.
 func (o StreamOptions) Validate() error {
 	switch {
 	case o.MaxAge < 0:
 		return fmt.Errorf("--max-age %s: want 0 (no age limit) or a positive duration", o.MaxAge)
-	case o.MaxAge > 0 && o.MaxAge < o.DuplicateWindow:
-		return fmt.Errorf("--max-age %s is shorter than the %s in which kvlive's streams recognise a message sent twice: "+
-			"want at least %s, or 0 for no age limit", o.MaxAge, o.DuplicateWindow, o.DuplicateWindow)
 	case o.Replicas < 0:
 		return fmt.Errorf("--replicas %d: want 1 or more", o.Replicas)
 	}
@@ -108,10 +105,15 @@ func (o StreamOptions) Validate() error {
 // Work streams never drop a message no consumer has settled: plans and held
 // plans are work queues (a message goes when it is acked) without size or
 // age limits. Events are both pending work and the history replay reads, so
-// the operator's limits apply to them but a full stream refuses new events
-// (DiscardNew) rather than discarding old ones, and the watcher retries
-// until there is room. The record streams (outcomes, spans, dead letters)
-// are bounded by the operator's limits, oldest first.
+// the operator's size limit applies to them but a full stream refuses new
+// events (DiscardNew) rather than discarding old ones, and the watcher
+// retries until there is room. The record streams (outcomes, spans, dead
+// letters) are bounded by the operator's size limit, oldest first.
+//
+// Only spans have a stream age limit: events, outcomes and dead letters
+// age out by rollout (rollout.Keeper), kept while their rollout has not
+// settled. A stream with an age limit recognises a message sent twice for
+// at most that long (JetStream refuses a longer window).
 func StreamConfigs(o StreamOptions) []jetstream.StreamConfig {
 	mk := func(name, subject, desc string) jetstream.StreamConfig {
 		return jetstream.StreamConfig{
@@ -121,11 +123,17 @@ func StreamConfigs(o StreamOptions) []jetstream.StreamConfig {
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    max(o.Replicas, 1),
-			MaxAge:      o.MaxAge,
 			MaxBytes:    orUnlimited(o.MaxBytes),
 			Duplicates:  o.DuplicateWindow,
 			Discard:     jetstream.DiscardOld,
 		}
+	}
+	aged := func(cfg jetstream.StreamConfig) jetstream.StreamConfig {
+		cfg.MaxAge = o.MaxAge
+		if o.MaxAge > 0 {
+			cfg.Duplicates = min(cfg.Duplicates, o.MaxAge)
+		}
+		return cfg
 	}
 	work := func(cfg jetstream.StreamConfig) jetstream.StreamConfig {
 		cfg.Retention, cfg.MaxAge, cfg.MaxBytes, cfg.Discard = jetstream.WorkQueuePolicy, 0, -1, jetstream.DiscardNew
@@ -138,7 +146,7 @@ func StreamConfigs(o StreamOptions) []jetstream.StreamConfig {
 		work(mk(StreamPlans, subjectPlans, "kvlive: one live-update plan per VM per event, until the applier settles it")),
 		mk(StreamOutcomes, subjectOutcomes, "kvlive: one outcome per VM per event"),
 		mk(StreamDLQ, subjectDLQ, "kvlive: messages a stage could not process, with the reason"),
-		mk(StreamSpans, subjectSpans, "kvlive: finished trace spans, for kvlive trace"),
+		aged(mk(StreamSpans, subjectSpans, "kvlive: finished trace spans, for kvlive trace")),
 		work(mk(StreamHeld, subjectHeld, "kvlive: plans of paused rollouts, until resumed or aborted")),
 		work(mk(StreamStaged, subjectStaged, "kvlive: plans of later batches, until their batch is released")),
 	}
@@ -181,11 +189,11 @@ func ApplierConsumer() jetstream.ConsumerConfig {
 func KVConfigs(o StreamOptions) []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
 		{Bucket: BucketGenerations, Description: "kvlive watcher: last generation per object UID", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1)},
-		{Bucket: BucketRollouts, Description: "kvlive planner: rollout record per event", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1), TTL: o.MaxAge},
-		// No bucket TTL: a paused rollout stays paused until someone resumes
-		// it. Records of resumed and aborted rollouts carry a per-message TTL
-		// of the replay horizon instead (LimitMarkerTTL enables those), so the
-		// bucket does not grow with every rollout ever steered.
+		// No bucket TTL on either: a rollout's records are kept until it
+		// settles, then age out with the replay horizon (rollout.Keeper
+		// purges them; LimitMarkerTTL lets the purge markers expire).
+		{Bucket: BucketRollouts, Description: "kvlive planner: rollout record per event", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1),
+			LimitMarkerTTL: time.Minute},
 		{Bucket: BucketControl, Description: "kvlive: pause, resume and abort per event", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1),
 			LimitMarkerTTL: time.Minute},
 	}

@@ -43,7 +43,7 @@ func (n *natsFlags) bind(f *pflag.FlagSet, urlHelp string) {
 	f.StringVar(&n.url, "nats-url", n.url, urlHelp)
 	n.auth.bind(f)
 	f.IntVar(&n.replicas, "replicas", 1, "JetStream stream replicas (3 on a NATS cluster)")
-	f.DurationVar(&n.maxAge, "max-age", events.DefaultStreamOptions().MaxAge, "how long streams keep messages: the replay horizon")
+	f.DurationVar(&n.maxAge, "max-age", events.DefaultStreamOptions().MaxAge, "the replay horizon: how long events, outcomes, dead letters and spans are kept, a rollout's from when it settled (0 keeps them)")
 	f.Int64Var(&n.maxBytes, "max-bytes", 0, "size limit of each stream in bytes; 0 means unlimited")
 }
 
@@ -176,6 +176,7 @@ func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error)
 		Clients: clients, JetStream: js, Namespace: o.kube.ExplicitNamespace(), Stages: o.stages,
 		Log: log, Tracer: tp, ApplierWorkers: o.workers, PlannerWorkers: o.plannerWorkers, Rate: o.rate,
 		ObserveTimeout: o.observeTimeout, TraceFanout: o.traceFanout, Metrics: m, LeaderElection: leader, Policy: o.policy,
+		Horizon: o.nats.maxAge,
 	})
 	if err != nil {
 		return err

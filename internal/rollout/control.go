@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
@@ -19,14 +18,10 @@ import (
 // keeps changing the record under us.
 const maxCASAttempts = 5
 
-// Store reads and writes control records.
+// Store reads and writes control records. They are kept until their
+// rollout settles, then age out with it (Keeper).
 type Store struct {
 	kv jetstream.KeyValue
-	js jetstream.JetStream
-	// horizon is how long the records of resumed and aborted rollouts are
-	// kept: the replay horizon, read from the rollouts bucket's TTL (zero
-	// keeps them).
-	horizon time.Duration
 }
 
 // Open opens the control bucket (events.Setup creates it).
@@ -35,40 +30,17 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("control: kv %s: %w", events.BucketControl, err)
 	}
-	s := &Store{kv: kv, js: js}
-	if rollouts, err := js.KeyValue(ctx, events.BucketRollouts); err == nil {
-		if st, err := rollouts.Status(ctx); err == nil {
-			s.horizon = st.TTL()
-		}
-	}
-	// A bucket made before per-message TTLs keeps its records.
-	if st, err := kv.Status(ctx); err != nil {
-		s.horizon = 0
-	} else if bs, ok := st.(*jetstream.KeyValueBucketStatus); !ok || !bs.StreamInfo().Config.AllowMsgTTL {
-		s.horizon = 0
-	}
-	return s, nil
+	return &Store{kv: kv}, nil
 }
 
-// write stores c as key's record at revision rev (0: a new key), with
-// compare-and-set. A record of a rollout no longer paused expires with
-// the replay horizon: nothing is held for it any more.
-func (s *Store) write(ctx context.Context, key string, c events.Control, rec []byte, rev uint64) error {
-	if s.horizon <= 0 || c.State == events.StatePaused {
-		var err error
-		if rev == 0 {
-			_, err = s.kv.Create(ctx, key, rec)
-		} else {
-			_, err = s.kv.Update(ctx, key, rec, rev)
-		}
-		return err
-	}
-	m := nats.NewMsg("$KV." + events.BucketControl + "." + key)
-	m.Data = rec
-	_, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(s.horizon))
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-		return jetstream.ErrKeyExists
+// write stores rec as key's record at revision rev (0: a new key), with
+// compare-and-set.
+func (s *Store) write(ctx context.Context, key string, rec []byte, rev uint64) error {
+	var err error
+	if rev == 0 {
+		_, err = s.kv.Create(ctx, key, rec)
+	} else {
+		_, err = s.kv.Update(ctx, key, rec, rev)
 	}
 	return err
 }
@@ -163,7 +135,7 @@ func (s *Store) Update(ctx context.Context, eventID string, force bool, change f
 		if err != nil {
 			return current, false, err
 		}
-		err = s.write(ctx, events.ControlKey(eventID), c, rec, rev)
+		err = s.write(ctx, events.ControlKey(eventID), rec, rev)
 		switch {
 		case err == nil:
 			return c, true, nil

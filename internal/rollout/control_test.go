@@ -107,34 +107,6 @@ func TestWatchFollowsChanges(t *testing.T) {
 	}
 }
 
-// TestSteeredRecordsExpireWithTheHorizon: the control bucket does not grow
-// with every rollout ever steered. A resumed or aborted rollout's record
-// expires with the replay horizon; a paused one stays until someone acts.
-func TestSteeredRecordsExpireWithTheHorizon(t *testing.T) {
-	js := testenv.JetStream(t, func(o *events.StreamOptions) { o.MaxAge, o.DuplicateWindow = 2*time.Second, time.Second })
-	ctx := context.Background()
-	s, err := Open(ctx, js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, step := range []struct {
-		id     string
-		action events.ControlAction
-	}{{"paused", events.ActionPause}, {"aborted", events.ActionAbort}, {"resumed", events.ActionPause}, {"resumed", events.ActionResume}} {
-		if _, _, err := s.Apply(ctx, step.id, step.action, "", "test", time.Now(), false); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testenv.Eventually(t, 30*time.Second, "the aborted and resumed records to expire", func() bool {
-		_, abortedRev, _ := s.Get(ctx, "aborted")
-		_, resumedRev, _ := s.Get(ctx, "resumed")
-		return abortedRev == 0 && resumedRev == 0
-	})
-	if c, rev, err := s.Get(ctx, "paused"); err != nil || rev == 0 || c.State != events.StatePaused {
-		t.Errorf("the paused record: %+v rev %d %v; want it kept", c, rev, err)
-	}
-}
-
 // TestBatchStepsAreCompareAndSet: of replicas releasing the same batch at
 // once one wins; a gate passes once per batch; pause and resume keep the
 // batch; promote releases the next batch and resumes, up to the last.

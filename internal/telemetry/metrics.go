@@ -19,21 +19,23 @@ import (
 // Metrics are the instruments the stages record into. A nil *Metrics
 // records nothing, so stages and tests need no registry.
 type Metrics struct {
-	Registry      *prometheus.Registry
-	events        *prometheus.CounterVec
-	plans         *prometheus.CounterVec
-	outcomes      *prometheus.CounterVec
-	applyDuration *prometheus.HistogramVec
-	held          prometheus.Counter
-	released      prometheus.Counter
-	settled       *prometheus.CounterVec
-	deadFailed    *prometheus.CounterVec
-	observed      *prometheus.CounterVec
-	gates         *prometheus.CounterVec
-	batches       prometheus.Counter
-	batched       *prometheus.GaugeVec
-	outcomeRetry  prometheus.Counter
-	drainFailed   *prometheus.CounterVec
+	Registry        *prometheus.Registry
+	events          *prometheus.CounterVec
+	plans           *prometheus.CounterVec
+	outcomes        *prometheus.CounterVec
+	applyDuration   *prometheus.HistogramVec
+	held            prometheus.Counter
+	released        prometheus.Counter
+	settled         *prometheus.CounterVec
+	deadFailed      *prometheus.CounterVec
+	observed        *prometheus.CounterVec
+	gates           *prometheus.CounterVec
+	batches         prometheus.Counter
+	batched         *prometheus.GaugeVec
+	outcomeRetry    prometheus.Counter
+	drainFailed     *prometheus.CounterVec
+	agedOut         *prometheus.CounterVec
+	keptPastHorizon prometheus.Gauge
 }
 
 // New registers kvlive's metrics, and the Go and process collectors, in a
@@ -87,8 +89,15 @@ func New() *Metrics {
 		drainFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvlive_drains_failed_total", Help: "Releases of held plans or staged batches that failed or ran out of their time limit; each is tried again.",
 		}, []string{"stream"}),
+		agedOut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvlive_aged_out_total",
+			Help: "Records removed by the replay horizon (--max-age), by what: rollout (a settled rollout's records), message (an event, outcome or dead letter of no rollout), control (a control record of an event never planned).",
+		}, []string{"what"}),
+		keptPastHorizon: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvlive_rollouts_kept_past_horizon", Help: "Rollouts older than the replay horizon whose records are kept because they have not settled (paused, waiting for a promote, plans in flight), as the last sweep found.",
+		}),
 	}
-	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.observed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed,
+	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.observed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -166,6 +175,21 @@ func (m *Metrics) BatchedRollouts(byState map[string]int) {
 func (m *Metrics) DrainFailed(stream string) {
 	if m != nil {
 		m.drainFailed.WithLabelValues(stream).Inc()
+	}
+}
+
+// AgedOut counts n records of what removed by the replay horizon.
+func (m *Metrics) AgedOut(what string, n int) {
+	if m != nil {
+		m.agedOut.WithLabelValues(what).Add(float64(n))
+	}
+}
+
+// KeptPastHorizon sets how many unsettled rollouts the last sweep kept
+// past the replay horizon.
+func (m *Metrics) KeptPastHorizon(n int) {
+	if m != nil {
+		m.keptPastHorizon.Set(float64(n))
 	}
 }
 

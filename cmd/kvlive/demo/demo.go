@@ -145,6 +145,7 @@ func (e *env) startStages(ctx context.Context) error {
 	r, err := pipeline.Start(ctx, pipeline.Config{
 		Clients: e.clients, JetStream: e.js, Stages: pipeline.AllStages, StandIn: true,
 		Log: e.cfg.Log, Tracer: e.tracer, ApplierWorkers: e.cfg.Workers, ObserveTimeout: time.Minute,
+		Horizon: events.DefaultStreamOptions().MaxAge,
 	})
 	e.running = r
 	return err

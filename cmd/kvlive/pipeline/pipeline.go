@@ -22,6 +22,7 @@ import (
 	"kvlive/applier"
 	"kvlive/events"
 	"kvlive/internal/kube"
+	"kvlive/internal/rollout"
 	"kvlive/internal/standin"
 	"kvlive/internal/telemetry"
 	"kvlive/planner"
@@ -57,7 +58,11 @@ type Config struct {
 	ObserveTimeout time.Duration
 	TraceFanout    int
 	// Policy is the rollout policy of events that name none.
-	Policy  events.Policy
+	Policy events.Policy
+	// Horizon is the replay horizon (--max-age): with the planner, this
+	// replica ages records out with it once their rollout settled
+	// (rollout.Keeper). Zero keeps them.
+	Horizon time.Duration
 	Metrics *telemetry.Metrics
 	// LeaderElection, when set, runs the watcher only while this replica
 	// holds the Lease it names.
@@ -203,6 +208,8 @@ func addStages(ctx context.Context, cfg Config, fleet *kube.Cache, current *atom
 			return nil, err
 		}
 		runs = append(runs, func() error { return p.Run(ctx) })
+		k := &rollout.Keeper{JS: cfg.JetStream, Horizon: cfg.Horizon, Log: cfg.Log, AgedOut: cfg.Metrics.AgedOut, Kept: cfg.Metrics.KeptPastHorizon}
+		runs = append(runs, func() error { k.Run(ctx); return nil })
 	}
 	if slices.Contains(cfg.Stages, StageApplier) {
 		a, err := applier.New(applier.Config{Recorder: recorder, Clients: cfg.Clients, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer,

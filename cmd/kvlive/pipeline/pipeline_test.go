@@ -81,9 +81,14 @@ func (w *writes) get(vm string) int {
 
 func start(t *testing.T, configure ...func(*pipeline.Config, jetstream.JetStream)) (kube.Clients, jetstream.JetStream, *writes) {
 	t.Helper()
+	return startOn(t, testenv.JetStream(t), configure...)
+}
+
+// startOn is start on a bus of the test's own.
+func startOn(t *testing.T, js jetstream.JetStream, configure ...func(*pipeline.Config, jetstream.JetStream)) (kube.Clients, jetstream.JetStream, *writes) {
+	t.Helper()
 	clients := testenv.FakeClients(nil, fleet()...)
 	w := countWrites(clients)
-	js := testenv.JetStream(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg := pipeline.Config{Clients: clients, JetStream: js, Stages: pipeline.AllStages, StandIn: true, ApplierWorkers: 8}
 	for _, c := range configure {

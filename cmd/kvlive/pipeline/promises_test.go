@@ -2,6 +2,8 @@ package pipeline_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
 
+	"kvlive/cmd/kvlive/pipeline"
 	"kvlive/events"
 	"kvlive/internal/rollout"
 	"kvlive/internal/testenv"
@@ -209,6 +212,49 @@ func (w *writes) total() int {
 	n := 0
 	for _, c := range w.perVM {
 		n += c
+	}
+	return n
+}
+
+// TestAPauseOutlastsTheReplayHorizon: a rollout paused for longer than the
+// replay horizon (--max-age) resumes and moves every VM, and once it has
+// settled its records age out with the horizon like any other's.
+func TestAPauseOutlastsTheReplayHorizon(t *testing.T) {
+	const horizon = 3 * time.Second
+	js := testenv.JetStream(t, func(o *events.StreamOptions) { o.MaxAge, o.DuplicateWindow = horizon, time.Second })
+	clients, js, w := startOn(t, js, func(cfg *pipeline.Config, _ jetstream.JetStream) { cfg.Horizon = horizon })
+	ctx := context.Background()
+	eventID := pauseAhead(t, clients, js)
+	time.Sleep(3 * horizon) // the pause outlasts the horizon
+	steer(t, js, eventID, events.ActionResume, "")
+	p := follow(t, js, eventID)
+	for i := range fleetSize {
+		name, ns := fmt.Sprintf("vm-%02d", i), fmt.Sprintf("ns-%d", i%3)
+		if o := p.Outcomes["uid-"+name]; !o.Wrote {
+			t.Errorf("%s: outcome %+v after a pause past the horizon, want it moved", name, o)
+		}
+		if n := w.get(ns + "/" + name); n != 1 {
+			t.Errorf("%s patched %d times, want once", name, n)
+		}
+	}
+	testenv.Eventually(t, time.Minute, "the rollout complete", func() bool {
+		a, err := rollout.AccountOf(ctx, js, eventID)
+		return err == nil && a.Phase == rollout.PhaseComplete
+	})
+	testenv.Eventually(t, time.Minute, "the settled rollout's records to age out", func() bool {
+		_, err := rollout.AccountOf(ctx, js, eventID)
+		return errors.Is(err, rollout.ErrNoRollout) &&
+			countOf(t, js, events.StreamOutcomes, events.OutcomesOf(eventID, "")) == 0 &&
+			countOf(t, js, events.StreamEvents, events.ChangedSubject(events.KindClusterInstancetype)) == 0
+	})
+}
+
+// countOf is how many messages stream holds under filter.
+func countOf(t *testing.T, js jetstream.JetStream, stream, filter string) int {
+	t.Helper()
+	n, err := rollout.CountSubjects(context.Background(), js, stream, filter)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return n
 }

@@ -1,0 +1,457 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"kvlive/events"
+)
+
+// A Keeper ages kvlive's records out with the replay horizon (--max-age),
+// except a rollout's that has not settled: the events, outcomes and dead
+// letters streams have no age limit of their own, since a limit would drop
+// the records of a rollout paused (or waiting for a promote) longer than the
+// horizon, and the rollout record and control record with them, so that on
+// resume every plan left would be refused as one the planner never made.
+//
+// A rollout's records (its event, outcomes, dead letters, rollout record,
+// VM list and control record) go together, once it has settled (Account.Done)
+// and nothing has happened to it for a horizon. Messages of no rollout (an
+// event dead-lettered before it was planned, a dead letter kvlive could not
+// read an event from) go once they are older than the horizon, except an
+// event the planner has not acked yet: it is pending work. A control record
+// of an event never planned goes a horizon after its last change, unless it
+// pauses the event ahead of time. Spans keep a stream age limit: a trace is
+// not what a rollout needs to finish.
+//
+// Every replica running the planner keeps, each sweep idempotent, so
+// several at once remove each record once.
+type Keeper struct {
+	JS      jetstream.JetStream
+	Horizon time.Duration
+	Log     *slog.Logger
+	// AgedOut, when set, is told how many records of what kind (rollout,
+	// message, control) each sweep removed; Kept how many unsettled
+	// rollouts it kept past the horizon.
+	AgedOut func(what string, n int)
+	Kept    func(n int)
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+
+	reported map[string]bool // rollouts already logged as kept
+}
+
+// Swept is what one sweep did.
+type Swept struct {
+	// Rollouts are the settled rollouts whose records aged out; Messages
+	// the messages of no rollout removed; Controls the control records
+	// of events never planned removed.
+	Rollouts, Messages, Controls int
+	// Kept are the rollouts older than the horizon kept because they
+	// have not settled, with their phase.
+	Kept map[string]Phase
+}
+
+// KeepEvery is how often a keeper sweeps for horizon: a quarter of it, at
+// most a minute, at least a second.
+func KeepEvery(horizon time.Duration) time.Duration {
+	return min(max(horizon/4, time.Second), time.Minute)
+}
+
+// Run sweeps every KeepEvery(Horizon) until ctx ends; a failed sweep is
+// logged and tried again at the next. A zero horizon keeps everything.
+func (k *Keeper) Run(ctx context.Context) {
+	if k.Horizon <= 0 {
+		return
+	}
+	tick := time.NewTicker(KeepEvery(k.Horizon))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if _, err := k.Sweep(ctx); err != nil && ctx.Err() == nil {
+			k.log().Warn("ageing records out failed; trying again", "every", KeepEvery(k.Horizon), "err", err)
+		}
+	}
+}
+
+// oldMsg is a message stored before the horizon, with the event it belongs
+// to ("" when none can be read from it).
+type oldMsg struct {
+	stream string
+	seq    uint64
+	event  string
+}
+
+// Sweep removes, once, whatever has outlived the horizon and kvlive no
+// longer needs.
+func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
+	sw := Swept{Kept: map[string]Phase{}}
+	now := time.Now()
+	if k.Now != nil {
+		now = k.Now()
+	}
+	cutoff := now.Add(-k.Horizon)
+	// Old messages first, then the records: a rollout recorded meanwhile
+	// is seen, so its messages are never taken for a rollout's of none.
+	var old []oldMsg
+	for _, stream := range []string{events.StreamEvents, events.StreamOutcomes, events.StreamDLQ} {
+		msgs, err := oldMessages(ctx, k.JS, stream, cutoff)
+		if err != nil {
+			return sw, err
+		}
+		old = append(old, msgs...)
+	}
+	records, err := recordTimes(ctx, k.JS)
+	if err != nil {
+		return sw, err
+	}
+	purged := map[string]bool{} // rollouts whose outcomes and dead letters went
+	for id, created := range records {
+		if !created.Before(cutoff) {
+			continue
+		}
+		gone, phase, err := k.ageOut(ctx, id, cutoff)
+		switch {
+		case err != nil:
+			return sw, err
+		case gone:
+			sw.Rollouts++
+			purged[id] = true
+		case phase != "":
+			sw.Kept[id] = phase
+		}
+	}
+	if sw.Messages, err = k.orphans(ctx, old, purged); err != nil {
+		return sw, err
+	}
+	if sw.Controls, err = k.controls(ctx, records, cutoff); err != nil {
+		return sw, err
+	}
+	k.report(sw)
+	return sw, nil
+}
+
+// ageOut removes the records of rollout id if it has settled and nothing
+// happened to it since cutoff; otherwise it returns the phase it was kept
+// in ("" when it settled after cutoff).
+func (k *Keeper) ageOut(ctx context.Context, id string, cutoff time.Time) (bool, Phase, error) {
+	a, err := AccountOf(ctx, k.JS, id)
+	if errors.Is(err, ErrNoRollout) {
+		return false, "", nil // removed meanwhile by another replica
+	}
+	if err != nil {
+		return false, "", fmt.Errorf("keep: account of %s: %w", id, err)
+	}
+	if !a.Done() {
+		return false, a.Phase, nil
+	}
+	last, err := lastActivity(ctx, k.JS, a)
+	if err != nil || !last.Before(cutoff) {
+		return false, "", err
+	}
+	if err := removeRollout(ctx, k.JS, a.Record); err != nil {
+		return false, "", err
+	}
+	k.log().Info("rollout aged out", "event", id, "phase", a.Phase, "settled", last.UTC().Format(time.RFC3339), "horizon", k.Horizon)
+	return true, "", nil
+}
+
+// lastActivity is when anything last happened to a settled rollout: it was
+// planned, a VM got an outcome or a dead letter, an operator steered it.
+func lastActivity(ctx context.Context, js jetstream.JetStream, a Account) (time.Time, error) {
+	last := a.Since
+	for _, t := range []time.Time{a.Control.At, a.Control.BatchAt, a.Control.GateAt} {
+		last = latest(last, t)
+	}
+	for _, r := range a.Control.Retries {
+		last = latest(last, r.At)
+	}
+	for _, s := range []struct{ stream, filter string }{
+		{events.StreamOutcomes, events.OutcomesOf(a.EventID, "")},
+		{events.StreamDLQ, events.DeadLettersOf(a.EventID)},
+	} {
+		st, err := js.Stream(ctx, s.stream)
+		if err != nil {
+			return last, fmt.Errorf("keep: stream %s: %w", s.stream, err)
+		}
+		m, err := st.GetLastMsgForSubject(ctx, s.filter)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return last, fmt.Errorf("keep: last of %s in %s: %w", a.EventID, s.stream, err)
+		default:
+			last = latest(last, m.Time)
+		}
+	}
+	return last, nil
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// removeRollout removes a settled rollout's records: the VM list, the
+// control record and the rollout record first, then its messages. A sweep
+// stopped midway leaves messages of no rollout, which the next one removes.
+func removeRollout(ctx context.Context, js jetstream.JetStream, rec events.Rollout) error {
+	id := rec.EventID
+	rollouts, err := js.KeyValue(ctx, events.BucketRollouts)
+	if err != nil {
+		return fmt.Errorf("keep: kv %s: %w", events.BucketRollouts, err)
+	}
+	control, err := js.KeyValue(ctx, events.BucketControl)
+	if err != nil {
+		return fmt.Errorf("keep: kv %s: %w", events.BucketControl, err)
+	}
+	for i := range rec.VMChunks {
+		if err := purgeKey(ctx, rollouts, events.VMListKey(id, rec.VMList, i)); err != nil {
+			return err
+		}
+	}
+	if err := purgeKey(ctx, control, events.ControlKey(id)); err != nil {
+		return err
+	}
+	if err := purgeKey(ctx, rollouts, events.RolloutKey(id)); err != nil {
+		return err
+	}
+	for _, s := range []struct{ stream, filter string }{
+		{events.StreamOutcomes, events.OutcomesOf(id, "")},
+		{events.StreamDLQ, events.DeadLettersOf(id)},
+	} {
+		st, err := js.Stream(ctx, s.stream)
+		if err == nil {
+			err = st.Purge(ctx, jetstream.WithPurgeSubject(s.filter))
+		}
+		if err != nil {
+			return fmt.Errorf("keep: purge %s of %s: %w", s.stream, id, err)
+		}
+	}
+	return nil
+}
+
+// purgeKey removes key with its history; the marker it leaves expires
+// (the buckets' LimitMarkerTTL).
+func purgeKey(ctx context.Context, kv jetstream.KeyValue, key string) error {
+	err := kv.Purge(ctx, key, jetstream.PurgeTTL(markerTTL))
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("keep: purge %s of %s: %w", key, kv.Bucket(), err)
+	}
+	return nil
+}
+
+// markerTTL is how long the marker of a purged key stays.
+const markerTTL = time.Minute
+
+// orphans removes the old messages that belong to no rollout recorded now
+// (this sweep may have removed some, the planner recorded others since
+// the messages were read): of the events stream only what the planner has
+// acked.
+func (k *Keeper) orphans(ctx context.Context, old []oldMsg, purged map[string]bool) (int, error) {
+	var ackFloor uint64
+	if c, err := k.JS.Consumer(ctx, events.StreamEvents, events.ConsumerPlanner); err == nil {
+		if ci, err := c.Info(ctx); err == nil {
+			ackFloor = ci.AckFloor.Stream
+		}
+	}
+	recorded := map[string]bool{}
+	removed := 0
+	for _, m := range old {
+		switch {
+		case m.stream == events.StreamEvents && m.seq > ackFloor:
+			continue // not planned yet
+		case m.stream != events.StreamEvents && purged[m.event]:
+			continue // gone with its rollout
+		}
+		if m.event != "" {
+			still, ok := recorded[m.event]
+			if !ok {
+				var err error
+				if _, still, err = Record(ctx, k.JS, m.event); err != nil {
+					return removed, err
+				}
+				recorded[m.event] = still
+			}
+			if still {
+				continue // a rollout's, kept or settled too recently
+			}
+		}
+		st, err := k.JS.Stream(ctx, m.stream)
+		if err == nil {
+			err = st.DeleteMsg(ctx, m.seq)
+		}
+		if err != nil && !isNoMessage(err) {
+			return removed, fmt.Errorf("keep: remove message %d of %s: %w", m.seq, m.stream, err)
+		}
+		removed++
+	}
+	return removed, nil
+}
+
+// isNoMessage reports a delete of a message that is gone already (another
+// replica's sweep removed it).
+func isNoMessage(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrMsgNotFound) || errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound || strings.Contains(apiErr.Description, "no message found"))
+}
+
+// controls removes the control records of events with no rollout record
+// whose last change is older than cutoff, except a pause: it holds its
+// event's plans until someone resumes it.
+func (k *Keeper) controls(ctx context.Context, records map[string]time.Time, cutoff time.Time) (int, error) {
+	kv, err := k.JS.KeyValue(ctx, events.BucketControl)
+	if err != nil {
+		return 0, fmt.Errorf("keep: kv %s: %w", events.BucketControl, err)
+	}
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return 0, fmt.Errorf("keep: kv %s: %w", events.BucketControl, err)
+	}
+	defer func() { _ = w.Stop() }()
+	var stale []string
+	for entry := range w.Updates() {
+		if entry == nil {
+			break
+		}
+		if _, ok := records[entry.Key()]; ok || !entry.Created().Before(cutoff) {
+			continue
+		}
+		if c, err := events.UnmarshalControl(entry.Value()); err == nil && c.State == events.StatePaused {
+			continue
+		}
+		stale = append(stale, entry.Key())
+	}
+	for _, key := range stale {
+		if _, still, err := Record(ctx, k.JS, key); err != nil || still {
+			continue // planned meanwhile
+		}
+		if err := purgeKey(ctx, kv, key); err != nil {
+			return 0, err
+		}
+	}
+	return len(stale), nil
+}
+
+// recordTimes lists the rollout records (without their VM lists) with when
+// each was written, from the bucket's metadata alone.
+func recordTimes(ctx context.Context, js jetstream.JetStream) (map[string]time.Time, error) {
+	kv, err := js.KeyValue(ctx, events.BucketRollouts)
+	if err != nil {
+		return nil, fmt.Errorf("keep: kv %s: %w", events.BucketRollouts, err)
+	}
+	w, err := kv.WatchFiltered(ctx, []string{events.RecordKeys}, jetstream.IgnoreDeletes(), jetstream.MetaOnly())
+	if err != nil {
+		return nil, fmt.Errorf("keep: kv %s: %w", events.BucketRollouts, err)
+	}
+	defer func() { _ = w.Stop() }()
+	out := map[string]time.Time{}
+	for entry := range w.Updates() {
+		if entry == nil {
+			break
+		}
+		out[entry.Key()] = entry.Created()
+	}
+	return out, nil
+}
+
+// oldMessages reads the headers of stream's messages stored before cutoff,
+// oldest first, with the event each belongs to: an event's own id, or the
+// event named by an outcome's or dead letter's subject.
+func oldMessages(ctx context.Context, js jetstream.JetStream, stream string, cutoff time.Time) ([]oldMsg, error) {
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{HeadersOnly: true, MaxResetAttempts: 1})
+	if err != nil {
+		return nil, fmt.Errorf("keep: read %s: %w", stream, err)
+	}
+	if info := cons.CachedInfo(); info == nil || info.NumPending == 0 {
+		return nil, nil
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(256))
+	if err != nil {
+		return nil, fmt.Errorf("keep: read %s: %w", stream, err)
+	}
+	defer it.Stop()
+	var out []oldMsg
+	for {
+		msg, err := it.Next(jetstream.NextMaxWait(5 * time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("keep: read %s after %d old messages: %w", stream, len(out), err)
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return nil, fmt.Errorf("keep: read %s: %w", stream, err)
+		}
+		if !md.Timestamp.Before(cutoff) {
+			return out, nil
+		}
+		out = append(out, oldMsg{stream: stream, seq: md.Sequence.Stream, event: eventOf(stream, msg)})
+		if md.NumPending == 0 {
+			return out, nil
+		}
+	}
+}
+
+// eventOf is the event a stored message belongs to, "" when none.
+func eventOf(stream string, msg jetstream.Msg) string {
+	if stream == events.StreamEvents {
+		return msg.Headers().Get(jetstream.MsgIDHeader)
+	}
+	subject := msg.Subject()
+	if stream == events.StreamDLQ && !strings.Contains(subject, ".plans.") && !strings.Contains(subject, ".held.") && !strings.Contains(subject, ".staged.") {
+		return "" // a dead event's subject names its kind, not its id
+	}
+	id, err := events.EventOfSubject(subject)
+	if err != nil {
+		return ""
+	}
+	return id
+}
+
+// report logs each rollout kept past the horizon once per keeper, and
+// tells the metrics what the sweep did.
+func (k *Keeper) report(sw Swept) {
+	if k.reported == nil {
+		k.reported = map[string]bool{}
+	}
+	for id, phase := range sw.Kept {
+		if !k.reported[id] {
+			k.reported[id] = true
+			k.log().Info("rollout kept past the replay horizon until it settles", "event", id, "phase", phase, "horizon", k.Horizon)
+		}
+	}
+	for id := range k.reported {
+		if _, ok := sw.Kept[id]; !ok {
+			delete(k.reported, id)
+		}
+	}
+	if sw.Messages > 0 {
+		k.log().Info("messages of no rollout aged out", "messages", sw.Messages, "horizon", k.Horizon)
+	}
+	if k.AgedOut != nil {
+		k.AgedOut("rollout", sw.Rollouts)
+		k.AgedOut("message", sw.Messages)
+		k.AgedOut("control", sw.Controls)
+	}
+	if k.Kept != nil {
+		k.Kept(len(sw.Kept))
+	}
+}
+
+func (k *Keeper) log() *slog.Logger {
+	if k.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return k.Log
+}

@@ -1,0 +1,167 @@
+package rollout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"kvlive/events"
+	"kvlive/internal/testenv"
+)
+
+// keepFixture is a bus holding rollouts in every phase a keeper must tell
+// apart, each with its event in the events stream.
+func keepFixture(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	ctx := context.Background()
+	js := testenv.JetStream(t)
+	kv, err := js.KeyValue(ctx, events.BucketRollouts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := func(id string, planned int) {
+		list := "l" + id
+		vms := make([]events.PlannedVM, planned)
+		for i := range vms {
+			vms[i] = events.PlannedVM{VMRef: vmRef(id + "-" + string(rune('a'+i)))}
+		}
+		if _, err := kv.Put(ctx, events.VMListKey(id, list, 0), mustJSON(t, vms)); err != nil {
+			t.Fatal(err)
+		}
+		rec, _ := events.MarshalRollout(events.Rollout{EventID: id, Planned: planned, PlannedAt: time.Now(), VMList: list, VMChunks: 1})
+		if _, err := kv.Put(ctx, events.RolloutKey(id), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outcome := func(id, uid string) {
+		o := events.Outcome{EventID: id, VM: vmRef(uid), Attempt: 1, Result: events.ResultLive, FinishedAt: time.Now()}
+		body, _ := events.Encode(events.TypeOutcome, events.OutcomeID(id, uid, 1), "test", "", time.Now(), &o)
+		if _, err := js.PublishMsg(ctx, events.NewMsg(events.OutcomeSubject("ns", id), events.OutcomeID(id, uid, 1), events.TypeOutcome, body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The events, in stream order; all but the last acked by the planner.
+	for _, id := range []string{"complete", "paused", "running", "forged", "unplanned"} {
+		if _, err := js.PublishMsg(ctx, events.NewMsg(events.SwitchSubject(), id, events.TypeSwitchRequested, []byte("{}"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := js.Consumer(ctx, events.StreamEvents, events.ConsumerPlanner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := c.FetchNoWait(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record("complete", 2)
+	outcome("complete", "complete-a")
+	outcome("complete", "complete-b")
+	record("paused", 2)
+	outcome("paused", "paused-a")
+	record("running", 2)
+	outcome("running", "running-a")
+	if _, err := js.PublishMsg(ctx, planMsg(t, events.PlanSubject("ns", "running"), "running-b")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(ctx, planMsg(t, events.HeldSubject("ns", "paused"), "paused-b")); err != nil {
+		t.Fatal(err)
+	}
+	store, err := Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []struct {
+		id     string
+		action events.ControlAction
+	}{{"paused", events.ActionPause}, {"aborted-ahead", events.ActionAbort}, {"paused-ahead", events.ActionPause}} {
+		if _, _, err := store.Apply(ctx, s.id, s.action, "", "test", time.Now(), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return js
+}
+
+// TestKeeperAgesOutOnlyWhatNoRolloutNeeds: a horizon after everything
+// happened, the settled rollout's records go, and so do the acked event
+// of no rollout and the abort of an event never planned; the paused and
+// the running rollout keep every record, and so do the event the planner
+// has not acked and the pause of an event to come.
+func TestKeeperAgesOutOnlyWhatNoRolloutNeeds(t *testing.T) {
+	ctx := context.Background()
+	js := keepFixture(t)
+	const horizon = time.Hour
+	k := &Keeper{JS: js, Horizon: horizon, Now: func() time.Time { return time.Now().Add(horizon / 2) }}
+	if sw, err := k.Sweep(ctx); err != nil || sw.Rollouts+sw.Messages+sw.Controls != 0 || len(sw.Kept) != 0 {
+		t.Fatalf("within the horizon: %+v %v, want nothing touched", sw, err)
+	}
+	k.Now = func() time.Time { return time.Now().Add(2 * horizon) }
+	sw, err := k.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sw.Rollouts != 1 || sw.Messages != 2 || sw.Controls != 1 {
+		t.Errorf("swept %+v, want 1 rollout, 2 messages (its event, the forged one), 1 control record", sw)
+	}
+	if sw.Kept["paused"] != PhasePaused || sw.Kept["running"] != PhaseRunning || len(sw.Kept) != 2 {
+		t.Errorf("kept %v, want paused and running", sw.Kept)
+	}
+	if _, err := AccountOf(ctx, js, "complete"); !errors.Is(err, ErrNoRollout) {
+		t.Errorf("the settled rollout: %v, want it aged out", err)
+	}
+	for _, id := range []string{"paused", "running"} {
+		a, err := AccountOf(ctx, js, id)
+		if err != nil || len(a.Latest) != 1 || a.Held+a.InFlight != 1 {
+			t.Errorf("%s: %+v %v, want its outcome and its plan kept", id, a, err)
+		}
+		if vms, ok, err := PlannedVMs(ctx, js, a.Record); !ok || err != nil || len(vms) != 2 {
+			t.Errorf("%s: VM list %v %v %v, want it kept", id, vms, ok, err)
+		}
+	}
+	if n, _ := CountSubjects(ctx, js, events.StreamOutcomes, events.OutcomesOf("complete", "")); n != 0 {
+		t.Errorf("%d outcomes of the settled rollout left", n)
+	}
+	if left := eventIDsIn(t, js); len(left) != 3 || left[0] != "paused" || left[1] != "running" || left[2] != "unplanned" {
+		t.Errorf("events left %v, want paused, running, unplanned", left)
+	}
+	store, _ := Open(ctx, js)
+	for id, want := range map[string]bool{"aborted-ahead": false, "paused-ahead": true, "paused": true} {
+		if _, rev, err := store.Get(ctx, id); err != nil || (rev > 0) != want {
+			t.Errorf("control record of %s: revision %d %v, want kept %v", id, rev, err, want)
+		}
+	}
+	if sw, err := k.Sweep(ctx); err != nil || sw.Rollouts+sw.Messages+sw.Controls != 0 {
+		t.Errorf("a second sweep: %+v %v, want nothing more removed", sw, err)
+	}
+}
+
+// eventIDsIn lists the ids of the events stream's messages, in order.
+func eventIDsIn(t *testing.T, js jetstream.JetStream) []string {
+	t.Helper()
+	var ids []string
+	err := scanSubject(context.Background(), js, events.StreamEvents, ">", func(m jetstream.Msg) {
+		ids = append(ids, m.Headers().Get(jetstream.MsgIDHeader))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
