@@ -81,8 +81,10 @@ type Applier struct {
 	// unobserved rather than holding memory for a huge rollout.
 	observers chan struct{}
 	observing sync.WaitGroup
-	// watch is every rollout's pause/abort state, kept current by Run.
-	watch *rollout.Watch
+	// watch is every rollout's pause/abort state, kept current by Run;
+	// control reads a record afresh where the watch may lag.
+	watch   *rollout.Watch
+	control *rollout.Store
 	// held is the stream paused rollouts' plans are parked in.
 	held jetstream.Stream
 	// leftPause queues the events whose held plans are to be released.
@@ -165,6 +167,7 @@ func (a *Applier) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("applier: %w", err)
 	}
+	a.control = store
 	// Events whose rollout left a pause; "" first: a sweep of whatever a
 	// rollout resumed while no applier ran left held.
 	a.leftPause = make(chan string, 64)
@@ -265,6 +268,9 @@ func (a *Applier) checkPlanned(ctx context.Context, plan events.Plan) (knownRoll
 	if err != nil {
 		return r, err
 	}
+	if err := a.checkOpen(ctx, plan.EventID); err != nil {
+		return r, err
+	}
 	if r.object != plan.Target.Object {
 		return r, fmt.Errorf("%w: event %s rolls %s out, the plan targets %s", errNotPlanned, plan.EventID, r.object, plan.Target.Object)
 	}
@@ -279,6 +285,24 @@ func (a *Applier) checkPlanned(ctx context.Context, plan events.Plan) (knownRoll
 		return r, fmt.Errorf("%w: rollout %s planned VM %s in batch %d, the plan says batch %d", errNotPlanned, plan.EventID, plan.VM, batch+1, plan.Batch+1)
 	}
 	return r, nil
+}
+
+// checkOpen refuses a plan of a rollout that has settled: the planner
+// sends none after that. The watch may not have seen a reopening (dlq
+// retry) yet, so a settled record is read again before a plan is refused.
+func (a *Applier) checkOpen(ctx context.Context, eventID string) error {
+	if a.watch == nil || a.watch.Of(eventID).Settled.IsZero() {
+		return nil
+	}
+	c, _, err := a.control.Get(ctx, eventID)
+	switch {
+	case err != nil:
+		return err
+	case c.Settled.IsZero():
+		return nil
+	}
+	return fmt.Errorf("%w: rollout %s settled at %s, and the planner sends no plan after that (kvlive dlq retry of this plan reopens the rollout)",
+		errNotPlanned, eventID, c.Settled.Format(time.RFC3339))
 }
 
 // knownRollout is what eventID's rollout record says, read once.

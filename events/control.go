@@ -42,6 +42,13 @@ type Control struct {
 	// retried once is not offered to another retry of this rollout (retry
 	// the retry for those that failed again).
 	Retries []Retry `json:"retries,omitempty"`
+	// Settled is when kvlive found the rollout settled: every planned VM
+	// has an outcome or a dead letter and no plan is left. A plan of it
+	// arriving after is no plan the planner sent (forged, or a stale
+	// copy) and moves nothing, unless `kvlive dlq retry` reopened the
+	// rollout (Reopened) to send a dead plan back.
+	Settled  time.Time `json:"settled,omitzero"`
+	Reopened time.Time `json:"reopened,omitzero"`
 }
 
 // Retry is one rollout retry: the retry event and the VMs (UIDs) it took.

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
+	"kvlive/internal/rollout"
 )
 
 // Letter is one dead-lettered message.
@@ -99,6 +100,9 @@ func (s Store) Retry(ctx context.Context, seq uint64) error {
 			l.Headers.Get(events.HeaderDeadSequence), l.Headers.Get(events.HeaderDeadStream))
 	}
 	to := events.RetrySubject(l.Subject)
+	if err := s.reopen(ctx, to); err != nil {
+		return fmt.Errorf("dlq: retry %d: %w", seq, err)
+	}
 	msg := nats.NewMsg(to)
 	msg.Data = l.Data
 	for k, vs := range l.Headers {
@@ -113,6 +117,23 @@ func (s Store) Retry(ctx context.Context, seq uint64) error {
 		return fmt.Errorf("dlq: retry %d to %s: %w", seq, to, err)
 	}
 	return s.Purge(ctx, seq)
+}
+
+// reopen lets a plan sent back to subject through although its rollout
+// settled (rollout.Store.Reopen): the operator asked for it.
+func (s Store) reopen(ctx context.Context, subject string) error {
+	if !strings.HasPrefix(subject, events.PlansOf("")[:len(events.PlansOf(""))-1]) {
+		return nil
+	}
+	eventID, err := events.EventOfSubject(subject)
+	if err != nil {
+		return nil // no event of kvlive's: the applier dead-letters it again
+	}
+	store, err := rollout.Open(ctx, s.JetStream)
+	if err != nil {
+		return err
+	}
+	return store.Reopen(ctx, eventID, time.Now())
 }
 
 // PurgeAll removes every dead letter and returns how many there were.

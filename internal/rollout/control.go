@@ -176,6 +176,32 @@ func (s *Store) PassGate(ctx context.Context, eventID string, batch int, gate st
 	return passed, err
 }
 
+// MarkSettled records that the rollout settled at now, unless the record
+// moved on since seen was read (a step, a reopening) or says so already:
+// the caller found the rollout settled on seen. It returns whether this
+// call marked it.
+func (s *Store) MarkSettled(ctx context.Context, eventID string, seen events.Control, now time.Time) (bool, error) {
+	_, marked, err := s.Update(ctx, eventID, false, func(c *events.Control) (bool, error) {
+		if !c.Settled.IsZero() || !sameStep(*c, seen) || !c.Reopened.Equal(seen.Reopened) {
+			return false, nil
+		}
+		c.Settled = now.UTC()
+		return true, nil
+	})
+	return marked, err
+}
+
+// Reopen lets plans of a settled rollout through again, before `kvlive
+// dlq retry` sends one back; a keeper deciding meanwhile that the
+// rollout settled does not mark it (MarkSettled sees the reopening).
+func (s *Store) Reopen(ctx context.Context, eventID string, now time.Time) error {
+	_, _, err := s.Update(ctx, eventID, false, func(c *events.Control) (bool, error) {
+		c.Settled, c.Reopened = time.Time{}, now.UTC()
+		return true, nil
+	})
+	return err
+}
+
 // ErrRetried is a retry of VMs another retry of the rollout took already.
 var ErrRetried = errors.New("retried already")
 
@@ -275,8 +301,10 @@ func (s *Store) StartWatch(ctx context.Context, changed func(eventID string, st 
 		st := State{Control: c, Revision: entry.Revision()}
 		w.mu.Lock()
 		// Running is what an event without a record is: keep only the
-		// others, so the map grows with pauses and aborts, not events.
-		if c.State == events.StateRunning {
+		// others and settled rollouts, so the map grows with pauses,
+		// aborts and the rollouts of the replay horizon, not with every
+		// event being planned.
+		if c.State == events.StateRunning && c.Settled.IsZero() {
 			delete(w.states, id)
 		} else {
 			w.states[id] = st

@@ -49,6 +49,8 @@ type Keeper struct {
 
 // Swept is what one sweep did.
 type Swept struct {
+	// Settled are the rollouts this sweep marked settled (Store.MarkSettled).
+	Settled int
 	// Rollouts are the settled rollouts whose records aged out; Messages
 	// the messages of no rollout removed; Controls the control records
 	// of events never planned removed.
@@ -59,17 +61,18 @@ type Swept struct {
 }
 
 // KeepEvery is how often a keeper sweeps for horizon: a quarter of it, at
-// most a minute, at least a second.
+// most a minute, at least a second; a minute when there is no horizon.
 func KeepEvery(horizon time.Duration) time.Duration {
+	if horizon <= 0 {
+		return time.Minute
+	}
 	return min(max(horizon/4, time.Second), time.Minute)
 }
 
 // Run sweeps every KeepEvery(Horizon) until ctx ends; a failed sweep is
-// logged and tried again at the next. A zero horizon keeps everything.
+// logged and tried again at the next. A zero horizon keeps everything
+// (the sweeps only mark settled rollouts).
 func (k *Keeper) Run(ctx context.Context) {
-	if k.Horizon <= 0 {
-		return
-	}
 	tick := time.NewTicker(KeepEvery(k.Horizon))
 	defer tick.Stop()
 	for {
@@ -100,6 +103,20 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 	if k.Now != nil {
 		now = k.Now()
 	}
+	records, err := recordTimes(ctx, k.JS)
+	if err != nil {
+		return sw, err
+	}
+	controls, err := k.controlRecords(ctx)
+	if err != nil {
+		return sw, err
+	}
+	if sw.Settled, err = k.settle(ctx, records, controls, now); err != nil {
+		return sw, err
+	}
+	if k.Horizon <= 0 {
+		return sw, nil
+	}
 	cutoff := now.Add(-k.Horizon)
 	// Old messages first, then the records: a rollout recorded meanwhile
 	// is seen, so its messages are never taken for a rollout's of none.
@@ -111,8 +128,8 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 		}
 		old = append(old, msgs...)
 	}
-	records, err := recordTimes(ctx, k.JS)
-	if err != nil {
+	// Then the records again: a rollout recorded meanwhile is seen.
+	if records, err = recordTimes(ctx, k.JS); err != nil {
 		return sw, err
 	}
 	purged := map[string]bool{} // rollouts whose outcomes and dead letters went
@@ -134,11 +151,83 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 	if sw.Messages, err = k.orphans(ctx, old, purged); err != nil {
 		return sw, err
 	}
-	if sw.Controls, err = k.controls(ctx, records, cutoff); err != nil {
+	if sw.Controls, err = k.controls(ctx, records, controls, cutoff); err != nil {
 		return sw, err
 	}
 	k.report(sw)
 	return sw, nil
+}
+
+// settle marks the rollouts that have settled as such, once nothing has
+// happened to them (nor were they reopened) for KeepEvery(Horizon): the
+// applier then moves no VM for a plan of theirs.
+func (k *Keeper) settle(ctx context.Context, records map[string]time.Time, controls map[string]controlEntry, now time.Time) (int, error) {
+	grace := KeepEvery(k.Horizon)
+	store, err := Open(ctx, k.JS)
+	if err != nil {
+		return 0, err
+	}
+	marked := 0
+	for id := range records {
+		if c, ok := controls[id]; ok && !c.Settled.IsZero() {
+			continue
+		}
+		a, err := AccountOf(ctx, k.JS, id)
+		if errors.Is(err, ErrNoRollout) {
+			continue
+		}
+		if err != nil {
+			return marked, fmt.Errorf("keep: account of %s: %w", id, err)
+		}
+		if !a.Done() || now.Sub(a.Control.Reopened) < grace {
+			continue
+		}
+		last, err := lastActivity(ctx, k.JS, a)
+		if err != nil {
+			return marked, err
+		}
+		if now.Sub(last) < grace {
+			continue
+		}
+		ok, err := store.MarkSettled(ctx, id, a.Control, now)
+		if err != nil {
+			return marked, err
+		}
+		if ok {
+			marked++
+			k.log().Info("rollout settled: plans of it no longer move VMs", "event", id, "phase", a.Phase)
+		}
+	}
+	return marked, nil
+}
+
+// controlEntry is a control record with when it last changed.
+type controlEntry struct {
+	events.Control
+	changed time.Time
+	ok      bool // false: unreadable
+}
+
+// controlRecords reads every control record.
+func (k *Keeper) controlRecords(ctx context.Context) (map[string]controlEntry, error) {
+	kv, err := k.JS.KeyValue(ctx, events.BucketControl)
+	if err != nil {
+		return nil, fmt.Errorf("keep: kv %s: %w", events.BucketControl, err)
+	}
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("keep: kv %s: %w", events.BucketControl, err)
+	}
+	defer func() { _ = w.Stop() }()
+	out := map[string]controlEntry{}
+	for entry := range w.Updates() {
+		if entry == nil {
+			break
+		}
+		c, err := events.UnmarshalControl(entry.Value())
+		out[entry.Key()] = controlEntry{Control: c, changed: entry.Created(), ok: err == nil}
+	}
+	return out, nil
 }
 
 // ageOut removes the records of rollout id if it has settled and nothing
@@ -311,38 +400,25 @@ func isNoMessage(err error) bool {
 // controls removes the control records of events with no rollout record
 // whose last change is older than cutoff, except a pause: it holds its
 // event's plans until someone resumes it.
-func (k *Keeper) controls(ctx context.Context, records map[string]time.Time, cutoff time.Time) (int, error) {
+func (k *Keeper) controls(ctx context.Context, records map[string]time.Time, controls map[string]controlEntry, cutoff time.Time) (int, error) {
 	kv, err := k.JS.KeyValue(ctx, events.BucketControl)
 	if err != nil {
 		return 0, fmt.Errorf("keep: kv %s: %w", events.BucketControl, err)
 	}
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return 0, fmt.Errorf("keep: kv %s: %w", events.BucketControl, err)
-	}
-	defer func() { _ = w.Stop() }()
-	var stale []string
-	for entry := range w.Updates() {
-		if entry == nil {
-			break
-		}
-		if _, ok := records[entry.Key()]; ok || !entry.Created().Before(cutoff) {
+	removed := 0
+	for key, c := range controls {
+		if _, ok := records[key]; ok || !c.changed.Before(cutoff) || (c.ok && c.State == events.StatePaused) {
 			continue
 		}
-		if c, err := events.UnmarshalControl(entry.Value()); err == nil && c.State == events.StatePaused {
-			continue
-		}
-		stale = append(stale, entry.Key())
-	}
-	for _, key := range stale {
 		if _, still, err := Record(ctx, k.JS, key); err != nil || still {
 			continue // planned meanwhile
 		}
 		if err := purgeKey(ctx, kv, key); err != nil {
-			return 0, err
+			return removed, err
 		}
+		removed++
 	}
-	return len(stale), nil
+	return removed, nil
 }
 
 // recordTimes lists the rollout records (without their VM lists) with when

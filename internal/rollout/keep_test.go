@@ -101,8 +101,8 @@ func TestKeeperAgesOutOnlyWhatNoRolloutNeeds(t *testing.T) {
 	js := keepFixture(t)
 	const horizon = time.Hour
 	k := &Keeper{JS: js, Horizon: horizon, Now: func() time.Time { return time.Now().Add(horizon / 2) }}
-	if sw, err := k.Sweep(ctx); err != nil || sw.Rollouts+sw.Messages+sw.Controls != 0 || len(sw.Kept) != 0 {
-		t.Fatalf("within the horizon: %+v %v, want nothing touched", sw, err)
+	if sw, err := k.Sweep(ctx); err != nil || sw.Rollouts+sw.Messages+sw.Controls != 0 || len(sw.Kept) != 0 || sw.Settled != 1 {
+		t.Fatalf("within the horizon: %+v %v, want nothing touched, the complete rollout marked settled", sw, err)
 	}
 	k.Now = func() time.Time { return time.Now().Add(2 * horizon) }
 	sw, err := k.Sweep(ctx)
@@ -141,6 +141,53 @@ func TestKeeperAgesOutOnlyWhatNoRolloutNeeds(t *testing.T) {
 	}
 	if sw, err := k.Sweep(ctx); err != nil || sw.Rollouts+sw.Messages+sw.Controls != 0 {
 		t.Errorf("a second sweep: %+v %v, want nothing more removed", sw, err)
+	}
+}
+
+// TestKeeperMarksSettledRolloutsOnce: a sweep marks the settled rollout,
+// and only it, once nothing has happened to it for a sweep's period; a
+// rollout reopened (by dlq retry) is not marked again within that period,
+// whatever it looked like before.
+func TestKeeperMarksSettledRolloutsOnce(t *testing.T) {
+	ctx := context.Background()
+	js := keepFixture(t)
+	store, err := Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &Keeper{JS: js, Horizon: time.Hour}
+	if sw, err := k.Sweep(ctx); err != nil || sw.Settled != 0 {
+		t.Fatalf("right after the last outcome: %+v %v, want nothing marked yet", sw, err)
+	}
+	later := time.Now().Add(2 * KeepEvery(time.Hour))
+	k.Now = func() time.Time { return later }
+	if sw, err := k.Sweep(ctx); err != nil || sw.Settled != 1 {
+		t.Fatalf("a period later: %+v %v, want the complete rollout marked", sw, err)
+	}
+	for id, want := range map[string]bool{"complete": true, "paused": false, "running": false} {
+		if c, _, err := store.Get(ctx, id); err != nil || c.Settled.IsZero() == want {
+			t.Errorf("%s: settled %v (%v), want marked %v", id, c.Settled, err, want)
+		}
+	}
+	if sw, err := k.Sweep(ctx); err != nil || sw.Settled != 0 {
+		t.Errorf("a second sweep: %+v %v, want nothing marked again", sw, err)
+	}
+	if err := store.Reopen(ctx, "complete", later); err != nil {
+		t.Fatal(err)
+	}
+	if sw, err := k.Sweep(ctx); err != nil || sw.Settled != 0 {
+		t.Errorf("right after a reopening: %+v %v, want it left open", sw, err)
+	}
+	if c, _, _ := store.Get(ctx, "complete"); !c.Settled.IsZero() {
+		t.Errorf("reopened rollout marked settled at %v", c.Settled)
+	}
+	// A keeper that decided on the record before a reopening marks nothing.
+	seen, _, _ := store.Get(ctx, "running")
+	if err := store.Reopen(ctx, "running", later); err != nil {
+		t.Fatal(err)
+	}
+	if marked, err := store.MarkSettled(ctx, "running", seen, later); err != nil || marked {
+		t.Errorf("marked on a record reopened since: %v %v", marked, err)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"kvlive/cmd/kvlive/pipeline"
 	"kvlive/events"
+	"kvlive/internal/inspect"
 	"kvlive/internal/rollout"
 	"kvlive/internal/testenv"
 )
@@ -257,4 +258,81 @@ func countOf(t *testing.T, js jetstream.JetStream, stream, filter string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestAPlanAfterTheRolloutSettledMovesNothing: once a rollout has settled,
+// a plan under its id for a VM it moved (published by whoever can reach
+// the plans subjects) is dead-lettered and writes nothing, even where the
+// VM has been set back since; `kvlive dlq retry` of that plan reopens the
+// rollout and moves the VM, as the operator asked.
+func TestAPlanAfterTheRolloutSettledMovesNothing(t *testing.T) {
+	clients, js, w := start(t)
+	ctx := context.Background()
+	vms := clients.Virt.KubevirtV1().VirtualMachines("ns-0")
+	before, err := vms.Get(ctx, "vm-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
+	u1, _ := its.Get(ctx, "u1", metav1.GetOptions{})
+	u1.Spec.CPU.Guest, u1.Generation = 3, 2
+	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventID := events.EventID(events.KindClusterInstancetype, "uid-u1", 2)
+	follow(t, js, eventID)
+	testenv.Eventually(t, time.Minute, "the rollout complete", func() bool {
+		a, err := rollout.AccountOf(ctx, js, eventID)
+		return err == nil && a.Phase == rollout.PhaseComplete
+	})
+	k := &rollout.Keeper{JS: js, Now: func() time.Time { return time.Now().Add(2 * rollout.KeepEvery(0)) }}
+	store, err := rollout.Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	watch, err := store.StartWatch(wctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sw, err := k.Sweep(ctx); err != nil || sw.Settled != 1 {
+		t.Fatalf("sweep: %+v %v, want the rollout marked settled", sw, err)
+	}
+	// The mark reaches every control watch (the applier's too) at once.
+	testenv.Eventually(t, time.Minute, "the mark in a control watch", func() bool { return !watch.Of(eventID).Settled.IsZero() })
+	// Someone sets vm-00's pin back, then forges its plan again.
+	vm, _ := vms.Get(ctx, "vm-00", metav1.GetOptions{})
+	vm.Status.InstancetypeRef = before.Status.InstancetypeRef
+	if _, err := vms.UpdateStatus(ctx, vm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	plan := events.Plan{EventID: eventID, VM: events.VMRef{Namespace: "ns-0", Name: "vm-00", UID: "uid-vm-00"}, Action: events.ResultLive,
+		Target: events.Target{Move: events.MoveRepin, Object: events.Ref{Kind: events.KindClusterInstancetype, Name: "u1"}, UID: "uid-u1", Generation: 2}}
+	id := events.PlanID(eventID, "uid-vm-00") + "/forged"
+	body, err := events.Encode(events.TypePlan, id, "forger", "", time.Now(), &plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(ctx, events.NewMsg(events.PlanSubject("ns-0", eventID), id, events.TypePlan, body)); err != nil {
+		t.Fatal(err)
+	}
+	dlq := inspect.Store{JetStream: js}
+	var dead []inspect.Letter
+	testenv.Eventually(t, time.Minute, "the forged plan dead-lettered, or vm-00 written again", func() bool {
+		dead, _ = dlq.List(ctx)
+		return len(dead) > 0 || w.get("ns-0/vm-00") > 1
+	})
+	if n := w.get("ns-0/vm-00"); n != 1 || len(dead) != 1 || !strings.Contains(dead[0].Reason, "settled") {
+		t.Fatalf("vm-00 patched %d times, dead letters %+v; want it patched once (by the rollout) and the plan dead-lettered as after the rollout settled", n, dead)
+	}
+	if err := dlq.Retry(ctx, dead[0].Seq); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "vm-00 moved by the retried plan", func() bool {
+		if dead, _ := dlq.List(ctx); len(dead) > 0 {
+			t.Fatalf("the retried plan dead-lettered again: %s", dead[0].Reason)
+		}
+		return w.get("ns-0/vm-00") == 2
+	})
 }
