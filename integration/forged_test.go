@@ -4,11 +4,14 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kvlive/events"
 	"kvlive/internal/rollout"
@@ -83,3 +86,49 @@ func (e *env) publish(subject, id, typ string, p events.Payload) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestAPlanAfterTheRolloutSettledIsDeadLettered: a plan published under a
+// real event id for a VM its rollout moved, once the rollout has settled,
+// is one dead letter and writes nothing (the audit log), though the VM's
+// pin was set back meanwhile so that a write would move it.
+func TestAPlanAfterTheRolloutSettledIsDeadLettered(t *testing.T) {
+	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itMedium: 6}})
+	e.runKvlive("all stages, a one-minute horizon", "--max-age", "1m")
+	e.waitGenerations()
+
+	s := e.shapes[0]
+	vms := e.clients.Virt.KubevirtV1().VirtualMachines(s.namespace)
+	before, err := vms.Get(e.ctx, s.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, eventID := e.editInstancetype(itMedium, 3, "6Gi")
+	e.checkRollout(e.follow(eventID), rolloutWant{eventID: eventID, shapes: e.selectShapes(onInstancetype(itMedium)), action: vmShape.expected, revision: revisionOf(it), clean: true})
+	store, err := rollout.Open(e.ctx, e.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("the rollout marked settled", 2*time.Minute, func() (bool, string) {
+		c, _, err := store.Get(e.ctx, eventID)
+		return err == nil && !c.Settled.IsZero(), fmt.Sprintf("%+v %v", c, err)
+	})
+
+	vm, err := vms.Get(e.ctx, s.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm.Status.InstancetypeRef = before.Status.InstancetypeRef
+	if _, err := vms.UpdateStatus(e.ctx, vm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	plan := events.Plan{EventID: eventID, VM: events.VMRef{Namespace: s.namespace, Name: s.name, UID: e.uids[s.key()]}, Action: s.expected(),
+		Target: events.Target{Move: events.MoveRepin, Object: events.Ref{Kind: events.KindClusterInstancetype, Name: itMedium}, UID: string(it.UID), Generation: it.Generation}}
+	e.publish(events.PlanSubject(s.namespace, eventID), events.PlanID(eventID, plan.VM.UID)+"/late", events.TypePlan, &plan)
+	dead := e.deadLetters(1)
+	if reason := dead[0].Header.Get(events.HeaderDeadReason); !strings.Contains(reason, "settled at") {
+		t.Errorf("dead letter says %q, want the rollout settled", reason)
+	}
+	if w := e.kvliveWrites()[s.key()]; w.applied() != 1 {
+		t.Errorf("kvlive patched %s %d times (%+v), want once, by the rollout", s.key(), w.applied(), w)
+	}
+}
