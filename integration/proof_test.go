@@ -156,28 +156,34 @@ func (e *env) checkBatchOrder(batchOf map[string]int) {
 	report(e.t, "batches written out of order (audit log)", problems)
 }
 
-// checkCountsMatchAudit asserts that rollout status and the outcomes count
-// what the audit log shows: a VM recorded as written for each VM written,
-// and the switched VMs recorded as skipped, naming what they reference.
+// checkCountsMatchAudit asserts that rollout status counts what the audit
+// log shows: as many VMs moved (live, restart, next-boot) as kvlive wrote,
+// and the switched VMs skipped, naming what they reference. Each VM
+// written has an outcome saying kvlive moved it: written by this delivery,
+// or found at its target, moved by an earlier attempt (one whose replica
+// was killed before its outcome was stored).
 func (e *env) checkCountsMatchAudit(st rollout.Account, p rollout.Progress, outs map[string][]events.Outcome, switched []vmShape) {
 	e.t.Helper()
+	writes := e.kvliveWrites()
 	written := 0
-	for _, w := range e.kvliveWrites() {
-		written += min(w.applied(), 1)
-	}
-	recorded := 0
-	for _, o := range p.Outcomes {
-		if o.Wrote {
-			recorded++
+	for key, w := range writes {
+		if w.applied() == 0 {
+			continue
+		}
+		written++
+		o, ok := p.Outcomes[e.uids[key]]
+		if !ok || (!o.Wrote && !strings.Contains(o.Reason, "an earlier attempt moved it")) {
+			e.t.Errorf("%s: written (audit log), its outcome %+v does not say kvlive moved it", key, o)
 		}
 	}
+	moved := st.Outcomes[events.ResultLive] + st.Outcomes[events.ResultRestart] + st.Outcomes[events.ResultNextBoot]
 	total := 0
 	for _, n := range st.Outcomes {
 		total += n
 	}
-	if recorded != written || total != st.Planned || st.Planned != len(p.Outcomes) {
-		e.t.Errorf("status counts %v of %d planned, %d outcomes say written; the audit log shows %d VMs written",
-			st.Outcomes, st.Planned, recorded, written)
+	if moved != written || total != st.Planned || st.Outcomes[events.ResultSkip] != len(switched) {
+		e.t.Errorf("status counts %v of %d planned (%d moved); the audit log shows %d VMs written, %d switched away",
+			st.Outcomes, st.Planned, moved, written, len(switched))
 	}
 	for _, s := range switched {
 		o := outs[e.uids[s.key()]]
