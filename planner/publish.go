@@ -3,8 +3,10 @@ package planner
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
@@ -188,9 +190,31 @@ func (p *Planner) recordRollout(ctx context.Context, w work, plans []events.Plan
 	if err != nil || created {
 		return plans, err
 	}
+	if settled, err := p.settledAt(ctx, w.eventID); err != nil || !settled.IsZero() {
+		if err == nil {
+			trace.SpanFromContext(ctx).AddEvent("planned before and settled: nothing to publish again")
+			p.cfg.Log.Info("event planned before and its rollout settled; nothing to publish again", "event", w.eventID, "settled", settled)
+		}
+		return nil, err
+	}
 	trace.SpanFromContext(ctx).AddEvent("planned before: publishing the recorded plans", trace.WithAttributes(attribute.String("kvlive.planned_at", stood.PlannedAt.String())))
 	p.cfg.Log.Info("event planned before, publishing its recorded plans again", "event", w.eventID, "plannedAt", stood.PlannedAt)
 	return p.asRecorded(ctx, w, stood, plans)
+}
+
+// settledAt is when eventID's rollout was marked settled (zero while it
+// is not): the applier refuses its plans then, so a redelivered event
+// publishes none.
+func (p *Planner) settledAt(ctx context.Context, eventID string) (time.Time, error) {
+	store, err := rollout.Open(ctx, p.cfg.JetStream)
+	if err != nil {
+		return time.Time{}, err
+	}
+	c, _, err := store.Get(ctx, eventID)
+	if errors.Is(err, rollout.ErrUnreadable) {
+		return time.Time{}, nil // the applier says what it makes of the plans
+	}
+	return c.Settled, err
 }
 
 // asRecorded turns plans, made now, into the plans of the VMs rec lists,

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	"kvlive/cmd/kvlive/pipeline"
 	"kvlive/events"
 	"kvlive/internal/inspect"
+	"kvlive/internal/kube"
 	"kvlive/internal/rollout"
 	"kvlive/internal/testenv"
 )
@@ -260,19 +262,12 @@ func countOf(t *testing.T, js jetstream.JetStream, stream, filter string) int {
 	return n
 }
 
-// TestAPlanAfterTheRolloutSettledMovesNothing: once a rollout has settled,
-// a plan under its id for a VM it moved (published by whoever can reach
-// the plans subjects) is dead-lettered and writes nothing, even where the
-// VM has been set back since; `kvlive dlq retry` of that plan reopens the
-// rollout and moves the VM, as the operator asked.
-func TestAPlanAfterTheRolloutSettledMovesNothing(t *testing.T) {
-	clients, js, w := start(t)
+// settledEdit edits u1, waits until its rollout is complete, and has a
+// keeper mark it settled, as a sweep a period later does; it returns the
+// event id once every control watch (the applier's too) sees the mark.
+func settledEdit(t *testing.T, clients kube.Clients, js jetstream.JetStream) string {
+	t.Helper()
 	ctx := context.Background()
-	vms := clients.Virt.KubevirtV1().VirtualMachines("ns-0")
-	before, err := vms.Get(ctx, "vm-00", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
 	u1, _ := its.Get(ctx, "u1", metav1.GetOptions{})
 	u1.Spec.CPU.Guest, u1.Generation = 3, 2
@@ -299,8 +294,24 @@ func TestAPlanAfterTheRolloutSettledMovesNothing(t *testing.T) {
 	if sw, err := k.Sweep(ctx); err != nil || sw.Settled != 1 {
 		t.Fatalf("sweep: %+v %v, want the rollout marked settled", sw, err)
 	}
-	// The mark reaches every control watch (the applier's too) at once.
 	testenv.Eventually(t, time.Minute, "the mark in a control watch", func() bool { return !watch.Of(eventID).Settled.IsZero() })
+	return eventID
+}
+
+// TestAPlanAfterTheRolloutSettledMovesNothing: once a rollout has settled,
+// a plan under its id for a VM it moved (published by whoever can reach
+// the plans subjects) is dead-lettered and writes nothing, even where the
+// VM has been set back since; `kvlive dlq retry` of that plan reopens the
+// rollout and moves the VM, as the operator asked.
+func TestAPlanAfterTheRolloutSettledMovesNothing(t *testing.T) {
+	clients, js, w := start(t)
+	ctx := context.Background()
+	vms := clients.Virt.KubevirtV1().VirtualMachines("ns-0")
+	before, err := vms.Get(ctx, "vm-00", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventID := settledEdit(t, clients, js)
 	// Someone sets vm-00's pin back, then forges its plan again.
 	vm, _ := vms.Get(ctx, "vm-00", metav1.GetOptions{})
 	vm.Status.InstancetypeRef = before.Status.InstancetypeRef
@@ -335,4 +346,38 @@ func TestAPlanAfterTheRolloutSettledMovesNothing(t *testing.T) {
 		}
 		return w.get("ns-0/vm-00") == 2
 	})
+}
+
+// TestARedeliveredEventOfASettledRolloutPublishesNothing: an event stored
+// again after its rollout settled (a publish retried past the duplicate
+// window, a lost ack) publishes no plan: none would move a VM, and each
+// would be a dead letter.
+func TestARedeliveredEventOfASettledRolloutPublishesNothing(t *testing.T) {
+	clients, js, w := start(t)
+	ctx := context.Background()
+	eventID := settledEdit(t, clients, js)
+	s, err := js.Stream(ctx, events.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig, err := s.GetLastMsgForSubject(ctx, events.ChangedSubject(events.KindClusterInstancetype))
+	if err != nil || orig.Header.Get(jetstream.MsgIDHeader) != eventID {
+		t.Fatalf("the event: %v %v", orig, err)
+	}
+	m := nats.NewMsg(orig.Subject)
+	m.Header, m.Data = orig.Header, orig.Data
+	m.Header.Set(jetstream.MsgIDHeader, eventID+"/again")
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	settled(t, js, events.StreamEvents, events.ConsumerPlanner)
+	settled(t, js, events.StreamPlans, events.ConsumerApplier)
+	if dead, err := (inspect.Store{JetStream: js}).List(ctx); err != nil || len(dead) != 0 {
+		t.Errorf("%d dead letters (%v), want none", len(dead), err)
+	}
+	for i := range fleetSize {
+		if n := w.get(fmt.Sprintf("ns-%d/vm-%02d", i%3, i)); n != 1 {
+			t.Errorf("vm-%02d patched %d times, want once", i, n)
+		}
+	}
 }
