@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
-	"k8s.io/client-go/tools/record"
 
 	"kvlive/applier"
 	"kvlive/events"
@@ -171,54 +170,61 @@ func addStages(ctx context.Context, cfg Config, fleet *kube.Cache, current *atom
 		runs = append(runs, func() error { return s.Run(ctx) })
 	}
 	if slices.Contains(cfg.Stages, StageWatcher) {
-		cfg.Metrics.QueueDepth(StageWatcher, func() int {
-			if w := current.Load(); w != nil {
-				return w.QueueDepth()
-			}
-			return 0
-		})
-		cfg.Metrics.WatcherBacklog(func() int {
-			if w := current.Load(); w != nil {
-				n, _ := w.Unpublished()
-				return n
-			}
-			return 0
-		})
-		if cfg.LeaderElection != nil {
-			runs = append(runs, func() error { return runLeading(ctx, cfg, fleet, current) })
-		} else {
-			w, err := newWatcher(cfg, fleet)
-			if err != nil {
-				return nil, err
-			}
-			current.Store(w)
-			runs = append(runs, func() error { return w.Run(ctx) })
-		}
-	}
-	var recorder record.EventRecorder
-	if slices.Contains(cfg.Stages, StagePlanner) || slices.Contains(cfg.Stages, StageApplier) {
-		r, stop := kube.NewRecorder(cfg.Clients)
-		recorder = r
-		runs = append(runs, func() error { <-ctx.Done(); stop(); return nil })
-	}
-	if slices.Contains(cfg.Stages, StagePlanner) {
-		p, err := planner.New(planner.Config{Recorder: recorder, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer, Workers: cfg.PlannerWorkers,
-			TraceFanout: cfg.TraceFanout, Metrics: cfg.Metrics, Grace: cmp.Or(cfg.ShutdownGrace, DefaultShutdownGrace), Policy: cfg.Policy})
+		run, err := addWatcher(ctx, cfg, fleet, current)
 		if err != nil {
 			return nil, err
 		}
-		runs = append(runs, func() error { return p.Run(ctx) })
+		runs = append(runs, run)
+	}
+	if !slices.Contains(cfg.Stages, StagePlanner) && !slices.Contains(cfg.Stages, StageApplier) {
+		return runs, nil
+	}
+	recorder, stop := kube.NewRecorder(cfg.Clients)
+	runs = append(runs, func() error { <-ctx.Done(); stop(); return nil })
+	grace := cmp.Or(cfg.ShutdownGrace, DefaultShutdownGrace)
+	if slices.Contains(cfg.Stages, StagePlanner) {
+		p, err := planner.New(planner.Config{Recorder: recorder, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer, Workers: cfg.PlannerWorkers,
+			TraceFanout: cfg.TraceFanout, Metrics: cfg.Metrics, Grace: grace, Policy: cfg.Policy})
+		if err != nil {
+			return nil, err
+		}
 		k := &rollout.Keeper{JS: cfg.JetStream, Horizon: cfg.Horizon, Log: cfg.Log, AgedOut: cfg.Metrics.AgedOut, Kept: cfg.Metrics.KeptPastHorizon}
-		runs = append(runs, func() error { k.Run(ctx); return nil })
+		runs = append(runs, func() error { return p.Run(ctx) }, func() error { k.Run(ctx); return nil })
 	}
 	if slices.Contains(cfg.Stages, StageApplier) {
 		a, err := applier.New(applier.Config{Recorder: recorder, Clients: cfg.Clients, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer,
-			Workers: cfg.ApplierWorkers, Rate: cfg.Rate, ObserveTimeout: cfg.ObserveTimeout, Metrics: cfg.Metrics,
-			Grace: cmp.Or(cfg.ShutdownGrace, DefaultShutdownGrace)})
+			Workers: cfg.ApplierWorkers, Rate: cfg.Rate, ObserveTimeout: cfg.ObserveTimeout, Metrics: cfg.Metrics, Grace: grace})
 		if err != nil {
 			return nil, err
 		}
 		runs = append(runs, func() error { return a.Run(ctx) })
 	}
 	return runs, nil
+}
+
+// addWatcher builds the watcher, or, with leader election, what runs one
+// while this replica leads, and exports its queue depth and backlog.
+func addWatcher(ctx context.Context, cfg Config, fleet *kube.Cache, current *atomic.Pointer[watcher.Watcher]) (func() error, error) {
+	cfg.Metrics.QueueDepth(StageWatcher, func() int {
+		if w := current.Load(); w != nil {
+			return w.QueueDepth()
+		}
+		return 0
+	})
+	cfg.Metrics.WatcherBacklog(func() int {
+		if w := current.Load(); w != nil {
+			n, _ := w.Unpublished()
+			return n
+		}
+		return 0
+	})
+	if cfg.LeaderElection != nil {
+		return func() error { return runLeading(ctx, cfg, fleet, current) }, nil
+	}
+	w, err := newWatcher(cfg, fleet)
+	if err != nil {
+		return nil, err
+	}
+	current.Store(w)
+	return func() error { return w.Run(ctx) }, nil
 }
