@@ -84,31 +84,7 @@ func campaign(ctx context.Context, cfg Config, fleet *kube.Cache, lock resourcel
 		RenewDeadline:   le.RenewDeadline,
 		RetryPeriod:     le.RetryPeriod,
 		ReleaseOnCancel: true,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(leading context.Context) {
-				log.Info("leading: the watcher starts")
-				run, stop := context.WithCancel(leading)
-				stopWithCtx := context.AfterFunc(ctx, stop)
-				err := runTerm(run, cfg, fleet, current)
-				stopWithCtx()
-				stop()
-				if leading.Err() != nil || ctx.Err() != nil {
-					err = nil // the term ended, not the watcher
-				}
-				term <- err
-				stopElecting()
-			},
-			OnStoppedLeading: func() {
-				if tracked.acquired.Load() {
-					log.Info("not leading: the watcher stopped")
-				}
-			},
-			OnNewLeader: func(identity string) {
-				if identity != le.Identity {
-					log.Info("another replica leads the watcher", "leader", identity)
-				}
-			},
-		},
+		Callbacks:       callbacks(ctx, cfg, fleet, log, current, tracked, term, stopElecting),
 	})
 	if err != nil {
 		return fmt.Errorf("pipeline: leader election: %w", err)
@@ -118,6 +94,38 @@ func campaign(ctx context.Context, cfg Config, fleet *kube.Cache, lock resourcel
 		return nil
 	}
 	return <-term
+}
+
+// callbacks run a term of the watcher while this replica leads: the term
+// ends with leadership or ctx, its error (not the end of the term) goes
+// to term, and the election stops with it.
+func callbacks(ctx context.Context, cfg Config, fleet *kube.Cache, log *slog.Logger, current *atomic.Pointer[watcher.Watcher],
+	tracked *acquiredLock, term chan<- error, stopElecting func()) leaderelection.LeaderCallbacks {
+	return leaderelection.LeaderCallbacks{
+		OnStartedLeading: func(leading context.Context) {
+			log.Info("leading: the watcher starts")
+			run, stop := context.WithCancel(leading)
+			stopWithCtx := context.AfterFunc(ctx, stop)
+			err := runTerm(run, cfg, fleet, current)
+			stopWithCtx()
+			stop()
+			if leading.Err() != nil || ctx.Err() != nil {
+				err = nil // the term ended, not the watcher
+			}
+			term <- err
+			stopElecting()
+		},
+		OnStoppedLeading: func() {
+			if tracked.acquired.Load() {
+				log.Info("not leading: the watcher stopped")
+			}
+		},
+		OnNewLeader: func(identity string) {
+			if identity != cfg.LeaderElection.Identity {
+				log.Info("another replica leads the watcher", "leader", identity)
+			}
+		},
+	}
 }
 
 // acquiredLock notes whether its holder ever wrote itself into the Lease.
