@@ -63,20 +63,8 @@ func clusterIT(name string, uid int, vcpus uint32, mem string) *v1beta1.VirtualM
 // seed builds the fleet's objects. VMs start unpinned: the stand-in pins
 // them, as virt-controller would on creation.
 func seed(o Options) ([]runtime.Object, []vmShape) {
-	strategy := virtv1.VMRolloutStrategyLiveUpdate
 	objs := []runtime.Object{
-		&virtv1.KubeVirt{
-			ObjectMeta: metav1.ObjectMeta{Name: "kubevirt", Namespace: "kubevirt"},
-			Spec: virtv1.KubeVirtSpec{
-				Configuration: virtv1.KubeVirtConfiguration{
-					VMRolloutStrategy:       &strategy,
-					LiveUpdateConfiguration: &virtv1.LiveUpdateConfiguration{MaxHotplugRatio: hotplugRatio},
-				},
-				WorkloadUpdateStrategy: virtv1.KubeVirtWorkloadUpdateStrategy{
-					WorkloadUpdateMethods: []virtv1.WorkloadUpdateMethod{virtv1.WorkloadUpdateMethodLiveMigrate},
-				},
-			},
-		},
+		kubeVirtCR(),
 		clusterIT(SwitchFrom, 1, 1, "2Gi"),
 		clusterIT(EditName, 2, 2, "4Gi"),
 		clusterIT(SwitchTo, 3, 4, "8Gi"),
@@ -95,24 +83,8 @@ func seed(o Options) ([]runtime.Object, []vmShape) {
 			Spec:       specs[teamIT],
 		})
 	}
-	tiers := []string{"web", "db", "batch"}
 	for i := range o.VMs {
-		s := vmShape{
-			namespace:  fmt.Sprintf("team-%d", i%o.Namespaces+1),
-			name:       fmt.Sprintf("vm-%04d", i),
-			tier:       tiers[i%len(tiers)],
-			running:    (i*37)%100 < o.RunningPercent,
-			migratable: o.NotMigratableEvery == 0 || i%o.NotMigratableEvery != 5,
-			uid:        fmt.Sprintf("0a0a0a0a-0000-4000-8000-%012d", i),
-		}
-		switch i % 20 {
-		case 0, 1, 2, 3, 4, 5:
-			s.instancetype = events.Ref{Kind: events.KindClusterInstancetype, Name: SwitchFrom}
-		case 6, 7, 8:
-			s.instancetype = events.Ref{Kind: events.KindInstancetype, Namespace: s.namespace, Name: teamIT}
-		default:
-			s.instancetype = events.Ref{Kind: events.KindClusterInstancetype, Name: EditName}
-		}
+		s := shapeOf(o, i)
 		shapes = append(shapes, s)
 		objs = append(objs, newVM(s))
 		if s.running {
@@ -120,6 +92,48 @@ func seed(o Options) ([]runtime.Object, []vmShape) {
 		}
 	}
 	return objs, shapes
+}
+
+// kubeVirtCR is the KubeVirt CR of the demo's cluster: LiveUpdate, with
+// live migration as the workload update method.
+func kubeVirtCR() *virtv1.KubeVirt {
+	strategy := virtv1.VMRolloutStrategyLiveUpdate
+	return &virtv1.KubeVirt{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubevirt", Namespace: "kubevirt"},
+		Spec: virtv1.KubeVirtSpec{
+			Configuration: virtv1.KubeVirtConfiguration{
+				VMRolloutStrategy:       &strategy,
+				LiveUpdateConfiguration: &virtv1.LiveUpdateConfiguration{MaxHotplugRatio: hotplugRatio},
+			},
+			WorkloadUpdateStrategy: virtv1.KubeVirtWorkloadUpdateStrategy{
+				WorkloadUpdateMethods: []virtv1.WorkloadUpdateMethod{virtv1.WorkloadUpdateMethodLiveMigrate},
+			},
+		},
+	}
+}
+
+// shapeOf is the demo fleet's VM i: 6 of every 20 on the instance type
+// the switch moves away from, 3 on their namespace's own, the rest on the
+// one the demo edits.
+func shapeOf(o Options, i int) vmShape {
+	tiers := []string{"web", "db", "batch"}
+	s := vmShape{
+		namespace:  fmt.Sprintf("team-%d", i%o.Namespaces+1),
+		name:       fmt.Sprintf("vm-%04d", i),
+		tier:       tiers[i%len(tiers)],
+		running:    (i*37)%100 < o.RunningPercent,
+		migratable: o.NotMigratableEvery == 0 || i%o.NotMigratableEvery != 5,
+		uid:        fmt.Sprintf("0a0a0a0a-0000-4000-8000-%012d", i),
+	}
+	switch i % 20 {
+	case 0, 1, 2, 3, 4, 5:
+		s.instancetype = events.Ref{Kind: events.KindClusterInstancetype, Name: SwitchFrom}
+	case 6, 7, 8:
+		s.instancetype = events.Ref{Kind: events.KindInstancetype, Namespace: s.namespace, Name: teamIT}
+	default:
+		s.instancetype = events.Ref{Kind: events.KindClusterInstancetype, Name: EditName}
+	}
+	return s
 }
 
 func newVM(s vmShape) *virtv1.VirtualMachine {
