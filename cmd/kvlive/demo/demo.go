@@ -90,55 +90,71 @@ type env struct {
 func start(ctx context.Context, cfg Config) (*env, error) {
 	objs, shapes := seed(cfg.Fleet)
 	e := &env{cfg: cfg, shapes: shapes, clients: inmemory.New(nil, objs...)}
+	dir, err := e.openStore()
+	if err != nil {
+		return e, err
+	}
+	if err := e.openBus(ctx, dir); err != nil {
+		return e, err
+	}
+	return e, e.startStages(ctx)
+}
 
-	dir := cfg.DataDir
+// openStore takes the data directory (a temporary one without
+// --data-dir), only one kvlive owns and no other process holds, and
+// empties its JetStream data: the demo's deterministic event ids would be
+// deduplicated against an earlier run's.
+func (e *env) openStore() (string, error) {
+	dir := e.cfg.DataDir
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "kvlive-demo-")
 		if err != nil {
-			return nil, fmt.Errorf("demo: data dir: %w", err)
+			return "", fmt.Errorf("demo: data dir: %w", err)
 		}
 		dir = tmp
 		e.closers = append(e.closers, func() error { return os.RemoveAll(tmp) })
 	}
-	// Only a directory kvlive owns, and no other process holds.
 	store, err := bus.OpenStore(dir)
 	if err != nil {
-		return e, fmt.Errorf("demo: %w", err)
+		return "", fmt.Errorf("demo: %w", err)
 	}
 	e.closers = append(e.closers, store.Close)
-	// The demo's deterministic event ids would be deduplicated against an
-	// earlier run's: every run starts from an empty store (its JetStream
-	// data only).
 	if err := store.Empty(); err != nil {
-		return e, fmt.Errorf("demo: %w", err)
+		return "", fmt.Errorf("demo: %w", err)
 	}
 	if err := store.Advertise("kvlive demo", ""); err != nil {
-		return e, fmt.Errorf("demo: %w", err)
+		return "", fmt.Errorf("demo: %w", err)
 	}
+	return dir, nil
+}
+
+// openBus starts the embedded NATS server on dir, sets kvlive's streams up
+// on it and traces into it.
+func (e *env) openBus(ctx context.Context, dir string) error {
 	ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: dir, DontListen: true})
 	if err != nil {
-		return e, err
+		return err
 	}
 	e.closers = append(e.closers, func() error { ns.Shutdown(); ns.WaitForShutdown(); return nil })
-	nc, err := bus.ConnectEmbedded(ns, "kvlive-demo", cfg.Log)
+	nc, err := bus.ConnectEmbedded(ns, "kvlive-demo", e.cfg.Log)
 	if err != nil {
-		return e, err
+		return err
 	}
 	e.closers = append(e.closers, func() error { return nc.Drain() })
 	if e.js, err = bus.NewJetStream(nc, bus.ReadBound); err != nil {
-		return e, fmt.Errorf("demo: %w", err)
+		return fmt.Errorf("demo: %w", err)
 	}
 	if err := events.Setup(ctx, e.js, events.DefaultStreamOptions(), nil); err != nil {
-		return e, err
+		return err
 	}
 	tp, err := telemetry.Setup(ctx, "kvlive-demo", e.js)
 	if err != nil {
-		return e, err
+		return err
 	}
 	e.tracer = tp
 	// Flushed before NATS closes, so every span is stored.
 	e.closers = append(e.closers, func() error { return tp.Shutdown(context.WithoutCancel(ctx)) })
-	return e, e.startStages(ctx)
+	return nil
 }
 
 func (e *env) startStages(ctx context.Context) error {
