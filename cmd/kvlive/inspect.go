@@ -166,10 +166,15 @@ func (s *storeFlags) open(log *slog.Logger, bound time.Duration) (*bus.Opened, e
 	return bus.Open(o)
 }
 
+// outcomesOptions are kvlive outcomes' flags.
+type outcomesOptions struct {
+	store               storeFlags
+	eventID, vm, result string
+	output              printer.Format
+}
+
 func newOutcomesCmd(g *globals) *cobra.Command {
-	var store storeFlags
-	var eventID, vm, result string
-	var output printer.Format
+	o := &outcomesOptions{}
 	cmd := &cobra.Command{
 		Use:   "outcomes [--event ID] [--vm NS/NAME] [--result RESULT]",
 		Short: "List what happened to each VM: the latest attempt's outcome per event and VM",
@@ -181,41 +186,43 @@ count per result. kvlive events lists the event ids.`,
   kvlive outcomes --vm shop/web-1 -o json
   kvlive outcomes --event switch/0b5c… --data-dir /tmp/kvlive-demo`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, err := outcomeFilter(eventID, vm, result)
-			if err != nil {
-				return err
-			}
-			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
-				if f.EventID != "" {
-					if f.EventID, err = rollout.ResolveEventID(ctx, js, f.EventID); err != nil {
-						return err
-					}
-				}
-				outs, err := inspect.NewReader(js).Outcomes(ctx, f)
-				if err != nil {
-					return err
-				}
-				if f.EventID != "" && len(outs) == 0 {
-					// No outcomes of an event kvlive never heard of is
-					// a typo, not an answer.
-					if err := rollout.Known(ctx, js, f.EventID); err != nil {
-						return err
-					}
-				}
-				out := cmd.OutOrStdout()
-				return inspect.WriteOutcomes(out, outs, output, printer.Width(out))
-			})
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd, g) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&eventID, "event", "", "only this event's outcomes")
-	f.StringVar(&vm, "vm", "", "only this VM's outcomes, as NAMESPACE/NAME")
-	f.StringVar(&result, "result", "", "only VMs whose latest result is this: live, restart, next-boot, none, skip or failed")
-	printer.AddFlag(cmd, &output, printer.Formats...)
-	store.bind(cmd)
-	_ = cmd.RegisterFlagCompletionFunc("event", store.completeEventIDs)
+	f.StringVar(&o.eventID, "event", "", "only this event's outcomes")
+	f.StringVar(&o.vm, "vm", "", "only this VM's outcomes, as NAMESPACE/NAME")
+	f.StringVar(&o.result, "result", "", "only VMs whose latest result is this: live, restart, next-boot, none, skip or failed")
+	printer.AddFlag(cmd, &o.output, printer.Formats...)
+	o.store.bind(cmd)
+	_ = cmd.RegisterFlagCompletionFunc("event", o.store.completeEventIDs)
 	return cmd
+}
+
+// run lists the outcomes the flags select. No outcomes of an event kvlive
+// never heard of is a typo, not an answer.
+func (o *outcomesOptions) run(cmd *cobra.Command, g *globals) error {
+	f, err := outcomeFilter(o.eventID, o.vm, o.result)
+	if err != nil {
+		return err
+	}
+	return withJetStream(cmd, g, &o.store, func(ctx context.Context, js jetstream.JetStream) error {
+		if f.EventID != "" {
+			if f.EventID, err = rollout.ResolveEventID(ctx, js, f.EventID); err != nil {
+				return err
+			}
+		}
+		outs, err := inspect.NewReader(js).Outcomes(ctx, f)
+		if err != nil {
+			return err
+		}
+		if f.EventID != "" && len(outs) == 0 {
+			if err := rollout.Known(ctx, js, f.EventID); err != nil {
+				return err
+			}
+		}
+		out := cmd.OutOrStdout()
+		return inspect.WriteOutcomes(out, outs, o.output, printer.Width(out))
+	})
 }
 
 func outcomeFilter(eventID, vm, result string) (inspect.OutcomeFilter, error) {
@@ -295,11 +302,16 @@ func newEventListCmd(g *globals, l eventList) *cobra.Command {
 	return cmd
 }
 
+// traceOptions are kvlive trace's flags.
+type traceOptions struct {
+	store    storeFlags
+	color    string
+	output   printer.Format
+	maxDepth int
+}
+
 func newTraceCmd(g *globals) *cobra.Command {
-	var store storeFlags
-	var color string
-	var output printer.Format
-	var maxDepth int
+	o := &traceOptions{}
 	cmd := &cobra.Command{
 		Use:   "trace EVENT-ID|TRACE-ID",
 		Short: "Draw an event's trace as a waterfall: watcher, planner and every VM's apply span",
@@ -314,35 +326,38 @@ the terminal (names cut with …); -o wide draws every name whole; -o json and
   kvlive trace 4bf92f3577b34da6a3ce929d0e0e4736 --max-depth 2
   kvlive trace switch/0b5c… -o json`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			out := cmd.OutOrStdout()
-			colour, err := inspect.UseColor(color, printer.IsTerminal(out), os.Getenv("NO_COLOR"))
-			if err != nil {
-				return fmt.Errorf("%w: --color: %w", errUsage, err)
-			}
-			return store.withReader(cmd, g, func(ctx context.Context, r *inspect.Reader) error {
-				traceID, err := r.ResolveTrace(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				spans, err := r.Spans(ctx, traceID)
-				if err != nil {
-					return err
-				}
-				tree := inspect.NewTree(traceID, spans)
-				if !output.Human() {
-					return tree.WriteData(out, output)
-				}
-				return tree.Render(out, inspect.WaterfallOptions{Color: colour, MaxDepth: maxDepth,
-					Width: printer.Width(out), Whole: output == printer.FormatWide})
-			})
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd, g, args[0]) },
 	}
 	f := cmd.Flags()
-	printer.AddFlag(cmd, &output, printer.Formats...)
-	f.StringVar(&color, "color", inspect.ColorAuto, "colour the waterfall: auto (a terminal, without NO_COLOR), always or never")
-	f.IntVar(&maxDepth, "max-depth", 0, "draw this many levels of the tree; 0 draws all")
-	store.bind(cmd)
-	cmd.ValidArgsFunction = store.completeEventIDs
+	printer.AddFlag(cmd, &o.output, printer.Formats...)
+	f.StringVar(&o.color, "color", inspect.ColorAuto, "colour the waterfall: auto (a terminal, without NO_COLOR), always or never")
+	f.IntVar(&o.maxDepth, "max-depth", 0, "draw this many levels of the tree; 0 draws all")
+	o.store.bind(cmd)
+	cmd.ValidArgsFunction = o.store.completeEventIDs
 	return cmd
+}
+
+// run draws the trace of id (an event id or a trace id).
+func (o *traceOptions) run(cmd *cobra.Command, g *globals, id string) error {
+	out := cmd.OutOrStdout()
+	colour, err := inspect.UseColor(o.color, printer.IsTerminal(out), os.Getenv("NO_COLOR"))
+	if err != nil {
+		return fmt.Errorf("%w: --color: %w", errUsage, err)
+	}
+	return o.store.withReader(cmd, g, func(ctx context.Context, r *inspect.Reader) error {
+		traceID, err := r.ResolveTrace(ctx, id)
+		if err != nil {
+			return err
+		}
+		spans, err := r.Spans(ctx, traceID)
+		if err != nil {
+			return err
+		}
+		tree := inspect.NewTree(traceID, spans)
+		if !o.output.Human() {
+			return tree.WriteData(out, o.output)
+		}
+		return tree.Render(out, inspect.WaterfallOptions{Color: colour, MaxDepth: o.maxDepth,
+			Width: printer.Width(out), Whole: o.output == printer.FormatWide})
+	})
 }
