@@ -44,12 +44,8 @@ plan --from A --to B selects VMs exactly as kvlive switch --from A --to B does
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: completeKinds,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.stdin = cmd.InOrStdin()
-			if len(args) == 1 {
-				if o.object != "" {
-					return fmt.Errorf("%w: give the object as an argument or --instancetype, not both", errUsage)
-				}
-				o.object = args[0]
+			if err := o.complete(cmd, args); err != nil {
+				return err
 			}
 			return o.run(cmd)
 		},
@@ -66,6 +62,18 @@ plan --from A --to B selects VMs exactly as kvlive switch --from A --to B does
 	f.BoolVar(&o.offline, "offline", false, "read the cluster from -f instead of the kubeconfig")
 	f.StringVarP(&o.file, "filename", "f", "", "multi-document YAML file for --offline; - reads standard input")
 	return cmd
+}
+
+// complete takes the object from the argument, if given.
+func (o *planOptions) complete(cmd *cobra.Command, args []string) error {
+	o.stdin = cmd.InOrStdin()
+	if len(args) == 1 {
+		if o.object != "" {
+			return fmt.Errorf("%w: give the object as an argument or --instancetype, not both", errUsage)
+		}
+		o.object = args[0]
+	}
+	return nil
 }
 
 func (o *planOptions) run(cmd *cobra.Command) error {
