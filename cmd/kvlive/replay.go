@@ -69,16 +69,11 @@ func (o *replayOptions) run(cmd *cobra.Command, g *globals) error {
 	if err := o.selection(); err != nil {
 		return err
 	}
-	log := g.logger()
-	cfg, _, err := o.kube.Load()
+	clients, err := o.clients()
 	if err != nil {
 		return err
 	}
-	clients, err := kube.NewClients(cfg)
-	if err != nil {
-		return err
-	}
-	b, err := o.store.open(log, o.store.bound)
+	b, err := o.store.open(g.logger(), o.store.bound)
 	if err != nil {
 		return err
 	}
@@ -91,7 +86,7 @@ func (o *replayOptions) run(cmd *cobra.Command, g *globals) error {
 		return err
 	}
 	if len(stored) == 0 {
-		return errors.New("no stored event matches the selection (events older than the streams' --max-age are gone)")
+		return errors.New("no stored event matches the selection (the events of rollouts settled longer than --max-age ago are gone)")
 	}
 	f, stop, err := kube.StartCache(ctx, clients, "", kube.DefaultSyncTimeout)
 	if err != nil {
@@ -106,6 +101,15 @@ func (o *replayOptions) run(cmd *cobra.Command, g *globals) error {
 		return printPreviews(cmd.OutOrStdout(), previews, o.output)
 	}
 	return o.publish(ctx, cmd.OutOrStdout(), js, f, stored)
+}
+
+// clients are the clients of the kubeconfig the flags name.
+func (o *replayOptions) clients() (kube.Clients, error) {
+	cfg, _, err := o.kube.Load()
+	if err != nil {
+		return kube.Clients{}, err
+	}
+	return kube.NewClients(cfg)
 }
 
 func (o *replayOptions) selection() error {
