@@ -144,6 +144,16 @@ func (e *env) follow(ctx context.Context, title, eventID string, selects func(vm
 	if bar == nil {
 		fmt.Fprintf(e.cfg.Out, "  %d of %d VMs have an outcome\n", len(p.Outcomes), p.Planned)
 	}
+	r := e.check(title, p, selects)
+	if len(r.mismatches) == 0 {
+		r.mismatches = e.checkCluster(ctx, selects, want)
+	}
+	return r, nil
+}
+
+// check compares the step's outcomes with the fleet: every VM in reach has
+// one, with the result its shape expects, and no other VM has.
+func (e *env) check(title string, p rollout.Progress, selects func(vmShape) bool) *stepResult {
 	r := &stepResult{title: title, progress: p}
 	for _, s := range e.shapes {
 		if !selects(s) {
@@ -161,10 +171,7 @@ func (e *env) follow(ctx context.Context, title, eventID string, selects func(vm
 	if len(p.Outcomes) != r.reached {
 		r.mismatches = append(r.mismatches, fmt.Sprintf("%d outcomes for %d VMs in reach", len(p.Outcomes), r.reached))
 	}
-	if len(r.mismatches) == 0 {
-		r.mismatches = e.checkCluster(ctx, selects, want)
-	}
-	return r, nil
+	return r
 }
 
 // target is the end state a step's VMs must reach on the cluster.
