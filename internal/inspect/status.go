@@ -55,6 +55,9 @@ func WriteStatus(w io.Writer, a rollout.Account, f printer.Format) error {
 			_, err = fmt.Fprintf(w, "retried:      %d failed VMs as %s (by %s at %s)\n", len(r.VMs), r.EventID, r.By, r.At.Format(time.RFC3339))
 		}
 	}
+	if err == nil && !a.Control.Settled.IsZero() {
+		_, err = fmt.Fprintf(w, "settled:      %s; a plan of it moves no VM now (kvlive dlq retry reopens it)\n", a.Control.Settled.Format(time.RFC3339))
+	}
 	if err != nil || len(a.Batches) == 0 {
 		return err
 	}

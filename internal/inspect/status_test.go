@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
+	"kvlive/events"
 	"kvlive/internal/printer"
 	"kvlive/internal/rollout"
 )
@@ -23,5 +25,20 @@ func TestStatusSaysWhichStreamDroppedRecords(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status does not say %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestStatusSaysARolloutSettled: a rollout its keeper marked settled says
+// when, and that its plans move no VM until a dlq retry reopens it.
+func TestStatusSaysARolloutSettled(t *testing.T) {
+	at := time.Date(2026, 12, 1, 21, 0, 0, 0, time.UTC)
+	a := rollout.Account{EventID: "switch/x", Phase: rollout.PhaseComplete, Recorded: true, Planned: 2,
+		Outcomes: map[events.Result]int{events.ResultLive: 2}, Control: events.Control{State: events.StateRunning, Settled: at}}
+	var out bytes.Buffer
+	if err := WriteStatus(&out, a, printer.FormatTable); err != nil {
+		t.Fatal(err)
+	}
+	if want := "settled:      2026-12-01T21:00:00Z; a plan of it moves no VM now"; !strings.Contains(out.String(), want) {
+		t.Errorf("status does not say %q:\n%s", want, out.String())
 	}
 }
