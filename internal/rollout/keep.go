@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kvlive/events"
 )
@@ -41,6 +42,8 @@ type Keeper struct {
 	// rollouts it kept past the horizon.
 	AgedOut func(what string, n int)
 	Kept    func(n int)
+	// Failed, when set, is told of each sweep that failed.
+	Failed func()
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 
@@ -69,22 +72,18 @@ func KeepEvery(horizon time.Duration) time.Duration {
 	return min(max(horizon/4, time.Second), time.Minute)
 }
 
-// Run sweeps every KeepEvery(Horizon) until ctx ends; a failed sweep is
-// logged and tried again at the next. A zero horizon keeps everything
-// (the sweeps only mark settled rollouts).
+// Run sweeps at once, then every KeepEvery(Horizon), until ctx ends; a
+// failed sweep is logged, counted (Failed) and tried again at the next. A
+// zero horizon keeps everything (the sweeps only mark settled rollouts).
 func (k *Keeper) Run(ctx context.Context) {
-	tick := time.NewTicker(KeepEvery(k.Horizon))
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		if _, err := k.Sweep(ctx); err != nil && ctx.Err() == nil {
-			k.log().Warn("ageing records out failed; trying again", "every", KeepEvery(k.Horizon), "err", err)
+			k.log().Warn("sweeping records failed; trying again", "every", KeepEvery(k.Horizon), "err", err)
+			if k.Failed != nil {
+				k.Failed()
+			}
 		}
-	}
+	}, KeepEvery(k.Horizon))
 }
 
 // oldMsg is a message stored before the horizon, with the event it belongs

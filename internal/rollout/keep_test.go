@@ -212,3 +212,30 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// TestAFailedSweepIsCounted: a sweep that cannot read the store ends in a
+// log line and Failed, and the keeper keeps running.
+func TestAFailedSweepIsCounted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	js := testenv.JetStream(t)
+	if err := js.DeleteKeyValue(ctx, events.BucketRollouts); err != nil {
+		t.Fatal(err)
+	}
+	failed := make(chan struct{}, 1)
+	k := &Keeper{JS: js, Horizon: time.Hour, Failed: func() {
+		select {
+		case failed <- struct{}{}:
+		default:
+		}
+	}}
+	done := make(chan struct{})
+	go func() { k.Run(ctx); close(done) }()
+	select {
+	case <-failed:
+	case <-time.After(time.Minute):
+		t.Fatal("no failed sweep counted in a minute")
+	}
+	cancel()
+	<-done
+}

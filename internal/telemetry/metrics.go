@@ -36,6 +36,7 @@ type Metrics struct {
 	drainFailed     *prometheus.CounterVec
 	agedOut         *prometheus.CounterVec
 	keptPastHorizon prometheus.Gauge
+	sweepsFailed    prometheus.Counter
 }
 
 // New registers kvlive's metrics, and the Go and process collectors, in a
@@ -93,11 +94,14 @@ func New() *Metrics {
 			Name: "kvlive_aged_out_total",
 			Help: "Records removed by the replay horizon (--max-age), by what: rollout (a settled rollout's records), message (an event, outcome or dead letter of no rollout), control (a control record of an event never planned).",
 		}, []string{"what"}),
+		sweepsFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvlive_keeper_sweeps_failed_total", Help: "Sweeps of the records keeper (settled marks, the replay horizon) that failed; each is tried again at the next.",
+		}),
 		keptPastHorizon: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvlive_rollouts_kept_past_horizon", Help: "Rollouts older than the replay horizon whose records are kept because they have not settled (paused, waiting for a promote, plans in flight), as the last sweep found.",
 		}),
 	}
-	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.observed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon,
+	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.observed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.sweepsFailed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -190,6 +194,13 @@ func (m *Metrics) AgedOut(what string, n int) {
 func (m *Metrics) KeptPastHorizon(n int) {
 	if m != nil {
 		m.keptPastHorizon.Set(float64(n))
+	}
+}
+
+// SweepFailed counts one failed sweep of the records keeper.
+func (m *Metrics) SweepFailed() {
+	if m != nil {
+		m.sweepsFailed.Inc()
 	}
 }
 

@@ -188,7 +188,8 @@ func addStages(ctx context.Context, cfg Config, fleet *kube.Cache, current *atom
 		if err != nil {
 			return nil, err
 		}
-		k := &rollout.Keeper{JS: cfg.JetStream, Horizon: cfg.Horizon, Log: cfg.Log, AgedOut: cfg.Metrics.AgedOut, Kept: cfg.Metrics.KeptPastHorizon}
+		k := &rollout.Keeper{JS: cfg.JetStream, Horizon: cfg.Horizon, Log: cfg.Log, AgedOut: cfg.Metrics.AgedOut, Kept: cfg.Metrics.KeptPastHorizon,
+			Failed: cfg.Metrics.SweepFailed}
 		runs = append(runs, func() error { return p.Run(ctx) }, func() error { k.Run(ctx); return nil })
 	}
 	if slices.Contains(cfg.Stages, StageApplier) {
