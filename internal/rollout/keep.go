@@ -167,9 +167,9 @@ func (k *Keeper) settle(ctx context.Context, records map[string]time.Time, contr
 		return 0, err
 	}
 	marked := 0
-	for id := range records {
-		if c, ok := controls[id]; ok && !c.Settled.IsZero() {
-			continue
+	for id, created := range records {
+		if c, ok := controls[id]; (ok && !c.Settled.IsZero()) || now.Sub(created) < grace {
+			continue // marked, or planned too recently to have been quiet
 		}
 		a, err := AccountOf(ctx, k.JS, id)
 		if errors.Is(err, ErrNoRollout) {
@@ -203,8 +203,9 @@ func (k *Keeper) settle(ctx context.Context, records map[string]time.Time, contr
 // controlEntry is a control record with when it last changed.
 type controlEntry struct {
 	events.Control
-	changed time.Time
-	ok      bool // false: unreadable
+	changed  time.Time
+	revision uint64
+	ok       bool // false: unreadable
 }
 
 // controlRecords reads every control record.
@@ -224,7 +225,7 @@ func (k *Keeper) controlRecords(ctx context.Context) (map[string]controlEntry, e
 			break
 		}
 		c, err := events.UnmarshalControl(entry.Value())
-		out[entry.Key()] = controlEntry{Control: c, changed: entry.Created(), ok: err == nil}
+		out[entry.Key()] = controlEntry{Control: c, changed: entry.Created(), revision: entry.Revision(), ok: err == nil}
 	}
 	return out, nil
 }
@@ -340,6 +341,20 @@ func purgeKey(ctx context.Context, kv jetstream.KeyValue, key string) error {
 	return nil
 }
 
+// purgeAt removes key if it is still at revision; false when it changed
+// since (or is gone).
+func purgeAt(ctx context.Context, kv jetstream.KeyValue, key string, revision uint64) (bool, error) {
+	err := kv.Purge(ctx, key, jetstream.PurgeTTL(markerTTL), jetstream.LastRevision(revision))
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
+		return false, nil
+	}
+	return false, fmt.Errorf("keep: purge %s of %s: %w", key, kv.Bucket(), err)
+}
+
 // markerTTL is how long the marker of a purged key stays.
 const markerTTL = time.Minute
 
@@ -398,7 +413,8 @@ func isNoMessage(err error) bool {
 
 // controls removes the control records of events with no rollout record
 // whose last change is older than cutoff, except a pause: it holds its
-// event's plans until someone resumes it.
+// event's plans until someone resumes it. Each goes only at the revision
+// read: an operator's pause landing meanwhile stays.
 func (k *Keeper) controls(ctx context.Context, records map[string]time.Time, controls map[string]controlEntry, cutoff time.Time) (int, error) {
 	kv, err := k.JS.KeyValue(ctx, events.BucketControl)
 	if err != nil {
@@ -412,10 +428,13 @@ func (k *Keeper) controls(ctx context.Context, records map[string]time.Time, con
 		if _, still, err := Record(ctx, k.JS, key); err != nil || still {
 			continue // planned meanwhile
 		}
-		if err := purgeKey(ctx, kv, key); err != nil {
+		purged, err := purgeAt(ctx, kv, key, c.revision)
+		if err != nil {
 			return removed, err
 		}
-		removed++
+		if purged {
+			removed++
+		}
 	}
 	return removed, nil
 }

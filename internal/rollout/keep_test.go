@@ -239,3 +239,34 @@ func TestAFailedSweepIsCounted(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestPurgeAtKeepsARecordChangedSince: a control record an operator
+// changed after the keeper read it is not removed.
+func TestPurgeAtKeepsARecordChangedSince(t *testing.T) {
+	ctx := context.Background()
+	js := testenv.JetStream(t)
+	store, err := Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, action := range []events.ControlAction{events.ActionPause, events.ActionResume} {
+		if _, _, err := store.Apply(ctx, "e", action, "", "test", time.Now(), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, read, _ := store.Get(ctx, "e") // resumed: the keeper would remove it
+	if _, _, err := store.Apply(ctx, "e", events.ActionPause, "", "test", time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	kv, _ := js.KeyValue(ctx, events.BucketControl)
+	if purged, err := purgeAt(ctx, kv, "e", read); err != nil || purged {
+		t.Fatalf("purge at the revision read: %v %v, want kept", purged, err)
+	}
+	c, rev, err := store.Get(ctx, "e")
+	if err != nil || rev == 0 {
+		t.Fatalf("the record: %+v rev %d %v, want it kept", c, rev, err)
+	}
+	if purged, err := purgeAt(ctx, kv, "e", rev); err != nil || !purged {
+		t.Errorf("purge at the current revision: %v %v, want purged", purged, err)
+	}
+}
