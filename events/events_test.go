@@ -197,3 +197,17 @@ func TestNewMsgHeaders(t *testing.T) {
 		t.Errorf("headers = %v", m.Header)
 	}
 }
+
+func TestIsPlanSubject(t *testing.T) {
+	for subject, want := range map[string]bool{
+		events.PlanSubject("ns", "switch/x"):    true,
+		events.HeldSubject("ns", "switch/x"):    false,
+		events.StagedSubject(1, "switch/x"):     false,
+		events.OutcomeSubject("ns", "switch/x"): false,
+		"kvlive.plansx.ns.e":             false,
+	} {
+		if got := events.IsPlanSubject(subject); got != want {
+			t.Errorf("events.IsPlanSubject(%q) = %v, want %v", subject, got, want)
+		}
+	}
+}

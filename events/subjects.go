@@ -75,6 +75,9 @@ func PlanSubject(namespace, eventID string) string {
 	return subjectPlans + "." + namespace + "." + EventToken(eventID)
 }
 
+// IsPlanSubject reports whether subject is a plan's (PlanSubject).
+func IsPlanSubject(subject string) bool { return strings.HasPrefix(subject, subjectPlans+".") }
+
 // PlansOf filters the plans of eventID in every namespace; every plan when
 // eventID is empty.
 func PlansOf(eventID string) string {

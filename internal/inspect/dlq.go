@@ -122,7 +122,7 @@ func (s Store) Retry(ctx context.Context, seq uint64) error {
 // reopen lets a plan sent back to subject through although its rollout
 // settled (rollout.Store.Reopen): the operator asked for it.
 func (s Store) reopen(ctx context.Context, subject string) error {
-	if !strings.HasPrefix(subject, events.PlansOf("")[:len(events.PlansOf(""))-1]) {
+	if !events.IsPlanSubject(subject) {
 		return nil
 	}
 	eventID, err := events.EventOfSubject(subject)
