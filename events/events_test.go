@@ -204,7 +204,7 @@ func TestIsPlanSubject(t *testing.T) {
 		events.HeldSubject("ns", "switch/x"):    false,
 		events.StagedSubject(1, "switch/x"):     false,
 		events.OutcomeSubject("ns", "switch/x"): false,
-		"kvlive.plansx.ns.e":             false,
+		"kvlive.plansx.ns.e":                    false,
 	} {
 		if got := events.IsPlanSubject(subject); got != want {
 			t.Errorf("events.IsPlanSubject(%q) = %v, want %v", subject, got, want)
