@@ -138,13 +138,7 @@ func follow(t *testing.T, js jetstream.JetStream, eventID string) rollout.Progre
 func TestEditReachesEveryReferencingVMOnce(t *testing.T) {
 	clients, js, w := start(t)
 	ctx := context.Background()
-	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
-	u1, _ := its.Get(ctx, "u1", metav1.GetOptions{})
-	u1.Spec.CPU.Guest, u1.Generation = 3, 2
-	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	p := follow(t, js, events.EventID(events.KindClusterInstancetype, "uid-u1", 2))
+	p := follow(t, js, edit(t, clients))
 	if p.Planned != fleetSize || len(p.Outcomes) != fleetSize {
 		t.Fatalf("planned %d, outcomes %d, want %d", p.Planned, len(p.Outcomes), fleetSize)
 	}
@@ -267,12 +261,7 @@ func pauseAhead(t *testing.T, clients kube.Clients, js jetstream.JetStream) stri
 	ctx := context.Background()
 	eventID := events.EventID(events.KindClusterInstancetype, "uid-u1", 2)
 	steer(t, js, eventID, events.ActionPause, "checking")
-	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
-	u1, _ := its.Get(ctx, "u1", metav1.GetOptions{})
-	u1.Spec.CPU.Guest, u1.Generation = 3, 2
-	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	edit(t, clients)
 	testenv.Eventually(t, time.Minute, "every plan held", func() bool {
 		st, err := rollout.AccountOf(ctx, js, eventID)
 		return err == nil && st.Held == fleetSize

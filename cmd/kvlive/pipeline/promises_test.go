@@ -268,13 +268,7 @@ func countOf(t *testing.T, js jetstream.JetStream, stream, filter string) int {
 func settledEdit(t *testing.T, clients kube.Clients, js jetstream.JetStream) string {
 	t.Helper()
 	ctx := context.Background()
-	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
-	u1, _ := its.Get(ctx, "u1", metav1.GetOptions{})
-	u1.Spec.CPU.Guest, u1.Generation = 3, 2
-	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	eventID := events.EventID(events.KindClusterInstancetype, "uid-u1", 2)
+	eventID := edit(t, clients)
 	follow(t, js, eventID)
 	testenv.Eventually(t, time.Minute, "the rollout complete", func() bool {
 		a, err := rollout.AccountOf(ctx, js, eventID)
