@@ -178,7 +178,7 @@ func (k *Keeper) settle(ctx context.Context, records map[string]time.Time, contr
 		if err != nil {
 			return marked, fmt.Errorf("keep: account of %s: %w", id, err)
 		}
-		if !a.Done() || now.Sub(a.Control.Reopened) < grace {
+		if !a.Done() {
 			continue
 		}
 		last, err := lastActivity(ctx, k.JS, a)
@@ -256,10 +256,11 @@ func (k *Keeper) ageOut(ctx context.Context, id string, cutoff time.Time) (bool,
 }
 
 // lastActivity is when anything last happened to a settled rollout: it was
-// planned, a VM got an outcome or a dead letter, an operator steered it.
+// planned, a VM got an outcome or a dead letter, an operator steered it or
+// reopened it (dlq retry).
 func lastActivity(ctx context.Context, js jetstream.JetStream, a Account) (time.Time, error) {
 	last := a.Since
-	for _, t := range []time.Time{a.Control.At, a.Control.BatchAt, a.Control.GateAt} {
+	for _, t := range []time.Time{a.Control.At, a.Control.BatchAt, a.Control.GateAt, a.Control.Reopened} {
 		last = latest(last, t)
 	}
 	for _, r := range a.Control.Retries {

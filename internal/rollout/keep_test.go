@@ -270,3 +270,24 @@ func TestPurgeAtKeepsARecordChangedSince(t *testing.T) {
 		t.Errorf("purge at the current revision: %v %v, want purged", purged, err)
 	}
 }
+
+// TestAReopenedRolloutDoesNotAgeOut: a settled rollout a dlq retry
+// reopened within the horizon keeps its records, so the plan sent back
+// finds its rollout.
+func TestAReopenedRolloutDoesNotAgeOut(t *testing.T) {
+	ctx := context.Background()
+	js := keepFixture(t)
+	const horizon = time.Hour
+	later := time.Now().Add(2 * horizon)
+	store, _ := Open(ctx, js)
+	if err := store.Reopen(ctx, "complete", later.Add(-horizon/2)); err != nil {
+		t.Fatal(err)
+	}
+	k := &Keeper{JS: js, Horizon: horizon, Now: func() time.Time { return later }}
+	if _, err := k.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := AccountOf(ctx, js, "complete"); err != nil {
+		t.Errorf("the reopened rollout: %v, want its records kept", err)
+	}
+}
