@@ -42,6 +42,8 @@ func layerViolation(pkg, imp string) string {
 		return "a stage imports another stage; stages meet only on the wire"
 	case strings.HasPrefix(pkg, "internal/") && to != "":
 		return "internal/ never imports a stage"
+	case pkg == "rollout" && to != "":
+		return "rollout control imports no stage; the stages import it"
 	case !strings.HasPrefix(pkg, "cmd/") && strings.HasPrefix(imp, "cmd/"):
 		return "only cmd/ wires"
 	}
@@ -98,6 +100,9 @@ func TestLayerViolation(t *testing.T) {
 		{"planner/offline", "kvlive/planner", false},
 		{"internal/replay", "kvlive/planner/offline", true},
 		{"internal/kube", "kvlive/instancetype", false},
+		{"rollout", "kvlive/applier", true},
+		{"applier", "kvlive/rollout", false},
+		{"internal/inspect", "kvlive/rollout", false},
 		{"instancetype", "kvlive/internal/kube", true},
 		{"events", "kvlive/instancetype", true},
 		{"watcher", "kvlive/cmd/kvlive/pipeline", true},

@@ -29,8 +29,8 @@ import (
 	"kvlive/instancetype"
 	"kvlive/internal/consumer"
 	"kvlive/internal/kube"
-	"kvlive/internal/rollout"
 	"kvlive/internal/telemetry"
+	"kvlive/rollout"
 )
 
 const tracerName = "kvlive/applier"

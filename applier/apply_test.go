@@ -22,8 +22,8 @@ import (
 	"kvlive/instancetype"
 	"kvlive/internal/consumer"
 	"kvlive/internal/kube"
-	"kvlive/internal/rollout"
 	"kvlive/internal/testenv"
+	"kvlive/rollout"
 )
 
 // fixture: cluster instance type u1 at generation 2, VM "a" (stopped)

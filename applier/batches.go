@@ -18,7 +18,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/instancetype"
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 // A batched rollout's first batch goes to the applier with the plans; the

@@ -16,7 +16,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 // gateFleet serves VMs and VMIs from maps; the gate reads nothing else.

@@ -14,7 +14,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/consumer"
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 // A paused rollout's plans are parked, untouched, in events.StreamHeld (a

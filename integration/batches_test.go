@@ -15,7 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"kvlive/events"
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 // TestBatchedRolloutCanaryThenTenPercent rolls an edit out to 1,000 VMs

@@ -17,7 +17,7 @@ import (
 	"kubevirt.io/api/instancetype/v1beta1"
 
 	"kvlive/events"
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 // clusterView is one listing of the cluster's VMs, VMIs and instancetype

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"kvlive/events"
-	"kvlive/internal/rollout"
 	"kvlive/internal/testenv"
+	"kvlive/rollout"
 )
 
 // TestThreeReplicasOnANATSCluster runs three `kvlive run` processes (one

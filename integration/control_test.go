@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"kvlive/events"
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 // status runs `kvlive rollout status -o json`.

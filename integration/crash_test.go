@@ -8,7 +8,7 @@ import (
 
 	"kubevirt.io/api/instancetype/v1beta1"
 
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 // TestKillMidRollout SIGKILLs kvlive a quarter of the way through a

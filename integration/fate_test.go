@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"kvlive/events"
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 // Issue 9's edges, where work used to be lost without a word.

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kvlive/events"
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 // TestForgedMessagesAreDeadLettered publishes, as any client of the bus

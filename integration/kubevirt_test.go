@@ -19,8 +19,8 @@ import (
 
 	"kvlive/events"
 	"kvlive/instancetype"
-	"kvlive/internal/rollout"
 	"kvlive/internal/testenv"
+	"kvlive/rollout"
 )
 
 // The tests in this file run KubeVirt v1.9.0's own virt-controller (see

@@ -13,7 +13,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/bus"
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 // followSlice is how long one rollout.Follow call may run before the test

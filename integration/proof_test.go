@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 // proofHorizon is the --max-age of TestRolloutPromisesAllAtOnce: short, so

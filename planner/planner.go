@@ -28,8 +28,8 @@ import (
 	"kvlive/events"
 	"kvlive/instancetype"
 	"kvlive/internal/consumer"
-	"kvlive/internal/rollout"
 	"kvlive/internal/telemetry"
+	"kvlive/rollout"
 )
 
 const tracerName = "kvlive/planner"

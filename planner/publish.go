@@ -15,7 +15,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/instancetype"
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 // rolloutPlan is what publishPlans published: the plans per result and the

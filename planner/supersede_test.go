@@ -12,8 +12,8 @@ import (
 
 	"kvlive/events"
 	"kvlive/instancetype"
-	"kvlive/internal/rollout"
 	"kvlive/internal/testenv"
+	"kvlive/rollout"
 )
 
 var supersedeRef = events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.medium"}

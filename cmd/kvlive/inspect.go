@@ -20,7 +20,7 @@ import (
 	"kvlive/internal/bus"
 	"kvlive/internal/inspect"
 	"kvlive/internal/printer"
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 // storeFlags say where the inspection commands read kvlive's records: the

@@ -14,9 +14,9 @@ import (
 	"kvlive/internal/kube"
 	"kvlive/internal/printer"
 	"kvlive/internal/replay"
-	"kvlive/internal/rollout"
 	"kvlive/internal/telemetry"
 	"kvlive/planner/offline"
+	"kvlive/rollout"
 )
 
 type replayOptions struct {

@@ -17,8 +17,8 @@ import (
 	"kvlive/internal/kube"
 	"kvlive/internal/printer"
 	"kvlive/internal/replay"
-	"kvlive/internal/rollout"
 	"kvlive/internal/telemetry"
+	"kvlive/rollout"
 )
 
 func newRolloutCmd(g *globals) *cobra.Command {

@@ -17,9 +17,9 @@ import (
 	"kvlive/internal/bus"
 	"kvlive/internal/kube"
 	"kvlive/internal/printer"
-	"kvlive/internal/rollout"
 	"kvlive/planner"
 	"kvlive/planner/offline"
+	"kvlive/rollout"
 )
 
 type switchOptions struct {

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 // Letter is one dead-lettered message.

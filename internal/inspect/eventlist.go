@@ -15,7 +15,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/printer"
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 // The kinds of event an EventSummary describes.

@@ -8,7 +8,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/printer"
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 // WriteStatus prints a rollout's accounting as a few lines (table or wide)

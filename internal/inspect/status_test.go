@@ -8,7 +8,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/printer"
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 // TestStatusSaysWhichStreamDroppedRecords: an incomplete rollout whose

@@ -14,7 +14,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/printer"
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 // ResolveTrace returns the trace id arg names: arg itself when it is a

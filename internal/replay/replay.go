@@ -17,7 +17,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/instancetype"
-	"kvlive/internal/rollout"
+	"kvlive/rollout"
 )
 
 const tracerName = "kvlive/internal/replay"

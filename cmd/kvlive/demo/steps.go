@@ -14,8 +14,8 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
-	"kvlive/internal/rollout"
 	"kvlive/internal/standin"
+	"kvlive/rollout"
 )
 
 // stepResult is one rollout's outcomes, checked against the fleet.

@@ -21,10 +21,10 @@ import (
 	"kvlive/applier"
 	"kvlive/events"
 	"kvlive/internal/kube"
-	"kvlive/internal/rollout"
 	"kvlive/internal/standin"
 	"kvlive/internal/telemetry"
 	"kvlive/planner"
+	"kvlive/rollout"
 	"kvlive/watcher"
 )
 

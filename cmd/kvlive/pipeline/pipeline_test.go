@@ -20,9 +20,9 @@ import (
 	"kvlive/events"
 	"kvlive/internal/inspect"
 	"kvlive/internal/kube"
-	"kvlive/internal/rollout"
 	"kvlive/internal/standin"
 	"kvlive/internal/testenv"
+	"kvlive/rollout"
 )
 
 const fleetSize = 40

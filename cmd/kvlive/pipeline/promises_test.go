@@ -17,8 +17,8 @@ import (
 	"kvlive/events"
 	"kvlive/internal/inspect"
 	"kvlive/internal/kube"
-	"kvlive/internal/rollout"
 	"kvlive/internal/testenv"
+	"kvlive/rollout"
 )
 
 // settled waits until durable on stream has handled every message stored

@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
-	"kvlive/internal/rollout"
 	"kvlive/internal/testenv"
+	"kvlive/rollout"
 )
 
 // TestFollowReadsWholeStream follows an event whose outcomes come after
