@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
 	"kvlive/instancetype"
@@ -457,47 +456,10 @@ func (a *Applier) gate(rec events.Rollout, batch int, acct rollout.Account, resu
 	return gateResult{gatePassed, fmt.Sprintf("all %d VMs in their planned state, %d failed", settled, failed)}
 }
 
-// inPlannedState says why a VM is not (yet) where its outcome left it, as
-// KubeVirt reports it, or "" when it is: live, the VMI shows the new
-// sockets and memory with no hotplug pending or refused; restart,
-// RestartRequired is set; next-boot, the pin moved. A VM deleted (or
-// re-created) since has nothing left to check.
+// inPlannedState says why a VM is not (yet) where its outcome left it,
+// as the cache shows KubeVirt's report, or "" when it is.
 func (a *Applier) inPlannedState(o events.Outcome) string {
-	vm := a.cfg.Fleet.VM(o.VM.Namespace, o.VM.Name)
-	if vm == nil || string(vm.UID) != o.VM.UID {
-		return ""
-	}
-	switch o.Result {
-	case events.ResultLive:
-		if c, ok := vmCondition(vm, virtv1.VirtualMachineFailure); ok && strings.HasPrefix(c.Reason, "HotPlug") {
-			return "hotplug refused (" + c.Reason + ")"
-		}
-		vmi := a.cfg.Fleet.VMI(o.VM.Namespace, o.VM.Name)
-		if vmi == nil {
-			return "no VMI"
-		}
-		if pending := hotplugPending(vmi); len(pending) > 0 {
-			return "hotplug pending (" + strings.Join(pending, ", ") + ")"
-		}
-		if want := expectation(o.Changes); !want.seenOn(vmi) || !want.reached(vmi) {
-			return "the VMI does not show the new sockets and memory yet"
-		}
-	case events.ResultRestart:
-		if c, ok := vmCondition(vm, virtv1.VirtualMachineRestartRequired); !ok || c.Status != corev1.ConditionTrue {
-			return "RestartRequired not set"
-		}
-	case events.ResultNextBoot:
-		if o.Revision == "" {
-			return ""
-		}
-		for _, preference := range []bool{false, true} {
-			if pin, err := instancetype.PinOf(vm, preference); err == nil && pin.Revision == o.Revision {
-				return ""
-			}
-		}
-		return "the pin has not moved to " + o.Revision
-	}
-	return ""
+	return instancetype.InPlannedState(o, a.cfg.Fleet.VM(o.VM.Namespace, o.VM.Name), a.cfg.Fleet.VMI(o.VM.Namespace, o.VM.Name))
 }
 
 // releaseBatches sends the staged plans of each batch to the plans stream.

@@ -2,18 +2,15 @@ package applier
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"time"
 
-	k8scorev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"kvlive/events"
+	"kvlive/instancetype"
 )
 
 // maxObservers bounds how many moved VMs are watched at once.
@@ -41,7 +38,7 @@ func (a *Applier) observe(ctx context.Context, span trace.Span, plan events.Plan
 		a.cfg.Log.Info("not watching a moved VM for KubeVirt's reaction: too many watched at once", "vm", plan.VM.String(), "limit", maxObservers)
 		return
 	}
-	want := expectation(out.Changes)
+	want := instancetype.ExpectLive(out.Changes)
 	a.observing.Add(1)
 	go func() {
 		defer func() { <-a.observers; span.End(); a.observing.Done() }()
@@ -61,13 +58,13 @@ func (a *Applier) observe(ctx context.Context, span trace.Span, plan events.Plan
 			select {
 			case <-ctx.Done():
 				attrs := []attribute.KeyValue{attribute.String("kvlive.observe.timeout", a.cfg.ObserveTimeout.String())}
-				if pending := hotplugPending(vmi); len(pending) > 0 {
+				if pending := instancetype.HotplugPending(vmi); len(pending) > 0 {
 					attrs = append(attrs, attribute.StringSlice("kvlive.hotplug.pending", pending))
 				}
 				span.AddEvent("not observed", trace.WithAttributes(attrs...))
 				a.cfg.Metrics.Observed("not-observed")
 				a.cfg.Log.Info("KubeVirt's reaction to a moved VM not seen in time", "vm", plan.VM.String(),
-					"expected", out.Result, "timeout", a.cfg.ObserveTimeout, "pending", hotplugPending(vmi))
+					"expected", out.Result, "timeout", a.cfg.ObserveTimeout, "pending", instancetype.HotplugPending(vmi))
 				return
 			case <-ticker.C:
 			}
@@ -88,115 +85,40 @@ type reactionSeen struct {
 // HotPlugCPUError/HotPlugMemoryError, which it retries); the hotplug done
 // (the conditions gone, the VMI's status at the new values). It reports
 // what it observed once the reaction is complete, "" until then.
-func (s *reactionSeen) look(span trace.Span, expected events.Result, want liveWant, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) events.Result {
+func (s *reactionSeen) look(span trace.Span, expected events.Result, want instancetype.LiveWant, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) events.Result {
 	if vm != nil {
-		if c, ok := vmCondition(vm, virtv1.VirtualMachineRestartRequired); ok && c.Status == k8scorev1.ConditionTrue {
+		if c, ok := instancetype.RestartRequired(vm); ok {
 			span.AddEvent("RestartRequired seen", trace.WithAttributes(
 				attribute.String("kvlive.expected", string(expected)), attribute.String("kvlive.kubevirt.message", c.Message)))
 			span.SetAttributes(attribute.String("kvlive.observed", string(events.ResultRestart)))
 			return events.ResultRestart
 		}
-		if c, ok := vmCondition(vm, virtv1.VirtualMachineFailure); ok && !s.refused && strings.HasPrefix(c.Reason, "HotPlug") {
+		if c, ok := instancetype.HotplugRefused(vm); ok && !s.refused {
 			s.refused = true
 			span.AddEvent("hotplug refused for now (KubeVirt retries)", trace.WithAttributes(
 				attribute.String("kvlive.kubevirt.reason", c.Reason), attribute.String("kvlive.kubevirt.message", c.Message)))
 		}
 	}
-	if expected != events.ResultLive || vmi == nil || !want.seenOn(vmi) {
+	if expected != events.ResultLive || vmi == nil || !want.SeenOn(vmi) {
 		return ""
 	}
-	if pending := hotplugPending(vmi); len(pending) > 0 {
+	if pending := instancetype.HotplugPending(vmi); len(pending) > 0 {
 		if !s.requested {
 			s.requested = true
-			span.AddEvent("hotplug requested", trace.WithAttributes(append(want.attributes(vmi), attribute.StringSlice("kvlive.hotplug.conditions", pending))...))
+			span.AddEvent("hotplug requested", trace.WithAttributes(append(vmiAttributes(vmi), attribute.StringSlice("kvlive.hotplug.conditions", pending))...))
 		}
 		return ""
 	}
-	if !want.reached(vmi) {
+	if !want.Reached(vmi) {
 		return ""
 	}
-	span.AddEvent("live change seen on the VMI", trace.WithAttributes(want.attributes(vmi)...))
+	span.AddEvent("live change seen on the VMI", trace.WithAttributes(vmiAttributes(vmi)...))
 	span.SetAttributes(attribute.String("kvlive.observed", string(events.ResultLive)))
 	return events.ResultLive
 }
 
-// hotplugPending lists the hotplug conditions KubeVirt keeps on a VMI until
-// the change reached the guest.
-func hotplugPending(vmi *virtv1.VirtualMachineInstance) []string {
-	if vmi == nil {
-		return nil
-	}
-	var out []string
-	for _, c := range vmi.Status.Conditions {
-		if (c.Type == virtv1.VirtualMachineInstanceVCPUChange || c.Type == virtv1.VirtualMachineInstanceMemoryChange) && c.Status == k8scorev1.ConditionTrue {
-			out = append(out, string(c.Type))
-		}
-	}
-	return out
-}
-
-func vmCondition(vm *virtv1.VirtualMachine, t virtv1.VirtualMachineConditionType) (virtv1.VirtualMachineCondition, bool) {
-	for _, c := range vm.Status.Conditions {
-		if c.Type == t {
-			return c, true
-		}
-	}
-	return virtv1.VirtualMachineCondition{}, false
-}
-
-// liveWant is what a live plan expects the VMI to show.
-type liveWant struct {
-	sockets uint32
-	memory  *resource.Quantity
-}
-
-func expectation(changes []events.Change) liveWant {
-	var w liveWant
-	for _, c := range changes {
-		if c.Class != "live" {
-			continue
-		}
-		switch c.Field {
-		case "cpu.sockets":
-			if n, err := strconv.ParseUint(c.To, 10, 32); err == nil {
-				w.sockets = uint32(n)
-			}
-		case "memory.guest":
-			if q, err := resource.ParseQuantity(c.To); err == nil {
-				w.memory = &q
-			}
-		}
-	}
-	return w
-}
-
-// seenOn reports whether the VMI's spec shows every expected live value.
-func (w liveWant) seenOn(vmi *virtv1.VirtualMachineInstance) bool {
-	d := vmi.Spec.Domain
-	if w.sockets != 0 && (d.CPU == nil || d.CPU.Sockets != w.sockets) {
-		return false
-	}
-	if w.memory != nil && (d.Memory == nil || d.Memory.Guest == nil || !d.Memory.Guest.Equal(*w.memory)) {
-		return false
-	}
-	return true
-}
-
-// reached reports whether the VMI's status shows the expected values
-// running: the current CPU topology and guest memory, which KubeVirt moves
-// once the hotplug is done. A VMI whose status does not report them counts
-// by its spec.
-func (w liveWant) reached(vmi *virtv1.VirtualMachineInstance) bool {
-	if t := vmi.Status.CurrentCPUTopology; w.sockets != 0 && t != nil && t.Sockets != w.sockets {
-		return false
-	}
-	if m := vmi.Status.Memory; w.memory != nil && m != nil && m.GuestCurrent != nil && !m.GuestCurrent.Equal(*w.memory) {
-		return false
-	}
-	return true
-}
-
-func (w liveWant) attributes(vmi *virtv1.VirtualMachineInstance) []attribute.KeyValue {
+// vmiAttributes are the VMI's sockets and guest memory, as span attributes.
+func vmiAttributes(vmi *virtv1.VirtualMachineInstance) []attribute.KeyValue {
 	var kv []attribute.KeyValue
 	if c := vmi.Spec.Domain.CPU; c != nil {
 		kv = append(kv, attribute.Int("kvlive.vmi.sockets", int(c.Sockets)))

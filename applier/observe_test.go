@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"kvlive/events"
+	"kvlive/instancetype"
 )
 
 // TestObserverReadsKubeVirtsHotplugConditions walks one VM through what
@@ -31,7 +32,7 @@ func TestObserverReadsKubeVirtsHotplugConditions(t *testing.T) {
 			Memory:             &virtv1.MemoryStatus{GuestCurrent: mem("2Gi")},
 		},
 	}
-	want := expectation([]events.Change{
+	want := instancetype.ExpectLive([]events.Change{
 		{Field: "cpu.sockets", From: "2", To: "4", Class: "live"},
 		{Field: "memory.guest", From: "2Gi", To: "4Gi", Class: "live"},
 	})

@@ -1,0 +1,154 @@
+package instancetype
+
+import (
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/events"
+)
+
+// What KubeVirt reports on a VM and its VMI once a pin moved, read the way
+// its virt-controller and virt-handler write it: RestartRequired on the VM;
+// a hotplug asked for (HotVCPUChange/HotMemoryChange on the VMI, the new
+// values in the VMI's spec); a hotplug refused for now (a Failure condition
+// with HotPlugCPUError/HotPlugMemoryError, which it retries); the hotplug
+// done (the conditions gone, the VMI's status at the new values).
+
+// HotplugPending lists the hotplug conditions KubeVirt keeps on a VMI until
+// the change reached the guest.
+func HotplugPending(vmi *virtv1.VirtualMachineInstance) []string {
+	if vmi == nil {
+		return nil
+	}
+	var out []string
+	for _, c := range vmi.Status.Conditions {
+		if (c.Type == virtv1.VirtualMachineInstanceVCPUChange || c.Type == virtv1.VirtualMachineInstanceMemoryChange) && c.Status == corev1.ConditionTrue {
+			out = append(out, string(c.Type))
+		}
+	}
+	return out
+}
+
+// VMCondition is the VM's condition of type t, if it has one.
+func VMCondition(vm *virtv1.VirtualMachine, t virtv1.VirtualMachineConditionType) (virtv1.VirtualMachineCondition, bool) {
+	for _, c := range vm.Status.Conditions {
+		if c.Type == t {
+			return c, true
+		}
+	}
+	return virtv1.VirtualMachineCondition{}, false
+}
+
+// RestartRequired is the VM's RestartRequired condition when it is true.
+func RestartRequired(vm *virtv1.VirtualMachine) (virtv1.VirtualMachineCondition, bool) {
+	c, ok := VMCondition(vm, virtv1.VirtualMachineRestartRequired)
+	return c, ok && c.Status == corev1.ConditionTrue
+}
+
+// HotplugRefused is the VM's Failure condition when KubeVirt refused a
+// hotplug (HotPlugCPUError, HotPlugMemoryError).
+func HotplugRefused(vm *virtv1.VirtualMachine) (virtv1.VirtualMachineCondition, bool) {
+	c, ok := VMCondition(vm, virtv1.VirtualMachineFailure)
+	return c, ok && strings.HasPrefix(c.Reason, "HotPlug")
+}
+
+// LiveWant is what a live change expects the VMI to show: the sockets and
+// guest memory it moves to (zero and nil for what it does not change).
+type LiveWant struct {
+	Sockets uint32
+	Memory  *resource.Quantity
+}
+
+// ExpectLive is what the live changes among changes leave on the VMI.
+func ExpectLive(changes []events.Change) LiveWant {
+	var w LiveWant
+	for _, c := range changes {
+		if c.Class != string(events.ResultLive) {
+			continue
+		}
+		switch c.Field {
+		case "cpu.sockets":
+			if n, err := strconv.ParseUint(c.To, 10, 32); err == nil {
+				w.Sockets = uint32(n)
+			}
+		case "memory.guest":
+			if q, err := resource.ParseQuantity(c.To); err == nil {
+				w.Memory = &q
+			}
+		}
+	}
+	return w
+}
+
+// SeenOn reports whether the VMI's spec shows every expected value:
+// virt-controller took the change.
+func (w LiveWant) SeenOn(vmi *virtv1.VirtualMachineInstance) bool {
+	d := vmi.Spec.Domain
+	if w.Sockets != 0 && (d.CPU == nil || d.CPU.Sockets != w.Sockets) {
+		return false
+	}
+	if w.Memory != nil && (d.Memory == nil || d.Memory.Guest == nil || !d.Memory.Guest.Equal(*w.Memory)) {
+		return false
+	}
+	return true
+}
+
+// Reached reports whether the VMI's status shows the expected values
+// running: the current CPU topology and guest memory, which KubeVirt moves
+// once the hotplug is done. A VMI whose status does not report them counts
+// by its spec.
+func (w LiveWant) Reached(vmi *virtv1.VirtualMachineInstance) bool {
+	if t := vmi.Status.CurrentCPUTopology; w.Sockets != 0 && t != nil && t.Sockets != w.Sockets {
+		return false
+	}
+	if m := vmi.Status.Memory; w.Memory != nil && m != nil && m.GuestCurrent != nil && !m.GuestCurrent.Equal(*w.Memory) {
+		return false
+	}
+	return true
+}
+
+// InPlannedState says why a VM is not (yet) where its outcome left it, as
+// KubeVirt reports it on vm and vmi (the VM's, nil when it has none), or ""
+// when it is: live, the VMI shows the new sockets and memory with no
+// hotplug pending or refused; restart, RestartRequired is set; next-boot,
+// the pin moved. A VM deleted (vm nil) or re-created since has nothing left
+// to check.
+func InPlannedState(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) string {
+	if vm == nil || string(vm.UID) != o.VM.UID {
+		return ""
+	}
+	switch o.Result {
+	case events.ResultLive:
+		if c, ok := HotplugRefused(vm); ok {
+			return "hotplug refused (" + c.Reason + ")"
+		}
+		if vmi == nil {
+			return "no VMI"
+		}
+		if pending := HotplugPending(vmi); len(pending) > 0 {
+			return "hotplug pending (" + strings.Join(pending, ", ") + ")"
+		}
+		if want := ExpectLive(o.Changes); !want.SeenOn(vmi) || !want.Reached(vmi) {
+			return "the VMI does not show the new sockets and memory yet"
+		}
+	case events.ResultRestart:
+		if _, ok := RestartRequired(vm); !ok {
+			return "RestartRequired not set"
+		}
+	case events.ResultNextBoot:
+		if o.Revision == "" {
+			return ""
+		}
+		for _, preference := range []bool{false, true} {
+			if pin, err := PinOf(vm, preference); err == nil && pin.Revision == o.Revision {
+				return ""
+			}
+		}
+		return "the pin has not moved to " + o.Revision
+	}
+	return ""
+}
