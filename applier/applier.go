@@ -85,16 +85,6 @@ type Applier struct {
 	// control reads a record afresh where the watch may lag.
 	watch   *rollout.Watch
 	control *rollout.Store
-	// held is the stream paused rollouts' plans are parked in.
-	held jetstream.Stream
-	// leftPause queues the events whose held plans are to be released.
-	leftPause chan string
-	// gateNotes is when each batched rollout's waiting gate was last noted.
-	gateNotesMu sync.Mutex
-	gateNotes   map[string]time.Time
-	// refusedAt is when each rollout's refused control record was last
-	// logged.
-	refusedAt map[string]time.Time
 	// known is what each event's rollout record says, once read
 	// (knownRollout by event id).
 	known *lru.Cache
@@ -147,7 +137,7 @@ func New(cfg Config) (*Applier, error) {
 		limiter = rate.NewLimiter(rate.Limit(cfg.Rate), max(int(cfg.Rate), 1))
 	}
 	a := &Applier{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}, limiter: limiter,
-		observers: make(chan struct{}, maxObservers), gateNotes: map[string]time.Time{}, refusedAt: map[string]time.Time{}, slots: newRolloutSlots(), knownVMsCap: maxKnownVMs}
+		observers: make(chan struct{}, maxObservers), slots: newRolloutSlots(), knownVMsCap: maxKnownVMs}
 	a.known = lru.NewWithEvictionFunc(maxKnownRollouts, func(_ lru.Key, v any) {
 		a.knownVMs.Add(-int64(len(v.(knownRollout).batchOf)))
 	})
@@ -160,29 +150,14 @@ func (a *Applier) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("applier: consumer: %w", err)
 	}
-	if a.held, err = a.cfg.JetStream.Stream(ctx, events.StreamHeld); err != nil {
-		return fmt.Errorf("applier: stream %s: %w", events.StreamHeld, err)
-	}
 	store, err := rollout.Open(ctx, a.cfg.JetStream)
 	if err != nil {
 		return fmt.Errorf("applier: %w", err)
 	}
 	a.control = store
-	// Events whose rollout left a pause; "" first: a sweep of whatever a
-	// rollout resumed while no applier ran left held.
-	a.leftPause = make(chan string, 64)
-	a.leftPause <- ""
-	if a.watch, err = store.StartWatch(ctx, func(eventID string, st rollout.State) {
-		if st.State != events.StatePaused {
-			a.releaseLater(ctx, eventID)
-		}
-	}); err != nil {
+	if a.watch, err = store.StartWatch(ctx, nil); err != nil {
 		return fmt.Errorf("applier: %w", err)
 	}
-	var releasing sync.WaitGroup
-	releasing.Go(func() { a.releaser(ctx) })
-	releasing.Go(func() { a.runGates(ctx, store) })
-	defer releasing.Wait()
 	rt, err := consumer.New(consumer.Config{
 		Stage: events.ConsumerApplier, Consumer: cons, JetStream: a.cfg.JetStream, Workers: a.cfg.Workers,
 		MaxDeliver: events.ApplierMaxDeliver, Backoff: consumer.DefaultBackoff(), Grace: a.cfg.Grace,
@@ -402,21 +377,6 @@ func (a *Applier) abort(ctx context.Context, plan events.Plan, d consumer.Delive
 	return skipped, nil
 }
 
-// releaseLater queues eventID's held plans for release, without waiting
-// for the releaser.
-func (a *Applier) releaseLater(ctx context.Context, eventID string) {
-	select {
-	case a.leftPause <- eventID:
-	default:
-		go func() {
-			select {
-			case a.leftPause <- eventID:
-			case <-ctx.Done():
-			}
-		}()
-	}
-}
-
 // complete fills in the outcome's identity and trace, and marks the span.
 func (a *Applier) complete(out *events.Outcome, plan events.Plan, d consumer.Delivery, span trace.Span) {
 	out.EventID, out.VM, out.Attempt, out.Batch = plan.EventID, plan.VM, d.Attempt, plan.Batch
@@ -433,33 +393,6 @@ func (a *Applier) complete(out *events.Outcome, plan events.Plan, d consumer.Del
 	}
 	if out.Result == events.ResultFailed {
 		span.SetStatus(codes.Error, out.Error)
-	}
-}
-
-// releaser releases the held plans of each event that left a pause, one
-// event at a time, retrying a failed release with a growing delay: a
-// resumed rollout's plans must not stay parked because NATS hiccuped.
-func (a *Applier) releaser(ctx context.Context) {
-	backoff := consumer.DefaultBackoff()
-	for {
-		var eventID string
-		select {
-		case eventID = <-a.leftPause:
-		case <-ctx.Done():
-			return
-		}
-		for attempt := 1; ; attempt++ {
-			err := a.release(ctx, eventID)
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			a.cfg.Log.Warn("applier: releasing held plans failed, retrying", "event", eventID, "attempt", attempt, "err", err)
-			select {
-			case <-time.After(backoff.Delay(attempt)):
-			case <-ctx.Done():
-				return
-			}
-		}
 	}
 }
 

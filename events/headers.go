@@ -89,3 +89,16 @@ const (
 	// to leave out the original's headers to fit the server's max payload.
 	HeaderDeadHeadersDropped = "Kvlive-Dead-Headers-Dropped"
 )
+
+// CopyHeaders copies every header of src into dst but the message id,
+// which each copy of a message (a plan held, staged or released) sets.
+func CopyHeaders(dst, src nats.Header) {
+	for k, vs := range src {
+		if k == jetstream.MsgIDHeader {
+			continue
+		}
+		for _, v := range vs {
+			dst.Add(k, v)
+		}
+	}
+}

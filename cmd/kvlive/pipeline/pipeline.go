@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/tools/record"
 
 	"kvlive/applier"
 	"kvlive/events"
@@ -182,25 +183,50 @@ func addStages(ctx context.Context, cfg Config, fleet *kube.Cache, current *atom
 	recorder, stop := kube.NewRecorder(cfg.Clients)
 	runs = append(runs, func() error { <-ctx.Done(); stop(); return nil })
 	grace := cmp.Or(cfg.ShutdownGrace, DefaultShutdownGrace)
-	if slices.Contains(cfg.Stages, StagePlanner) {
-		p, err := planner.New(planner.Config{Recorder: recorder, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer, Workers: cfg.PlannerWorkers,
-			TraceFanout: cfg.TraceFanout, Metrics: cfg.Metrics, Grace: grace, Policy: cfg.Policy})
+	for _, s := range []struct {
+		name string
+		add  func(context.Context, Config, *kube.Cache, record.EventRecorder, time.Duration) ([]func() error, error)
+	}{{StagePlanner, addPlanner}, {StageApplier, addApplier}} {
+		if !slices.Contains(cfg.Stages, s.name) {
+			continue
+		}
+		more, err := s.add(ctx, cfg, fleet, recorder, grace)
 		if err != nil {
 			return nil, err
 		}
-		k := &rollout.Keeper{JS: cfg.JetStream, Horizon: cfg.Horizon, Log: cfg.Log, AgedOut: cfg.Metrics.AgedOut, Kept: cfg.Metrics.KeptPastHorizon,
-			Failed: cfg.Metrics.SweepFailed}
-		runs = append(runs, func() error { return p.Run(ctx) }, func() error { k.Run(ctx); return nil })
-	}
-	if slices.Contains(cfg.Stages, StageApplier) {
-		a, err := applier.New(applier.Config{Recorder: recorder, Clients: cfg.Clients, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer,
-			Workers: cfg.ApplierWorkers, Rate: cfg.Rate, ObserveTimeout: cfg.ObserveTimeout, Metrics: cfg.Metrics, Grace: grace})
-		if err != nil {
-			return nil, err
-		}
-		runs = append(runs, func() error { return a.Run(ctx) })
+		runs = append(runs, more...)
 	}
 	return runs, nil
+}
+
+// addPlanner builds the planner and, beside it, the keeper of rollout
+// records (rollout.Keeper).
+func addPlanner(ctx context.Context, cfg Config, fleet *kube.Cache, recorder record.EventRecorder, grace time.Duration) ([]func() error, error) {
+	p, err := planner.New(planner.Config{Recorder: recorder, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer, Workers: cfg.PlannerWorkers,
+		TraceFanout: cfg.TraceFanout, Metrics: cfg.Metrics, Grace: grace, Policy: cfg.Policy})
+	if err != nil {
+		return nil, err
+	}
+	k := &rollout.Keeper{JS: cfg.JetStream, Horizon: cfg.Horizon, Log: cfg.Log, AgedOut: cfg.Metrics.AgedOut, Kept: cfg.Metrics.KeptPastHorizon,
+		Failed: cfg.Metrics.SweepFailed}
+	return []func() error{func() error { return p.Run(ctx) }, func() error { k.Run(ctx); return nil }}, nil
+}
+
+// addApplier builds the applier and, beside it, the rollout controller,
+// which steps batched rollouts through their gates and releases held
+// plans (rollout.Controller), with the applier's NATS permissions.
+func addApplier(ctx context.Context, cfg Config, fleet *kube.Cache, recorder record.EventRecorder, grace time.Duration) ([]func() error, error) {
+	a, err := applier.New(applier.Config{Recorder: recorder, Clients: cfg.Clients, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer,
+		Workers: cfg.ApplierWorkers, Rate: cfg.Rate, ObserveTimeout: cfg.ObserveTimeout, Metrics: cfg.Metrics, Grace: grace})
+	if err != nil {
+		return nil, err
+	}
+	rc, err := rollout.NewController(rollout.ControllerConfig{Recorder: recorder, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log,
+		Tracer: cfg.Tracer, Metrics: cfg.Metrics, Grace: grace})
+	if err != nil {
+		return nil, err
+	}
+	return []func() error{func() error { return a.Run(ctx) }, func() error { return rc.Run(ctx) }}, nil
 }
 
 // addWatcher builds the watcher, or, with leader election, what runs one

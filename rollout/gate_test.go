@@ -1,4 +1,4 @@
-package applier
+package rollout
 
 import (
 	"bytes"
@@ -16,12 +16,11 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
-	"kvlive/rollout"
+	"kvlive/internal/testenv"
 )
 
 // gateFleet serves VMs and VMIs from maps; the gate reads nothing else.
 type gateFleet struct {
-	Fleet
 	vms  map[string]*virtv1.VirtualMachine
 	vmis map[string]*virtv1.VirtualMachineInstance
 }
@@ -30,6 +29,7 @@ func (f gateFleet) VM(ns, name string) *virtv1.VirtualMachine { return f.vms[ns+
 func (f gateFleet) VMI(ns, name string) *virtv1.VirtualMachineInstance {
 	return f.vmis[ns+"/"+name]
 }
+func (f gateFleet) Object(events.Ref) any { return nil }
 
 var liveChanges = []events.Change{
 	{Field: "cpu.sockets", From: "2", To: "3", Class: "live"},
@@ -147,15 +147,15 @@ func TestGate(t *testing.T) {
 			for _, vm := range tt.vms {
 				f.vms["ns/"+vm.Name] = vm
 			}
-			a := &Applier{cfg: Config{Fleet: f}}
-			acct := rollout.Account{Outcomes: map[events.Result]int{}, Latest: map[string]events.Outcome{}, DeadBatch: tt.dead, DeadLetters: len(tt.dead)}
+			rc := &Controller{cfg: ControllerConfig{Fleet: f}}
+			acct := Account{Outcomes: map[events.Result]int{}, Latest: map[string]events.Outcome{}, DeadBatch: tt.dead, DeadLetters: len(tt.dead)}
 			for _, o := range tt.outcomes {
 				acct.Latest[o.VM.UID] = o
 				acct.Outcomes[o.Result]++
 			}
 			rec := events.Rollout{Planned: 4, Batches: []int{1, 2, 1}, Policy: tt.policy,
 				Counts: map[events.Result]int{events.ResultNone: 1, events.ResultSkip: 1}}
-			g := a.gate(rec, tt.batch, acct, tt.resumed)
+			g := rc.gate(rec, tt.batch, acct, tt.resumed)
 			if g.verdict != tt.verdict || !strings.Contains(g.why, tt.why) {
 				t.Errorf("gate = %d %q, want %d %q", g.verdict, g.why, tt.verdict, tt.why)
 			}
@@ -182,46 +182,46 @@ func TestDecide(t *testing.T) {
 		policy events.Policy
 		gate   gateResult
 		now    time.Time
-		want   step
+		want   gateStep
 	}{
 		{name: "aborted: send every staged batch to be skipped", c: events.Control{State: events.StateAborted},
-			staged: []int{1, 2}, want: step{kind: stepSend, batches: []int{1, 2}}},
+			staged: []int{1, 2}, want: gateStep{kind: stepSend, batches: []int{1, 2}}},
 		{name: "a released batch still staged is sent", c: running(1, t0, time.Time{}), staged: []int{1, 2},
-			want: step{kind: stepSend, batches: []int{1}}},
+			want: gateStep{kind: stepSend, batches: []int{1}}},
 		{name: "a batch beyond the rollout's: refused, nothing released", c: running(5, t0, time.Time{}), staged: []int{1, 2},
-			want: step{kind: stepRefuse, why: "refused: the control record names batch 6, the rollout has 3"}},
+			want: gateStep{kind: stepRefuse, why: "refused: the control record names batch 6, the rollout has 3"}},
 		{name: "paused: nothing", c: events.Control{State: events.StatePaused}, staged: []int{1, 2}, gate: passed},
 		{name: "the last batch released: nothing", c: running(2, t0, time.Time{}), staged: []int{3}, gate: passed},
 		{name: "failed gate: trip", c: running(0, time.Time{}, time.Time{}), staged: []int{1, 2},
 			gate: gateResult{gateFailed, "2 VMs failed, the policy tolerates 1"},
-			want: step{kind: stepTrip, result: "failed", why: "2 VMs failed, the policy tolerates 1"}},
+			want: gateStep{kind: stepTrip, result: "failed", why: "2 VMs failed, the policy tolerates 1"}},
 		{name: "waiting within the deadline: note why", c: running(1, t0, time.Time{}), staged: []int{2}, gate: waiting,
 			policy: events.Policy{ProgressDeadline: "5m"}, now: t0.Add(4 * time.Minute),
-			want: step{kind: stepNote, why: "waiting: 2 of 4 VMs of the batch have an outcome"}},
+			want: gateStep{kind: stepNote, why: "waiting: 2 of 4 VMs of the batch have an outcome"}},
 		{name: "waiting past the deadline: trip", c: running(1, t0, time.Time{}), staged: []int{2}, gate: waiting,
 			policy: events.Policy{ProgressDeadline: "5m"}, now: t0.Add(6 * time.Minute),
-			want: step{kind: stepTrip, result: "deadline", why: "progress deadline 5m0s passed: 2 of 4 VMs of the batch have an outcome"}},
+			want: gateStep{kind: stepTrip, result: "deadline", why: "progress deadline 5m0s passed: 2 of 4 VMs of the batch have an outcome"}},
 		{name: "a resume gives the batch its deadline again", staged: []int{2}, gate: waiting,
 			c:    events.Control{State: events.StateRunning, Batch: 1, BatchAt: t0, By: "alice", At: t0.Add(time.Hour)},
 			now:  t0.Add(time.Hour + 5*time.Minute),
-			want: step{kind: stepNote, why: "waiting: 2 of 4 VMs of the batch have an outcome"}},
+			want: gateStep{kind: stepNote, why: "waiting: 2 of 4 VMs of the batch have an outcome"}},
 		{name: "the first batch's deadline runs from planning; the default is 10m", c: running(0, time.Time{}, time.Time{}),
 			staged: []int{1, 2}, gate: waiting, now: t0.Add(11 * time.Minute),
-			want: step{kind: stepTrip, result: "deadline", why: "progress deadline 10m0s passed: 2 of 4 VMs of the batch have an outcome"}},
+			want: gateStep{kind: stepTrip, result: "deadline", why: "progress deadline 10m0s passed: 2 of 4 VMs of the batch have an outcome"}},
 		{name: "passed: record it", c: running(0, time.Time{}, time.Time{}), staged: []int{1, 2}, gate: passed, now: t0,
-			want: step{kind: stepPassGate, why: "all 4 VMs in their planned state"}},
+			want: gateStep{kind: stepPassGate, why: "all 4 VMs in their planned state"}},
 		{name: "passed, no pause: release the next batch", c: running(0, time.Time{}, t0), staged: []int{1, 2}, gate: passed, now: t0,
-			want: step{kind: stepRelease, batches: []int{1}}},
+			want: gateStep{kind: stepRelease, batches: []int{1}}},
 		{name: "passed, pausing: wait", c: running(1, t0, t0.Add(time.Minute)), staged: []int{2}, gate: passed,
 			policy: events.Policy{Pause: "2m"}, now: t0.Add(2 * time.Minute)},
 		{name: "passed, pause over: release", c: running(1, t0, t0.Add(time.Minute)), staged: []int{2}, gate: passed,
-			policy: events.Policy{Pause: "2m"}, now: t0.Add(3 * time.Minute), want: step{kind: stepRelease, batches: []int{2}}},
+			policy: events.Policy{Pause: "2m"}, now: t0.Add(3 * time.Minute), want: gateStep{kind: stepRelease, batches: []int{2}}},
 		{name: "passed, manual: pause for promote", c: running(0, time.Time{}, t0), staged: []int{1, 2}, gate: passed,
 			policy: events.Policy{Pause: events.PauseManual}, now: t0.Add(time.Hour),
-			want: step{kind: stepAwaitPromote, why: "batch 1 of 3 passed its gate; rollout promote (or resume) releases batch 2"}},
+			want: gateStep{kind: stepAwaitPromote, why: "batch 1 of 3 passed its gate; rollout promote (or resume) releases batch 2"}},
 		{name: "passed, manual, resumed since: release", staged: []int{1, 2}, gate: passed, policy: events.Policy{Pause: events.PauseManual},
 			c:    events.Control{State: events.StateRunning, GateAt: t0, At: t0.Add(time.Minute)},
-			want: step{kind: stepRelease, batches: []int{1}}},
+			want: gateStep{kind: stepRelease, batches: []int{1}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			asked := false
@@ -241,9 +241,12 @@ func TestDecide(t *testing.T) {
 // between the gate's read and its write is not overwritten by a trip or a
 // wait for promote, and a batch does not open on a paused rollout.
 func TestGateWritesYieldToTheOperator(t *testing.T) {
-	a, _, _ := fixture(t)
 	ctx := t.Context()
-	store, err := rollout.Open(ctx, a.cfg.JetStream)
+	rc, err := NewController(ControllerConfig{Fleet: gateFleet{}, JetStream: testenv.JetStream(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := Open(ctx, rc.cfg.JetStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,13 +278,13 @@ func TestGateWritesYieldToTheOperator(t *testing.T) {
 	}
 
 	operator(events.ActionPause, events.ActionResume)
-	if err := a.trip(ctx, store, rec, seen, "failed", "2 VMs failed, the policy tolerates 1"); err != nil {
+	if err := rc.trip(ctx, store, rec, seen, "failed", "2 VMs failed, the policy tolerates 1"); err != nil {
 		t.Fatal(err)
 	}
 	if c := state(); c.State != events.StateRunning || c.By != "alice" {
 		t.Errorf("after a trip decided before the operator's resume: %+v, want the resume kept", c)
 	}
-	if err := a.awaitPromote(ctx, store, id, seen, "batch 2 of 3 passed its gate", now); err != nil {
+	if err := rc.awaitPromote(ctx, store, id, seen, "batch 2 of 3 passed its gate", now); err != nil {
 		t.Fatal(err)
 	}
 	if c := state(); c.State != events.StateRunning || c.By != "alice" {
@@ -299,7 +302,7 @@ func TestGateWritesYieldToTheOperator(t *testing.T) {
 	// Decided on the record as it is, the gate writes.
 	operator(events.ActionResume)
 	current := state()
-	if err := a.trip(ctx, store, rec, current, "failed", "2 VMs failed"); err != nil {
+	if err := rc.trip(ctx, store, rec, current, "failed", "2 VMs failed"); err != nil {
 		t.Fatal(err)
 	}
 	if c := state(); c.State != events.StatePaused || c.By != gatedBy {
@@ -312,11 +315,11 @@ func TestGateWritesYieldToTheOperator(t *testing.T) {
 // minute per rollout, not every round.
 func TestARefusedControlRecordIsLoggedNotFlooded(t *testing.T) {
 	var log bytes.Buffer
-	a := &Applier{cfg: Config{Log: slog.New(slog.NewTextHandler(&log, nil)), Clock: clock.RealClock{}}, refusedAt: map[string]time.Time{}}
+	rc := &Controller{cfg: ControllerConfig{Log: slog.New(slog.NewTextHandler(&log, nil)), Clock: clock.RealClock{}}, refusedAt: map[string]time.Time{}}
 	for range 3 {
-		a.refuse("E", events.Control{State: events.StateRunning, Batch: 5}, "refused: the control record names batch 6, the rollout has 3")
+		rc.refuse("E", events.Control{State: events.StateRunning, Batch: 5}, "refused: the control record names batch 6, the rollout has 3")
 	}
-	a.refuse("F", events.Control{State: events.StatePaused, Batch: 7}, "refused: the control record names batch 8, the rollout has 3")
+	rc.refuse("F", events.Control{State: events.StatePaused, Batch: 7}, "refused: the control record names batch 8, the rollout has 3")
 	if n := strings.Count(log.String(), "a control record kvlive did not write"); n != 2 {
 		t.Errorf("logged %d times, want once per rollout:\n%s", n, log.String())
 	}

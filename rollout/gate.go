@@ -1,4 +1,4 @@
-package applier
+package rollout
 
 import (
 	"context"
@@ -17,12 +17,11 @@ import (
 
 	"kvlive/events"
 	"kvlive/instancetype"
-	"kvlive/rollout"
 )
 
 // A batched rollout's first batch goes to the applier with the plans; the
-// planner stages the others in events.StreamStaged. Every applier replica
-// steps each batched rollout that still has staged plans: once the
+// planner stages the others in events.StreamStaged. Every controller
+// (one beside each applier) steps each batched rollout that still has staged plans: once the
 // released batch passes its gate (every VM of it has an outcome and is in
 // its planned state as KubeVirt reports it, and failures are within the
 // policy's threshold) and the policy's pause is over, it records the next
@@ -44,7 +43,7 @@ const DefaultProgressDeadline = 10 * time.Minute
 const gatedBy = "kvlive gate"
 
 // runGates steps every batched rollout until ctx ends.
-func (a *Applier) runGates(ctx context.Context, store *rollout.Store) {
+func (rc *Controller) runGates(ctx context.Context, store *Store) {
 	tick := time.NewTicker(gateEvery)
 	defer tick.Stop()
 	for {
@@ -53,20 +52,20 @@ func (a *Applier) runGates(ctx context.Context, store *rollout.Store) {
 			return
 		case <-tick.C:
 		}
-		staged, err := a.stagedBatches(ctx)
+		staged, err := rc.stagedBatches(ctx)
 		if err != nil {
-			a.cfg.Log.Warn("applier: cannot list staged batches", "err", err)
+			rc.cfg.Log.Warn("rollout: cannot list staged batches", "err", err)
 			continue
 		}
 		phases := map[events.RolloutState]int{}
 		for id, batches := range staged {
-			state, err := a.stepRollout(ctx, store, id, batches)
+			state, err := rc.stepRollout(ctx, store, id, batches)
 			if err != nil && ctx.Err() == nil {
-				a.cfg.Log.Warn("applier: batched rollout not stepped", "event", id, "err", err)
+				rc.cfg.Log.Warn("rollout: batched rollout not stepped", "event", id, "err", err)
 			}
 			phases[state]++
 		}
-		a.cfg.Metrics.BatchedRollouts(map[string]int{
+		rc.cfg.Metrics.BatchedRollouts(map[string]int{
 			string(events.StateRunning): phases[events.StateRunning],
 			string(events.StatePaused):  phases[events.StatePaused],
 			string(events.StateAborted): phases[events.StateAborted],
@@ -76,8 +75,8 @@ func (a *Applier) runGates(ctx context.Context, store *rollout.Store) {
 
 // stagedBatches lists, per event, the batches that still have staged
 // plans, in order, from the staged stream's subjects.
-func (a *Applier) stagedBatches(ctx context.Context) (map[string][]int, error) {
-	s, err := a.cfg.JetStream.Stream(ctx, events.StreamStaged)
+func (rc *Controller) stagedBatches(ctx context.Context) (map[string][]int, error) {
+	s, err := rc.cfg.JetStream.Stream(ctx, events.StreamStaged)
 	if err != nil {
 		return nil, err
 	}
@@ -103,23 +102,23 @@ func (a *Applier) stagedBatches(ctx context.Context) (map[string][]int, error) {
 	return out, nil
 }
 
-// stepKind is what a batched rollout's next step is.
-type stepKind int
+// gateStepKind is what a batched rollout's next step is.
+type gateStepKind int
 
 const (
-	stepNone         stepKind = iota // nothing to do now
-	stepSend                         // send released batches' staged plans (batches)
-	stepNote                         // record what the gate waits for (why)
-	stepTrip                         // pause or abort, as the policy says (result, why)
-	stepPassGate                     // record the released batch's gate as passed (why)
-	stepAwaitPromote                 // pause until promote or resume (why)
-	stepRelease                      // release the next batch (batches[0])
-	stepRefuse                       // act on nothing: the control record is not kvlive's (why)
+	stepNone         gateStepKind = iota // nothing to do now
+	stepSend                             // send released batches' staged plans (batches)
+	stepNote                             // record what the gate waits for (why)
+	stepTrip                             // pause or abort, as the policy says (result, why)
+	stepPassGate                         // record the released batch's gate as passed (why)
+	stepAwaitPromote                     // pause until promote or resume (why)
+	stepRelease                          // release the next batch (batches[0])
+	stepRefuse                           // act on nothing: the control record is not kvlive's (why)
 )
 
-// step is a decision of the batch state machine.
-type step struct {
-	kind    stepKind
+// gateStep is a decision of the batch state machine.
+type gateStep struct {
+	kind    gateStepKind
 	batches []int
 	result  string
 	why     string
@@ -137,23 +136,23 @@ type step struct {
 //   - the gate failed: trip; waiting: trip past the deadline, else note why;
 //   - passed: record it; then wait out the pause (manual: pause until
 //     promote or resume), then release the next batch.
-func decide(c events.Control, staged []int, rec events.Rollout, gate func() gateResult, now time.Time) step {
+func decide(c events.Control, staged []int, rec events.Rollout, gate func() gateResult, now time.Time) gateStep {
 	switch {
 	case c.State == events.StateAborted:
-		return step{kind: stepSend, batches: staged}
+		return gateStep{kind: stepSend, batches: staged}
 	case c.Batch < 0 || c.Batch >= len(rec.Batches):
 		// Not a record kvlive wrote (promote stops at the last batch):
 		// acting on it would release every staged batch at once.
-		return step{kind: stepRefuse, why: fmt.Sprintf("refused: the control record names batch %d, the rollout has %d", c.Batch+1, len(rec.Batches))}
+		return gateStep{kind: stepRefuse, why: fmt.Sprintf("refused: the control record names batch %d, the rollout has %d", c.Batch+1, len(rec.Batches))}
 	case staged[0] <= c.Batch:
-		return step{kind: stepSend, batches: slices.DeleteFunc(slices.Clone(staged), func(b int) bool { return b > c.Batch })}
+		return gateStep{kind: stepSend, batches: slices.DeleteFunc(slices.Clone(staged), func(b int) bool { return b > c.Batch })}
 	case c.State == events.StatePaused || c.Batch+1 >= len(rec.Batches):
-		return step{}
+		return gateStep{}
 	}
 	g := gate()
 	switch g.verdict {
 	case gateFailed:
-		return step{kind: stepTrip, result: "failed", why: g.why}
+		return gateStep{kind: stepTrip, result: "failed", why: g.why}
 	case gateWaiting:
 		since := c.BatchAt
 		if c.Batch == 0 || since.IsZero() {
@@ -167,23 +166,23 @@ func decide(c events.Control, staged []int, rec events.Rollout, gate func() gate
 			deadline = DefaultProgressDeadline
 		}
 		if now.Sub(since) > deadline {
-			return step{kind: stepTrip, result: "deadline", why: fmt.Sprintf("progress deadline %s passed: %s", deadline, g.why)}
+			return gateStep{kind: stepTrip, result: "deadline", why: fmt.Sprintf("progress deadline %s passed: %s", deadline, g.why)}
 		}
-		return step{kind: stepNote, why: "waiting: " + g.why}
+		return gateStep{kind: stepNote, why: "waiting: " + g.why}
 	}
 	if c.GateAt.IsZero() {
-		return step{kind: stepPassGate, why: g.why}
+		return gateStep{kind: stepPassGate, why: g.why}
 	}
 	wait, manual := rec.Policy.PauseFor()
 	switch {
 	case manual && !c.At.After(c.GateAt):
 		// No pause or resume since the gate passed: wait for one.
-		return step{kind: stepAwaitPromote, why: fmt.Sprintf("batch %d of %d passed its gate; rollout promote (or resume) releases batch %d",
+		return gateStep{kind: stepAwaitPromote, why: fmt.Sprintf("batch %d of %d passed its gate; rollout promote (or resume) releases batch %d",
 			c.Batch+1, len(rec.Batches), c.Batch+2)}
 	case !manual && now.Before(c.GateAt.Add(wait)):
-		return step{}
+		return gateStep{}
 	}
-	return step{kind: stepRelease, batches: []int{c.Batch + 1}}
+	return gateStep{kind: stepRelease, batches: []int{c.Batch + 1}}
 }
 
 // resumedAt is when an operator last resumed (or promoted) the running
@@ -198,30 +197,30 @@ func resumedAt(c events.Control) time.Time {
 // stepRollout takes one batched rollout one step further, if it can: it
 // decides, takes the step, and decides again after a gate it recorded. It
 // returns the state the rollout was found in.
-func (a *Applier) stepRollout(ctx context.Context, store *rollout.Store, id string, staged []int) (events.RolloutState, error) {
+func (rc *Controller) stepRollout(ctx context.Context, store *Store, id string, staged []int) (events.RolloutState, error) {
 	c, _, err := store.Get(ctx, id)
 	if err != nil {
 		return c.State, err
 	}
-	return c.State, a.step(ctx, store, id, staged, c)
+	return c.State, rc.takeSteps(ctx, store, id, staged, c)
 }
 
-// step takes the steps decide gives for the rollout found at c.
-func (a *Applier) step(ctx context.Context, store *rollout.Store, id string, staged []int, c events.Control) error {
-	rec, recorded, err := rollout.Record(ctx, a.cfg.JetStream, id)
+// takeSteps takes the steps decide gives for the rollout found at c.
+func (rc *Controller) takeSteps(ctx context.Context, store *Store, id string, staged []int, c events.Control) error {
+	rec, recorded, err := Record(ctx, rc.cfg.JetStream, id)
 	if err != nil || !recorded {
 		return err
 	}
 	var gateErr error
 	gate := func() gateResult {
-		acct, err := rollout.AccountWith(ctx, a.cfg.JetStream, rec, c)
+		acct, err := AccountWith(ctx, rc.cfg.JetStream, rec, c)
 		if err != nil {
 			gateErr = err
 			return gateResult{gateWaiting, "the rollout's accounting is unreadable: " + err.Error()}
 		}
-		return a.gate(rec, c.Batch, acct, resumedAt(c))
+		return rc.gate(rec, c.Batch, acct, resumedAt(c))
 	}
-	now := a.cfg.Clock.Now()
+	now := rc.cfg.Clock.Now()
 	for {
 		s := decide(c, staged, rec, gate, now)
 		if gateErr != nil {
@@ -229,26 +228,26 @@ func (a *Applier) step(ctx context.Context, store *rollout.Store, id string, sta
 		}
 		switch s.kind {
 		case stepSend:
-			return a.releaseBatches(ctx, id, s.batches)
+			return rc.releaseBatches(ctx, id, s.batches)
 		case stepNote:
-			return a.noteWaiting(ctx, store, id, c, s.why)
+			return rc.noteWaiting(ctx, store, id, c, s.why)
 		case stepRefuse:
-			a.refuse(id, c, s.why)
-			return a.noteWaiting(ctx, store, id, c, s.why)
+			rc.refuse(id, c, s.why)
+			return rc.noteWaiting(ctx, store, id, c, s.why)
 		case stepTrip:
-			return a.trip(ctx, store, rec, c, s.result, s.why)
+			return rc.trip(ctx, store, rec, c, s.result, s.why)
 		case stepPassGate:
 			passed, err := store.PassGate(ctx, id, c.Batch, s.why, now)
 			if err != nil || !passed {
 				return err
 			}
 			c.GateAt = now
-			a.batchSpan(ctx, rec, c, now, s.why, nil)
+			rc.batchSpan(ctx, rec, c, now, s.why, nil)
 			continue // the pause, or the next batch, may follow at once
 		case stepAwaitPromote:
-			return a.awaitPromote(ctx, store, id, c, s.why, now)
+			return rc.awaitPromote(ctx, store, id, c, s.why, now)
 		case stepRelease:
-			return a.releaseNext(ctx, store, rec, s.batches[0], now)
+			return rc.releaseNext(ctx, store, rec, s.batches[0], now)
 		}
 		return nil
 	}
@@ -260,34 +259,34 @@ const refuseEvery = time.Minute
 
 // refuse logs and counts a control record kvlive did not write, which the
 // gate loop meets every round: once per refuseEvery per rollout.
-func (a *Applier) refuse(id string, c events.Control, why string) {
-	now := a.cfg.Clock.Now()
-	a.gateNotesMu.Lock()
-	due := now.Sub(a.refusedAt[id]) >= refuseEvery
+func (rc *Controller) refuse(id string, c events.Control, why string) {
+	now := rc.cfg.Clock.Now()
+	rc.notesMu.Lock()
+	due := now.Sub(rc.refusedAt[id]) >= refuseEvery
 	if due {
-		a.refusedAt[id] = now
+		rc.refusedAt[id] = now
 	}
-	a.gateNotesMu.Unlock()
+	rc.notesMu.Unlock()
 	if due {
-		a.cfg.Metrics.Gate("refused", string(c.State))
-		a.cfg.Log.Warn("applier: a control record kvlive did not write; the rollout is left where it is", "event", id, "reason", why)
+		rc.cfg.Metrics.Gate("refused", string(c.State))
+		rc.cfg.Log.Warn("rollout: a control record kvlive did not write; the rollout is left where it is", "event", id, "reason", why)
 	}
 }
 
 // awaitPromote pauses a rollout whose batch passed its gate under a manual
 // pause, unless an operator acted since c was read.
-func (a *Applier) awaitPromote(ctx context.Context, store *rollout.Store, id string, c events.Control, why string, now time.Time) error {
+func (rc *Controller) awaitPromote(ctx context.Context, store *Store, id string, c events.Control, why string, now time.Time) error {
 	_, paused, err := store.ApplyIf(ctx, id, c, events.ActionPause, why, gatedBy, now)
 	if err != nil || !paused {
 		return err
 	}
-	a.cfg.Metrics.Gate("passed", "waiting")
-	a.cfg.Log.Info("batch passed its gate; waiting for promote", "event", id, "batch", c.Batch+1)
+	rc.cfg.Metrics.Gate("passed", "waiting")
+	rc.cfg.Log.Info("batch passed its gate; waiting for promote", "event", id, "batch", c.Batch+1)
 	return nil
 }
 
 // releaseNext records batch as released and sends its staged plans.
-func (a *Applier) releaseNext(ctx context.Context, store *rollout.Store, rec events.Rollout, next int, now time.Time) error {
+func (rc *Controller) releaseNext(ctx context.Context, store *Store, rec events.Rollout, next int, now time.Time) error {
 	id := rec.EventID
 	opened, err := store.OpenBatch(ctx, id, next, now)
 	if err != nil {
@@ -301,12 +300,12 @@ func (a *Applier) releaseNext(ctx context.Context, store *rollout.Store, rec eve
 		}
 	}
 	if opened {
-		a.cfg.Metrics.Gate("passed", "running")
-		a.cfg.Metrics.BatchReleased()
-		a.cfg.Log.Info("batch released", "event", id, "batch", next+1, "of", len(rec.Batches), "vms", rec.Batches[next])
-		a.recordEvent(rec.Object, corev1.EventTypeNormal, "RolloutBatchReleased", "rollout %s: batch %d of %d released (%d VMs)", id, next+1, len(rec.Batches), rec.Batches[next])
+		rc.cfg.Metrics.Gate("passed", "running")
+		rc.cfg.Metrics.BatchReleased()
+		rc.cfg.Log.Info("batch released", "event", id, "batch", next+1, "of", len(rec.Batches), "vms", rec.Batches[next])
+		rc.recordEvent(rec.Object, corev1.EventTypeNormal, "RolloutBatchReleased", "rollout %s: batch %d of %d released (%d VMs)", id, next+1, len(rec.Batches), rec.Batches[next])
 	}
-	return a.releaseBatches(ctx, id, []int{next})
+	return rc.releaseBatches(ctx, id, []int{next})
 }
 
 // noteEvery is how often, at most, a rollout's control record is rewritten
@@ -315,19 +314,19 @@ const noteEvery = 5 * time.Second
 
 // noteWaiting records what the released batch's gate waits for, so
 // rollout status can show it, at most every noteEvery per rollout.
-func (a *Applier) noteWaiting(ctx context.Context, store *rollout.Store, id string, c events.Control, why string) error {
+func (rc *Controller) noteWaiting(ctx context.Context, store *Store, id string, c events.Control, why string) error {
 	if c.Gate == why {
 		return nil
 	}
-	now := a.cfg.Clock.Now()
-	a.gateNotesMu.Lock()
-	last := a.gateNotes[id]
+	now := rc.cfg.Clock.Now()
+	rc.notesMu.Lock()
+	last := rc.gateNotes[id]
 	if now.Sub(last) < noteEvery {
-		a.gateNotesMu.Unlock()
+		rc.notesMu.Unlock()
 		return nil
 	}
-	a.gateNotes[id] = now
-	a.gateNotesMu.Unlock()
+	rc.gateNotes[id] = now
+	rc.notesMu.Unlock()
 	_, _, err := store.Update(ctx, id, false, func(cur *events.Control) (bool, error) {
 		if cur.Batch != c.Batch || !cur.GateAt.IsZero() || cur.State != events.StateRunning {
 			return false, nil
@@ -341,34 +340,34 @@ func (a *Applier) noteWaiting(ctx context.Context, store *rollout.Store, id stri
 // trip pauses (or, as the policy says, aborts) a rollout whose batch failed
 // its gate or missed its deadline, with the reason, unless an operator
 // acted since c was read (the gate decides again on what they did).
-func (a *Applier) trip(ctx context.Context, store *rollout.Store, rec events.Rollout, c events.Control, result, why string) error {
+func (rc *Controller) trip(ctx context.Context, store *Store, rec events.Rollout, c events.Control, result, why string) error {
 	action, phase := events.ActionPause, "paused"
 	if rec.Policy.Aborts() {
 		action, phase = events.ActionAbort, "aborted"
 	}
 	reason := fmt.Sprintf("batch %d of %d: %s", c.Batch+1, len(rec.Batches), why)
-	_, changed, err := store.ApplyIf(ctx, rec.EventID, c, action, reason, gatedBy, a.cfg.Clock.Now())
+	_, changed, err := store.ApplyIf(ctx, rec.EventID, c, action, reason, gatedBy, rc.cfg.Clock.Now())
 	if err != nil || !changed {
 		return err
 	}
-	a.cfg.Metrics.Gate(result, phase)
-	a.cfg.Log.Warn("batched rollout "+phase+" by its gate", "event", rec.EventID, "reason", reason)
-	a.recordEvent(rec.Object, corev1.EventTypeWarning, "Rollout"+strings.ToUpper(phase[:1])+phase[1:], "rollout %s %s: %s", rec.EventID, phase, reason)
-	a.batchSpan(ctx, rec, c, a.cfg.Clock.Now(), reason, errors.New(phase))
+	rc.cfg.Metrics.Gate(result, phase)
+	rc.cfg.Log.Warn("batched rollout "+phase+" by its gate", "event", rec.EventID, "reason", reason)
+	rc.recordEvent(rec.Object, corev1.EventTypeWarning, "Rollout"+strings.ToUpper(phase[:1])+phase[1:], "rollout %s %s: %s", rec.EventID, phase, reason)
+	rc.batchSpan(ctx, rec, c, rc.cfg.Clock.Now(), reason, errors.New(phase))
 	return nil
 }
 
 // recordEvent records a Kubernetes Event on the rollout's object, when it
 // is in the cache and a recorder is set.
-func (a *Applier) recordEvent(ref events.Ref, kind, reason, format string, args ...any) {
-	if o, ok := a.cfg.Fleet.Object(ref).(runtime.Object); ok && a.cfg.Recorder != nil {
-		a.cfg.Recorder.Eventf(o, kind, reason, format, args...)
+func (rc *Controller) recordEvent(ref events.Ref, kind, reason, format string, args ...any) {
+	if o, ok := rc.cfg.Fleet.Object(ref).(runtime.Object); ok && rc.cfg.Recorder != nil {
+		rc.cfg.Recorder.Eventf(o, kind, reason, format, args...)
 	}
 }
 
 // batchSpan records a batch, from its release to its gate's decision, as a
 // span under the rollout's planner span, so kvlive trace shows the batches.
-func (a *Applier) batchSpan(ctx context.Context, rec events.Rollout, c events.Control, end time.Time, gate string, failed error) {
+func (rc *Controller) batchSpan(ctx context.Context, rec events.Rollout, c events.Control, end time.Time, gate string, failed error) {
 	start := c.BatchAt
 	if c.Batch == 0 || start.IsZero() {
 		start = rec.PlannedAt
@@ -379,7 +378,7 @@ func (a *Applier) batchSpan(ctx context.Context, rec events.Rollout, c events.Co
 				TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true}))
 		}
 	}
-	_, span := a.tracer.Start(ctx, fmt.Sprintf("rollout.batch %d/%d", c.Batch+1, len(rec.Batches)), trace.WithTimestamp(start),
+	_, span := rc.tracer.Start(ctx, fmt.Sprintf("rollout.batch %d/%d", c.Batch+1, len(rec.Batches)), trace.WithTimestamp(start),
 		trace.WithAttributes(attribute.String("kvlive.event.id", rec.EventID), attribute.Int("kvlive.batch", c.Batch+1),
 			attribute.Int("kvlive.batch.vms", rec.Batches[c.Batch]), attribute.String("kvlive.gate", gate)))
 	if failed != nil {
@@ -411,7 +410,7 @@ const maxNamed = 3
 // An operator who resumes a rollout accepts the failures so far: only VMs
 // that failed after resumed (the control record's last change) count
 // against the threshold, so a resume after a tripped threshold goes on.
-func (a *Applier) gate(rec events.Rollout, batch int, acct rollout.Account, resumed time.Time) gateResult {
+func (rc *Controller) gate(rec events.Rollout, batch int, acct Account, resumed time.Time) gateResult {
 	failed := acct.DeadLetters
 	if resumed.IsZero() {
 		failed += acct.Outcomes[events.ResultFailed]
@@ -437,7 +436,7 @@ func (a *Applier) gate(rec events.Rollout, batch int, acct rollout.Account, resu
 			continue
 		}
 		settled++
-		if why := a.inPlannedState(o); why != "" {
+		if why := rc.inPlannedState(o); why != "" {
 			unready = append(unready, o.VM.String()+": "+why)
 		}
 	}
@@ -458,25 +457,25 @@ func (a *Applier) gate(rec events.Rollout, batch int, acct rollout.Account, resu
 
 // inPlannedState says why a VM is not (yet) where its outcome left it,
 // as the cache shows KubeVirt's report, or "" when it is.
-func (a *Applier) inPlannedState(o events.Outcome) string {
-	return instancetype.InPlannedState(o, a.cfg.Fleet.VM(o.VM.Namespace, o.VM.Name), a.cfg.Fleet.VMI(o.VM.Namespace, o.VM.Name))
+func (rc *Controller) inPlannedState(o events.Outcome) string {
+	return instancetype.InPlannedState(o, rc.cfg.Fleet.VM(o.VM.Namespace, o.VM.Name), rc.cfg.Fleet.VMI(o.VM.Namespace, o.VM.Name))
 }
 
 // releaseBatches sends the staged plans of each batch to the plans stream.
-func (a *Applier) releaseBatches(ctx context.Context, eventID string, batches []int) error {
+func (rc *Controller) releaseBatches(ctx context.Context, eventID string, batches []int) error {
 	var errs []error
 	for _, b := range batches {
-		errs = append(errs, a.releaseBatch(ctx, eventID, b))
+		errs = append(errs, rc.releaseBatch(ctx, eventID, b))
 	}
 	return errors.Join(errs...)
 }
 
 // releaseBatch sends the batch's staged plans to the plans stream until
 // none is left.
-func (a *Applier) releaseBatch(ctx context.Context, eventID string, batch int) error {
-	if _, err := a.drain(ctx, events.StreamStaged, events.OpenBatchConsumer(eventID, batch), events.OpenedID, nil,
+func (rc *Controller) releaseBatch(ctx context.Context, eventID string, batch int) error {
+	if _, err := rc.drain(ctx, events.StreamStaged, events.OpenBatchConsumer(eventID, batch), events.OpenedID, nil,
 		"event", eventID, "batch", batch+1); err != nil {
-		return fmt.Errorf("applier: release batch %d of %s: %w", batch+1, eventID, err)
+		return fmt.Errorf("rollout: release batch %d of %s: %w", batch+1, eventID, err)
 	}
 	return nil
 }
