@@ -36,6 +36,7 @@ import (
 	"kvlive/applier"
 	"kvlive/events"
 	"kvlive/instancetype"
+	"kvlive/integration/framework"
 	"kvlive/internal/bus"
 	"kvlive/internal/kube"
 	"kvlive/internal/testenv"
@@ -433,7 +434,7 @@ func (e *env) benchKubectlLoop(on *fleetOn, swtch bool) float64 {
 	}
 	vms := e.benchVMsOn(on.it)[:*benchKubectlVMs]
 	kubectl := func(stdin []byte, args ...string) {
-		cmd := exec.CommandContext(e.ctx, testenv.Binary(e.t, "kubectl"), append([]string{"--kubeconfig", e.kubeconfig}, args...)...)
+		cmd := exec.CommandContext(e.ctx, framework.Binary(e.t, "kubectl"), append([]string{"--kubeconfig", e.kubeconfig}, args...)...)
 		if stdin != nil {
 			cmd.Stdin = strings.NewReader(string(stdin))
 		}
@@ -780,8 +781,8 @@ func benchBus(t *testing.T, tab *benchTable) {
 	}
 	defer nc.Close()
 	embedded := benchPlansPerSecond(t, nc, 1)
-	external := benchPlansPerSecond(t, benchConnect(t, testenv.StartNATS(t).URL), 1)
-	cluster := benchPlansPerSecond(t, benchConnect(t, testenv.StartNATSCluster(t, 3).URL), 3)
+	external := benchPlansPerSecond(t, benchConnect(t, framework.StartNATS(t).URL), 1)
+	cluster := benchPlansPerSecond(t, benchConnect(t, framework.StartNATSCluster(t, 3).URL), 3)
 	tab.add("bus", fmt.Sprintf("%d plans published and consumed (applier's consumer, acked)", *benchPlans),
 		fmt.Sprintf("embedded %.0f/s, external %.0f/s, 3-node cluster (R3) %.0f/s", embedded, external, cluster),
 		fmt.Sprintf("external %.2f×, cluster %.2f× embedded", external/embedded, cluster/embedded))

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"kvlive/internal/testenv"
+	"kvlive/integration/framework"
 )
 
 // apiUse is what the API server served, from its own metrics: requests by
@@ -184,7 +184,7 @@ func (e *env) profileAPIServer(what string, d time.Duration) (done func()) {
 			e.t.Logf("profile of kube-apiserver (%s): %v", what, ferr)
 			return
 		}
-		args := []string{"tool", "pprof", "-top", "-cum", "-nodecount=60", testenv.Binary(e.t, "kube-apiserver"), f.Name()}
+		args := []string{"tool", "pprof", "-top", "-cum", "-nodecount=60", framework.Binary(e.t, "kube-apiserver"), f.Name()}
 		out, err := exec.Command("go", args...).CombinedOutput()
 		e.t.Logf("profile of kube-apiserver during %s (%v), kept in %s:\n%s", what, err, f.Name(), out)
 	}

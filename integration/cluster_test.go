@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"kvlive/events"
-	"kvlive/internal/testenv"
+	"kvlive/integration/framework"
 	"kvlive/rollout"
 )
 
@@ -58,13 +58,13 @@ func TestThreeReplicasOnANATSCluster(t *testing.T) {
 }
 
 // streamLeader returns the cluster node leading stream.
-func (e *env) streamLeader(stream string) *testenv.NATSServer {
+func (e *env) streamLeader(stream string) *framework.NATSServer {
 	e.t.Helper()
 	name, err := e.streamLeaderName(stream)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	i := slices.IndexFunc(e.natsCluster.Nodes, func(s *testenv.NATSServer) bool { return s.Name == name })
+	i := slices.IndexFunc(e.natsCluster.Nodes, func(s *framework.NATSServer) bool { return s.Name == name })
 	if i < 0 {
 		e.t.Fatalf("stream %s is led by %q, not a node of the test's cluster", stream, name)
 	}

@@ -17,9 +17,9 @@ import (
 	"kubevirt.io/api/instancetype/v1beta1"
 
 	"kvlive/events"
+	"kvlive/integration/framework"
 	"kvlive/internal/kube"
 	"kvlive/internal/standin"
-	"kvlive/internal/testenv"
 )
 
 // The conformance table: one KubeVirt behaviour per row, run against
@@ -254,7 +254,7 @@ func reactionOf(vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) r
 // virt-controller and virt-api would (hotplug limits 4× boot).
 func standinWorld(t *testing.T) *conformanceWorld {
 	t.Helper()
-	cfg, kubeconfig := testenv.StartAPIServer(t)
+	cfg, kubeconfig := framework.StartAPIServer(t)
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 1000, 2000
 	clients, err := kube.NewClients(cfg)
@@ -262,16 +262,16 @@ func standinWorld(t *testing.T) *conformanceWorld {
 		t.Fatal(err)
 	}
 	e := &env{t: t, ctx: t.Context(), kubeconfig: kubeconfig, clients: clients, uids: map[string]string{}}
-	e.nats = testenv.StartNATS(t)
+	e.nats = framework.StartNATS(t)
 	e.natsURL = e.nats.URL
 	e.js = connect(t, e.natsURL)
 	e.plansTap = tapPlans(t, e.js)
-	for _, ns := range []string{testenv.KubeVirtNamespace, kvNamespace} {
+	for _, ns := range []string{framework.KubeVirtNamespace, kvNamespace} {
 		if _, err := clients.Kube.CoreV1().Namespaces().Create(e.ctx, &k8scorev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := clients.Virt.KubevirtV1().KubeVirts(testenv.KubeVirtNamespace).Create(e.ctx, kubevirtCR(), metav1.CreateOptions{}); err != nil {
+	if _, err := clients.Virt.KubevirtV1().KubeVirts(framework.KubeVirtNamespace).Create(e.ctx, kubevirtCR(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.startStandin()

@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"kvlive/internal/testenv"
+	"kvlive/integration/framework"
 )
 
 // TestShippedManifestsAreEnough installs deploy/kvlive on the API server
@@ -38,7 +38,7 @@ import (
 // failed outcome, a VM left behind or a "forbidden" in kvlive's log.
 func TestShippedManifestsAreEnough(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 2, perIT: map[string]int{itMedium: 40}})
-	sa := e.installManifests(filepath.Join(testenv.RepoRoot(t), "deploy", "kvlive"))
+	sa := e.installManifests(filepath.Join(framework.RepoRoot(t), "deploy", "kvlive"))
 	e.kubeconfig = e.serviceAccountKubeconfig(sa)
 	e.checkFlowSchema(e.kubeconfig, "kvlive")
 	proc := e.runKvlive("all stages, as the shipped ServiceAccount", "--leader-elect", "--leader-elect-resource-namespace", sa.Namespace)
@@ -104,7 +104,7 @@ func (e *env) checkFlowSchema(kubeconfig, schema string) {
 // (`kubectl kustomize`) and returns the ServiceAccount among them.
 func (e *env) installManifests(dir string) *corev1.ServiceAccount {
 	e.t.Helper()
-	out, err := exec.CommandContext(e.ctx, testenv.Binary(e.t, "kubectl"), "kustomize", dir).Output()
+	out, err := exec.CommandContext(e.ctx, framework.Binary(e.t, "kubectl"), "kustomize", dir).Output()
 	if err != nil {
 		e.t.Fatalf("kubectl kustomize %s: %v", dir, commandError(err))
 	}
@@ -219,11 +219,11 @@ func (e *env) serviceAccountKubeconfig(sa *corev1.ServiceAccount) string {
 // the bundled NATS's configuration with `nats-server -t` and against the
 // stages that connect to it.
 func TestEveryKustomizationPassesServerDryRun(t *testing.T) {
-	_, kubeconfig := testenv.StartAPIServer(t)
-	deploy := filepath.Join(testenv.RepoRoot(t), "deploy")
+	_, kubeconfig := framework.StartAPIServer(t)
+	deploy := filepath.Join(framework.RepoRoot(t), "deploy")
 	kubectl := func(args ...string) string {
 		t.Helper()
-		out, err := exec.CommandContext(t.Context(), testenv.Binary(t, "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...).Output()
+		out, err := exec.CommandContext(t.Context(), framework.Binary(t, "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...).Output()
 		if err != nil {
 			t.Fatalf("kubectl %s: %v", strings.Join(args, " "), commandError(err))
 		}
@@ -276,7 +276,7 @@ func checkBundledNATS(t *testing.T, deploy string, objs []runtime.Object) {
 			stages = append(stages, o)
 		}
 	}
-	cmd := exec.CommandContext(t.Context(), testenv.Binary(t, "nats-server"), "-t", "-c", "nats.conf")
+	cmd := exec.CommandContext(t.Context(), framework.Binary(t, "nats-server"), "-t", "-c", "nats.conf")
 	cmd.Dir = filepath.Join(deploy, "nats")
 	cmd.Env = []string{"POD_NAME=kvlive-nats-0"}
 	for name := range serverEnv {

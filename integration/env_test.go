@@ -20,6 +20,7 @@ import (
 	"kubevirt.io/api/instancetype/v1beta1"
 
 	"kvlive/events"
+	"kvlive/integration/framework"
 	"kvlive/internal/bus"
 	"kvlive/internal/kube"
 	"kvlive/internal/standin"
@@ -48,8 +49,8 @@ type env struct {
 	clients    kube.Clients
 	// nats is the test's nats-server, or nil with natsCluster, whose
 	// nodes run instead; natsURL reaches either.
-	nats        *testenv.NATSServer
-	natsCluster *testenv.NATSCluster
+	nats        *framework.NATSServer
+	natsCluster *framework.NATSCluster
 	natsURL     string
 	js          jetstream.JetStream
 	// standin is the virt-controller stand-in startStandin runs.
@@ -76,7 +77,7 @@ const natsPassword = "kvlive-test-password"
 // until the stand-in pinned every VM and recorded every VMI's boot pins.
 func newEnv(t *testing.T, o fleetOptions) *env {
 	t.Helper()
-	cfg, kubeconfig, auditLog := testenv.StartAPIServerWithAudit(t)
+	cfg, kubeconfig, auditLog := framework.StartAPIServerWithAudit(t)
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 1000, 2000
 	clients, err := kube.NewClients(cfg)
@@ -89,14 +90,14 @@ func newEnv(t *testing.T, o fleetOptions) *env {
 		if err := os.WriteFile(password, []byte(natsPassword+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		users := testenv.NATSUsers{Passwords: map[string]string{"kvlive": natsPassword}, NKeys: o.natsNKeys, Roles: o.natsRoles}
+		users := framework.NATSUsers{Passwords: map[string]string{"kvlive": natsPassword}, NKeys: o.natsNKeys, Roles: o.natsRoles}
 		for user := range o.natsRoles {
 			users.Passwords[user] = user + "-" + natsPassword
 		}
 		if len(o.natsRoles) > 0 {
-			users.Permissions = filepath.Join(testenv.RepoRoot(t), "deploy", "nats", "kvlive-permissions.conf")
+			users.Permissions = filepath.Join(framework.RepoRoot(t), "deploy", "nats", "kvlive-permissions.conf")
 		}
-		e.nats = testenv.StartSecureNATS(t, users)
+		e.nats = framework.StartSecureNATS(t, users)
 		e.natsURL = e.nats.URL
 		e.natsArgs = []string{"--nats-ca", e.nats.CAFile, "--nats-user", "kvlive", "--nats-password-file", password}
 		e.js = connect(t, e.natsURL, nats.RootCAs(e.nats.CAFile), nats.UserInfo("kvlive", natsPassword))
@@ -105,22 +106,22 @@ func newEnv(t *testing.T, o fleetOptions) *env {
 		if err := os.WriteFile(token, []byte(natsPassword+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		e.nats = testenv.StartSecureNATS(t, testenv.NATSUsers{Token: natsPassword, MutualTLS: true})
+		e.nats = framework.StartSecureNATS(t, framework.NATSUsers{Token: natsPassword, MutualTLS: true})
 		e.natsURL = e.nats.URL
 		e.natsArgs = []string{"--nats-ca", e.nats.CAFile, "--nats-cert", e.nats.ClientCert, "--nats-key", e.nats.ClientKey, "--nats-token-file", token}
 		e.js = connect(t, e.natsURL, nats.RootCAs(e.nats.CAFile), nats.ClientCert(e.nats.ClientCert, e.nats.ClientKey), nats.Token(natsPassword))
 	} else if o.credsNATS {
 		var creds string
-		e.nats, creds = testenv.StartOperatorNATS(t)
+		e.nats, creds = framework.StartOperatorNATS(t)
 		e.natsURL = e.nats.URL
 		e.natsArgs = []string{"--nats-creds", creds}
 		e.js = connect(t, e.natsURL, nats.UserCredentials(creds))
 	} else if o.natsCluster > 0 {
-		e.natsCluster = testenv.StartNATSCluster(t, o.natsCluster)
+		e.natsCluster = framework.StartNATSCluster(t, o.natsCluster)
 		e.natsURL = e.natsCluster.URL
 		e.js = connect(t, e.natsURL)
 	} else {
-		e.nats = testenv.StartNATS(t)
+		e.nats = framework.StartNATS(t)
 		e.natsURL = e.nats.URL
 		e.js = connect(t, e.natsURL)
 	}

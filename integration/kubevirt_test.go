@@ -19,12 +19,12 @@ import (
 
 	"kvlive/events"
 	"kvlive/instancetype"
-	"kvlive/internal/testenv"
+	"kvlive/integration/framework"
 	"kvlive/rollout"
 )
 
 // The tests in this file run KubeVirt v1.9.0's own virt-controller (see
-// internal/testenv.StartKubeVirt) and judge every outcome kvlive records by
+// framework.StartKubeVirt) and judge every outcome kvlive records by
 // what the controller then did to the VM and its VMI. They skip, saying why,
 // where hack/tools.sh could not build the controller.
 
@@ -48,14 +48,14 @@ type kvVM struct {
 // kvEnv is env on a real virt-controller instead of the stand-in.
 type kvEnv struct {
 	*env
-	kv *testenv.KubeVirt
+	kv *framework.KubeVirt
 }
 
 func newKubeVirtEnv(t *testing.T) *kvEnv {
 	t.Helper()
-	kv := testenv.StartKubeVirt(t)
+	kv := framework.StartKubeVirt(t)
 	e := &env{t: t, ctx: t.Context(), kubeconfig: kv.Kubeconfig, auditLog: kv.AuditLog, clients: kv.Clients, uids: map[string]string{}}
-	e.nats = testenv.StartNATS(t)
+	e.nats = framework.StartNATS(t)
 	e.natsURL = e.nats.URL
 	e.js = connect(t, e.natsURL)
 	e.plansTap = tapPlans(t, e.js)
@@ -132,7 +132,7 @@ func (e *kvEnv) newVM(it string, v kvVM) *virtv1.VirtualMachine {
 		vm.Spec.Preference = &virtv1.PreferenceMatcher{Name: v.preference}
 	}
 	if v.notMigratable {
-		vm.Spec.Template.ObjectMeta.Labels[testenv.LabelNotMigratable] = "true"
+		vm.Spec.Template.ObjectMeta.Labels[framework.LabelNotMigratable] = "true"
 	}
 	return vm
 }

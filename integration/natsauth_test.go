@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"kvlive/events"
-	"kvlive/internal/testenv"
+	"kvlive/integration/framework"
 )
 
 // TestKvliveOnASecuredNATS runs kvlive against a nats-server that requires
@@ -79,7 +79,7 @@ func TestKvliveWithACredsFile(t *testing.T) {
 		t.Errorf("kvlive events with a creds file:\n%s", out)
 	}
 
-	e.checkRefused("another account's creds", "--nats-creds", testenv.CredsOfAnotherAccount(t))
+	e.checkRefused("another account's creds", "--nats-creds", framework.CredsOfAnotherAccount(t))
 }
 
 // checkRefused runs kvlive events and kvlive run with creds (flags after
@@ -230,14 +230,14 @@ func violations(log string) string {
 func TestEmbeddedServerSharedBeyondLoopback(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itMedium: 10}})
 	dir := t.TempDir()
-	perms, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "deploy", "nats", "kvlive-permissions.conf"))
+	perms, err := os.ReadFile(filepath.Join(framework.RepoRoot(t), "deploy", "nats", "kvlive-permissions.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "kvlive-permissions.conf"), perms, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cert, key := testenv.ServingCert(t)
+	cert, key := framework.ServingCert(t)
 	conf := filepath.Join(dir, "listen.conf")
 	// Every role has a user: nats-server refuses variables nothing uses.
 	var users strings.Builder

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"kvlive/internal/testenv"
+	"kvlive/integration/framework"
 )
 
 // jaegerTrace is the part of Jaeger's /api/traces/{id} answer the test reads.
@@ -59,7 +59,7 @@ func TestTracesReachJaegerAndTheStore(t *testing.T) {
 
 func testTracesReachJaeger(t *testing.T, protocol string) {
 	e := newEnv(t, fleetOptions{namespaces: 2, perIT: map[string]int{itMedium: 30}})
-	j := testenv.StartJaeger(t)
+	j := framework.StartJaeger(t)
 	endpoint := "http://" + j.OTLPHTTP
 	if protocol == "grpc" {
 		endpoint = "http://" + j.OTLPGRPC

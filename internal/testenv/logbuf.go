@@ -4,11 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"sync"
-	"testing"
 )
-
-// logTailLines is how much of a server's output a failed test shows.
-const logTailLines = 40
 
 // LogBuffer collects a process's output so a failing test can show its
 // end. It is written by the exec package's copying goroutine (or a logger)
@@ -46,19 +42,4 @@ func (b *LogBuffer) Tail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// showTailIfFailed shows the end of a server's output if the test has failed;
-// meant for t.Cleanup.
-func showTailIfFailed(t testing.TB, name string, b *LogBuffer) {
-	t.Helper()
-	if t.Failed() {
-		showTail(t, name, b)
-	}
-}
-
-// showTail shows the end of a server's output, before failing.
-func showTail(t testing.TB, name string, b *LogBuffer) {
-	t.Helper()
-	t.Logf("last %d lines of %s output:\n%s", logTailLines, name, b.Tail(logTailLines))
 }

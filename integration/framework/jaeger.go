@@ -1,4 +1,4 @@
-package testenv
+package framework
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"kvlive/internal/testenv"
 )
 
 // Jaeger is a Jaeger all-in-one process (in-memory storage) receiving OTLP
@@ -69,18 +71,18 @@ func StartJaeger(t testing.TB) *Jaeger {
 	ports := freePorts(t, 4)
 	cfgPath := filepath.Join(t.TempDir(), "jaeger.yaml")
 	if err := os.WriteFile(cfgPath, fmt.Appendf(nil, jaegerConfig, ports[0], ports[1], ports[2], ports[3]), 0o600); err != nil {
-		t.Fatalf("testenv: jaeger config: %v", err)
+		t.Fatalf("framework: jaeger config: %v", err)
 	}
 	j := &Jaeger{
 		QueryURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
 		OTLPGRPC: fmt.Sprintf("127.0.0.1:%d", ports[2]),
 		OTLPHTTP: fmt.Sprintf("127.0.0.1:%d", ports[3]),
 	}
-	var log LogBuffer
+	var log testenv.LogBuffer
 	cmd := exec.Command(bin, "--config", cfgPath)
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("testenv: start jaeger: %v", err)
+		t.Fatalf("framework: start jaeger: %v", err)
 	}
 	t.Cleanup(func() {
 		showTailIfFailed(t, "jaeger", &log)
@@ -98,7 +100,7 @@ func StartJaeger(t testing.TB) *Jaeger {
 		}
 		if time.Now().After(deadline) {
 			showTail(t, "jaeger", &log)
-			t.Fatalf("testenv: jaeger query API not up after a minute: %v", err)
+			t.Fatalf("framework: jaeger query API not up after a minute: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -1,4 +1,4 @@
-package testenv
+package framework
 
 import (
 	"fmt"
@@ -57,11 +57,11 @@ func newKeys(t testing.TB, create func() (nkeys.KeyPair, error)) keys {
 	t.Helper()
 	kp, err := create()
 	if err != nil {
-		t.Fatalf("testenv: nkeys: %v", err)
+		t.Fatalf("framework: nkeys: %v", err)
 	}
 	public, err := kp.PublicKey()
 	if err != nil {
-		t.Fatalf("testenv: nkeys: %v", err)
+		t.Fatalf("framework: nkeys: %v", err)
 	}
 	return keys{kp, public}
 }
@@ -70,7 +70,7 @@ func encode(t testing.TB, c jwt.Claims, signer nkeys.KeyPair) string {
 	t.Helper()
 	s, err := c.Encode(signer)
 	if err != nil {
-		t.Fatalf("testenv: jwt: %v", err)
+		t.Fatalf("framework: jwt: %v", err)
 	}
 	return s
 }
@@ -84,15 +84,15 @@ func writeCreds(t testing.TB, account nkeys.KeyPair, name string) string {
 	userJWT := encode(t, uc, account)
 	seed, err := user.pair.Seed()
 	if err != nil {
-		t.Fatalf("testenv: nkeys: %v", err)
+		t.Fatalf("framework: nkeys: %v", err)
 	}
 	creds, err := jwt.FormatUserConfig(userJWT, seed)
 	if err != nil {
-		t.Fatalf("testenv: creds: %v", err)
+		t.Fatalf("framework: creds: %v", err)
 	}
 	path := filepath.Join(t.TempDir(), name+".creds")
 	if err := os.WriteFile(path, creds, 0o600); err != nil {
-		t.Fatalf("testenv: creds: %v", err)
+		t.Fatalf("framework: creds: %v", err)
 	}
 	return path
 }

@@ -1,4 +1,4 @@
-package testenv
+package framework
 
 import (
 	"os"
@@ -17,7 +17,7 @@ func RepoRoot(t testing.TB) string {
 	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {
-		t.Fatalf("testenv: %v", err)
+		t.Fatalf("framework: %v", err)
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
@@ -25,7 +25,7 @@ func RepoRoot(t testing.TB) string {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			t.Fatal("testenv: no go.mod at or above the working directory")
+			t.Fatal("framework: no go.mod at or above the working directory")
 		}
 		dir = parent
 	}
@@ -45,7 +45,7 @@ func binaries(t testing.TB, names ...string) []string {
 		}
 	}
 	if len(missing) > 0 {
-		t.Fatalf("testenv: %v missing; build the test servers with hack/tools.sh "+
+		t.Fatalf("framework: %v missing; build the test servers with hack/tools.sh "+
 			"from the repository root (about 10 minutes the first time, instant afterwards)", missing)
 	}
 	return paths

@@ -1,4 +1,4 @@
-package testenv
+package framework
 
 import (
 	"context"
@@ -28,6 +28,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/internal/kube"
+	"kvlive/internal/testenv"
 )
 
 // KubeVirt's real controller, as hack/tools.sh virt-controller leaves it in
@@ -81,7 +82,7 @@ func StartKubeVirt(t *testing.T) *KubeVirt {
 	kv := &KubeVirt{Config: cfg, Kubeconfig: kubeconfig, AuditLog: auditLog, Clients: clients}
 	ctx := t.Context()
 	if err := createKubeVirtWorld(ctx, clients); err != nil {
-		t.Fatalf("testenv: KubeVirt's namespace, CR and node: %v", err)
+		t.Fatalf("framework: KubeVirt's namespace, CR and node: %v", err)
 	}
 	startVirtController(t, controller, kubeconfig)
 	kv.Handler = startPlayers(t, clients)
@@ -164,10 +165,10 @@ func startVirtController(t *testing.T, bin, kubeconfig string) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	if err := writeServingCert(certFile, keyFile); err != nil {
-		t.Fatalf("testenv: virt-controller serving cert: %v", err)
+		t.Fatalf("framework: virt-controller serving cert: %v", err)
 	}
 	port := freeLoopbackPort(t)
-	var log LogBuffer
+	var log testenv.LogBuffer
 	cmd := exec.Command(bin,
 		"--kubeconfig", kubeconfig,
 		"--listen", "127.0.0.1", "--port", strconv.Itoa(port),
@@ -179,7 +180,7 @@ func startVirtController(t *testing.T, bin, kubeconfig string) {
 	cmd.Env = append(os.Environ(), "POD_NAMESPACE="+KubeVirtNamespace)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("testenv: start virt-controller: %v", err)
+		t.Fatalf("framework: start virt-controller: %v", err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
@@ -210,12 +211,12 @@ func startVirtController(t *testing.T, bin, kubeconfig string) {
 		select {
 		case <-exited:
 			showTail(t, "virt-controller", &log)
-			t.Fatalf("testenv: virt-controller exited before it led: %v", cmd.ProcessState)
+			t.Fatalf("framework: virt-controller exited before it led: %v", cmd.ProcessState)
 		case <-time.After(250 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			showTail(t, "virt-controller", &log)
-			t.Fatalf("testenv: virt-controller did not lead within %v (GET %s: %v)", virtControllerStartTimeout, leaderURL, err)
+			t.Fatalf("framework: virt-controller did not lead within %v (GET %s: %v)", virtControllerStartTimeout, leaderURL, err)
 		}
 	}
 }
@@ -227,7 +228,7 @@ func ServingCert(t testing.TB) (certFile, keyFile string) {
 	dir := t.TempDir()
 	certFile, keyFile = filepath.Join(dir, "serving.crt"), filepath.Join(dir, "serving.key")
 	if err := writeServingCert(certFile, keyFile); err != nil {
-		t.Fatalf("testenv: serving certificate: %v", err)
+		t.Fatalf("framework: serving certificate: %v", err)
 	}
 	return certFile, keyFile
 }
@@ -282,7 +283,7 @@ func freeLoopbackPort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("testenv: free port: %v", err)
+		t.Fatalf("framework: free port: %v", err)
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port

@@ -1,6 +1,6 @@
 //go:build integration
 
-package testenv
+package framework
 
 import (
 	"context"

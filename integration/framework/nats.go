@@ -1,4 +1,4 @@
-package testenv
+package framework
 
 import (
 	"errors"
@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"kvlive/internal/testenv"
 )
 
 const (
@@ -46,7 +48,7 @@ type NATSServer struct {
 	binary     string
 	configPath string
 	healthURL  string
-	log        LogBuffer
+	log        testenv.LogBuffer
 	cmd        *exec.Cmd
 	exited     chan struct{}
 }
@@ -150,13 +152,13 @@ func StartSecureNATS(t testing.TB, users NATSUsers) *NATSServer {
 		token:       users.Token,
 	}
 	if err := writeServingCert(node.certFile, node.keyFile); err != nil {
-		t.Fatalf("testenv: nats certificate: %v", err)
+		t.Fatalf("framework: nats certificate: %v", err)
 	}
 	var clientCert, clientKey string
 	if users.MutualTLS {
 		clientCert, clientKey = filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
 		if err := writeClientCert(clientCert, clientKey); err != nil {
-			t.Fatalf("testenv: nats client certificate: %v", err)
+			t.Fatalf("framework: nats client certificate: %v", err)
 		}
 		node.clientCA = clientCert
 	}
@@ -164,11 +166,11 @@ func StartSecureNATS(t testing.TB, users NATSUsers) *NATSServer {
 		// nats-server includes files relative to the including one.
 		raw, err := os.ReadFile(users.Permissions)
 		if err != nil {
-			t.Fatalf("testenv: nats permissions: %v", err)
+			t.Fatalf("framework: nats permissions: %v", err)
 		}
 		node.include = filepath.Base(users.Permissions)
 		if err := os.WriteFile(filepath.Join(dir, node.include), raw, 0o600); err != nil {
-			t.Fatalf("testenv: nats permissions: %v", err)
+			t.Fatalf("framework: nats permissions: %v", err)
 		}
 	}
 	s := newNATSServer(t, bin, node, "", nil)
@@ -184,7 +186,7 @@ func StartSecureNATS(t testing.TB, users NATSUsers) *NATSServer {
 func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 	t.Helper()
 	if n < 2 {
-		t.Fatalf("testenv: a NATS cluster needs at least 2 nodes, got %d", n)
+		t.Fatalf("framework: a NATS cluster needs at least 2 nodes, got %d", n)
 	}
 	bin := binaries(t, "nats-server")[0]
 	nodes := make([]natsNode, n)
@@ -244,7 +246,7 @@ func newNATSServer(t testing.TB, bin string, node natsNode, cluster string, rout
 	}
 	configPath := filepath.Join(dir, node.name+".conf")
 	if err := os.WriteFile(configPath, []byte(natsConfig(node, cluster, routes)), 0o600); err != nil {
-		t.Fatalf("testenv: write nats config: %v", err)
+		t.Fatalf("framework: write nats config: %v", err)
 	}
 	s := &NATSServer{
 		URL:        fmt.Sprintf("nats://127.0.0.1:%d", node.clientPort),
@@ -344,11 +346,11 @@ func (s *NATSServer) Restart() {
 
 func (s *NATSServer) launch() {
 	s.t.Helper()
-	_, _ = fmt.Fprintf(&s.log, "--- testenv: starting %s\n", s.Name)
+	_, _ = fmt.Fprintf(&s.log, "--- framework: starting %s\n", s.Name)
 	cmd := exec.Command(s.binary, "-c", s.configPath)
 	cmd.Stdout, cmd.Stderr = &s.log, &s.log
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("testenv: start nats-server %s: %v", s.Name, err)
+		s.t.Fatalf("framework: start nats-server %s: %v", s.Name, err)
 	}
 	exited := make(chan struct{})
 	go func() {
@@ -371,7 +373,7 @@ func (s *NATSServer) waitHealthy() {
 		case <-s.exited:
 			showTail(s.t, "nats-server "+s.Name, &s.log)
 			s.cmd = nil
-			s.t.Fatalf("testenv: nats-server %s exited during start", s.Name)
+			s.t.Fatalf("framework: nats-server %s exited during start", s.Name)
 		default:
 		}
 		resp, err := client.Get(s.healthURL)
@@ -387,7 +389,7 @@ func (s *NATSServer) waitHealthy() {
 		time.Sleep(100 * time.Millisecond)
 	}
 	showTail(s.t, "nats-server "+s.Name, &s.log)
-	s.t.Fatalf("testenv: nats-server %s not healthy after %v: %s", s.Name, natsStartTimeout, last)
+	s.t.Fatalf("framework: nats-server %s not healthy after %v: %s", s.Name, natsStartTimeout, last)
 }
 
 func (s *NATSServer) stop(sig syscall.Signal) {
@@ -397,14 +399,14 @@ func (s *NATSServer) stop(sig syscall.Signal) {
 	}
 	defer func() { s.cmd = nil }()
 	if err := s.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		s.t.Errorf("testenv: signal nats-server %s: %v", s.Name, err)
+		s.t.Errorf("framework: signal nats-server %s: %v", s.Name, err)
 	}
 	select {
 	case <-s.exited:
 	case <-time.After(natsStopTimeout):
 		_ = s.cmd.Process.Kill()
 		<-s.exited
-		s.t.Errorf("testenv: nats-server %s did not stop within %v; killed", s.Name, natsStopTimeout)
+		s.t.Errorf("framework: nats-server %s did not stop within %v; killed", s.Name, natsStopTimeout)
 	}
 }
 
@@ -423,7 +425,7 @@ func freePorts(t testing.TB, n int) []int {
 	for i := range ports {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatalf("testenv: find a free port: %v", err)
+			t.Fatalf("framework: find a free port: %v", err)
 		}
 		listeners = append(listeners, l)
 		ports[i] = l.Addr().(*net.TCPAddr).Port

@@ -1,4 +1,4 @@
-package testenv
+package framework
 
 import (
 	"os"
@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"kvlive/internal/testenv"
 )
 
 // crdDir holds the generated KubeVirt CRDs, relative to the repository root.
@@ -63,7 +65,7 @@ func startAPIServerWithAudit(t testing.TB, crds string) (cfg *rest.Config, kubec
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "audit-policy.yaml")
 	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
-		t.Fatalf("testenv: write audit policy: %v", err)
+		t.Fatalf("framework: write audit policy: %v", err)
 	}
 	auditLog = filepath.Join(dir, "audit.log")
 	cfg, kubeconfig = startAPIServer(t, crds, func(api *envtest.APIServer) {
@@ -85,7 +87,7 @@ func startAPIServer(t testing.TB, crds string, configure func(*envtest.APIServer
 	silenceOnce.Do(func() { ctrllog.SetLogger(logr.Discard()) })
 	root := RepoRoot(t)
 	paths := binaries(t, "kube-apiserver", "etcd")
-	var apiLog, etcdLog LogBuffer
+	var apiLog, etcdLog testenv.LogBuffer
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: filepath.Join(root, binDir),
 		CRDDirectoryPaths:     []string{crds},
@@ -110,17 +112,17 @@ func startAPIServer(t testing.TB, crds string, configure func(*envtest.APIServer
 		showTail(t, "etcd", &etcdLog)
 		// Start can fail after the processes are up (CRD install).
 		_ = env.Stop()
-		t.Fatalf("testenv: start kube-apiserver and etcd: %v", err)
+		t.Fatalf("framework: start kube-apiserver and etcd: %v", err)
 	}
 	t.Cleanup(func() {
 		showTailIfFailed(t, "kube-apiserver", &apiLog)
 		if err := env.Stop(); err != nil {
-			t.Errorf("testenv: stop kube-apiserver and etcd: %v", err)
+			t.Errorf("framework: stop kube-apiserver and etcd: %v", err)
 		}
 	})
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
-		t.Fatalf("testenv: write kubeconfig: %v", err)
+		t.Fatalf("framework: write kubeconfig: %v", err)
 	}
 	return cfg, kubeconfig
 }

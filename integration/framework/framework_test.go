@@ -1,6 +1,6 @@
 //go:build integration
 
-package testenv_test
+package framework_test
 
 import (
 	"context"
@@ -21,11 +21,11 @@ import (
 	instancetypev1beta1 "kubevirt.io/api/instancetype/v1beta1"
 	"kubevirt.io/client-go/kubevirt"
 
-	"kvlive/internal/testenv"
+	"kvlive/integration/framework"
 )
 
 func TestAPIServerServesKubeVirtCRDs(t *testing.T) {
-	cfg, kubeconfig := testenv.StartAPIServer(t)
+	cfg, kubeconfig := framework.StartAPIServer(t)
 	ctx := t.Context()
 	kv, err := kubevirt.NewForConfig(cfg)
 	if err != nil {
@@ -208,7 +208,7 @@ func kubeconfigWorks(t *testing.T, path string) {
 }
 
 func TestNATSKeepsStreamsAcrossRestart(t *testing.T) {
-	s := testenv.StartNATS(t)
+	s := framework.StartNATS(t)
 	js := connect(t, s.URL)
 	ctx := t.Context()
 
@@ -231,7 +231,7 @@ func TestNATSKeepsStreamsAcrossRestart(t *testing.T) {
 }
 
 func TestNATSClusterReplicatesStreams(t *testing.T) {
-	c := testenv.StartNATSCluster(t, 3)
+	c := framework.StartNATSCluster(t, 3)
 	js := connect(t, c.URL)
 	ctx := t.Context()
 
