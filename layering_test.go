@@ -15,6 +15,13 @@ const module = "kvlive"
 
 var stages = []string{"watcher", "planner", "applier"}
 
+// The test scaffolding: real servers and players, and unit fixtures. Only
+// _test.go files import them, and the fixtures start no real server.
+const (
+	framework = "integration/framework"
+	testenv   = "internal/testenv"
+)
+
 // stageOf names the stage a package belongs to ("planner" for
 // planner/offline too), or "".
 func stageOf(pkg string) string {
@@ -34,6 +41,10 @@ func layerViolation(pkg, imp string) string {
 	imp = strings.TrimPrefix(imp, module+"/")
 	from, to := stageOf(pkg), stageOf(imp)
 	switch {
+	case pkg == testenv && imp == framework:
+		return "unit fixtures start no real server"
+	case (imp == framework || imp == testenv) && pkg != framework && pkg != testenv:
+		return "test scaffolding is imported only by _test.go files"
 	case pkg == "events":
 		return "the wire imports no other kvlive package"
 	case pkg == "instancetype" && imp != "events":
@@ -108,6 +119,14 @@ func TestLayerViolation(t *testing.T) {
 		{"watcher", "kvlive/cmd/kvlive/pipeline", true},
 		{"cmd/kvlive/pipeline", "kvlive/applier", false},
 		{"applier", "k8s.io/client-go/kubernetes", false},
+		{"internal/kube", "kvlive/internal/testenv", true},
+		{"cmd/kvlive/pipeline", "kvlive/integration/framework", true},
+		{"integration", "kvlive/integration/framework", true},
+		{"events", "kvlive/internal/testenv", true},
+		{"integration/framework", "kvlive/internal/testenv", false},
+		{"integration/framework", "kvlive/internal/kube", false},
+		{"internal/testenv", "kvlive/integration/framework", true},
+		{"internal/testenv", "kvlive/internal/bus", false},
 	}
 	for _, tt := range tests {
 		if got := layerViolation(tt.pkg, tt.imp) != ""; got != tt.bad {
