@@ -2,7 +2,6 @@ package events
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -89,37 +88,6 @@ const (
 	ActionResume ControlAction = "resume"
 	ActionAbort  ControlAction = "abort"
 )
-
-// Next returns the state action leads to from current, with changed false
-// when the rollout is already there (asking twice is not an error). Aborted
-// is final: nothing leaves it.
-func (c Control) Next(action ControlAction) (next RolloutState, changed bool, err error) {
-	current := c.State
-	if current == "" {
-		current = StateRunning
-	}
-	switch action {
-	case ActionPause:
-		next = StatePaused
-	case ActionResume:
-		next = StateRunning
-	case ActionAbort:
-		next = StateAborted
-	default:
-		return current, false, fmt.Errorf("unknown rollout action %q (want pause, resume or abort)", action)
-	}
-	switch current {
-	case next:
-		return current, false, nil
-	case StateAborted:
-		return current, false, fmt.Errorf("%w; an aborted rollout cannot %s (replay the event to run it again)", ErrAborted, action)
-	}
-	return next, true, nil
-}
-
-// ErrAborted marks an action asked of a rollout that was aborted, which is
-// final.
-var ErrAborted = errors.New("the rollout was aborted")
 
 // MarshalControl encodes a control record for the KV bucket.
 func MarshalControl(c Control) ([]byte, error) { return json.Marshal(c) }

@@ -3,7 +3,6 @@ package events
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -71,10 +70,6 @@ const (
 // IsZero reports whether p asks for nothing: one batch, no gates.
 func (p Policy) IsZero() bool { return p == Policy{} }
 
-// Batched reports whether p splits a rollout of n VMs into batches that
-// are released one after another.
-func (p Policy) Batched(n int) bool { return len(p.Batches(n)) > 1 }
-
 // ParsePolicy decodes a policy from YAML or JSON, strictly (an unknown
 // field is an error), and validates it.
 func ParsePolicy(s string) (Policy, error) {
@@ -96,17 +91,17 @@ func (p Policy) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: %w", field, err))
 		}
 	}
-	_, err := countOrPercent(p.BatchSize, true)
+	_, err := ParseAmount(p.BatchSize, true)
 	check("batchSize", err)
-	_, err = countOrPercent(p.Canary, true)
+	_, err = ParseAmount(p.Canary, true)
 	check("canary", err)
-	_, err = countOrPercent(p.FailureThreshold, false)
+	_, err = ParseAmount(p.FailureThreshold, false)
 	check("failureThreshold", err)
 	if p.Pause != "" && p.Pause != PauseManual {
-		_, err := duration(p.Pause)
+		_, err := ParseDuration(p.Pause)
 		check("pause", err)
 	}
-	_, err = duration(p.ProgressDeadline)
+	_, err = ParseDuration(p.ProgressDeadline)
 	check("progressDeadline", err)
 	switch p.OnFailure {
 	case "", OnFailurePause, OnFailureAbort:
@@ -133,44 +128,35 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-// amount is a count or a percent.
-type amount struct {
-	n       int
-	percent bool
+// Amount is a count or a percent of the rollout's VMs, as a policy's
+// batchSize, canary and failureThreshold give it.
+type Amount struct {
+	N       int
+	Percent bool
 }
 
-// of resolves the amount against total, percents rounded up (a batch) or
-// down (a threshold).
-func (a amount) of(total int, up bool) int {
-	if !a.percent {
-		return a.n
-	}
-	f := float64(total) * float64(a.n) / 100
-	if up {
-		return int(math.Ceil(f))
-	}
-	return int(math.Floor(f))
-}
-
-// countOrPercent parses "50" or "10%"; positive wants more than zero.
-func countOrPercent(s string, positive bool) (amount, error) {
+// ParseAmount parses "50" or "10%"; positive wants more than zero. An
+// empty string is the zero Amount.
+func ParseAmount(s string, positive bool) (Amount, error) {
 	if s == "" {
-		return amount{}, nil
+		return Amount{}, nil
 	}
 	num, percent := strings.CutSuffix(s, percentSuffix)
 	n, err := strconv.Atoi(num)
 	switch {
 	case err != nil:
-		return amount{}, fmt.Errorf("%q: want a count (50) or a percent (10%%)", s)
+		return Amount{}, fmt.Errorf("%q: want a count (50) or a percent (10%%)", s)
 	case n < 0 || (positive && n == 0):
-		return amount{}, fmt.Errorf("%q: want more than zero", s)
+		return Amount{}, fmt.Errorf("%q: want more than zero", s)
 	case percent && n > 100:
-		return amount{}, fmt.Errorf("%q: a percent of at most 100", s)
+		return Amount{}, fmt.Errorf("%q: a percent of at most 100", s)
 	}
-	return amount{n: n, percent: percent}, nil
+	return Amount{N: n, Percent: percent}, nil
 }
 
-func duration(s string) (time.Duration, error) {
+// ParseDuration parses a policy's pause or progressDeadline; an empty
+// string is zero.
+func ParseDuration(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, nil
 	}
@@ -180,61 +166,3 @@ func duration(s string) (time.Duration, error) {
 	}
 	return d, nil
 }
-
-// Batches splits n VMs into batch sizes, in order: the canary first (when
-// set), then batches of BatchSize, the last one the rest. Every batch has
-// at least one VM; n = 0 is no batch.
-func (p Policy) Batches(n int) []int {
-	if n <= 0 {
-		return nil
-	}
-	var sizes []int
-	left := n
-	if c, err := countOrPercent(p.Canary, true); err == nil && p.Canary != "" {
-		first := min(max(c.of(n, true), 1), left)
-		sizes, left = append(sizes, first), left-first
-	}
-	size := left
-	if b, err := countOrPercent(p.BatchSize, true); err == nil && p.BatchSize != "" {
-		size = max(b.of(n, true), 1)
-	}
-	for left > 0 {
-		take := min(size, left)
-		sizes, left = append(sizes, take), left-take
-	}
-	return sizes
-}
-
-// Tolerated is how many failed VMs a rollout of n VMs tolerates.
-func (p Policy) Tolerated(n int) int {
-	a, err := countOrPercent(p.FailureThreshold, false)
-	if err != nil {
-		return 0
-	}
-	return a.of(n, false)
-}
-
-// PauseFor is the wait after a batch passed its gate, and whether the wait
-// lasts until promote or resume instead.
-func (p Policy) PauseFor() (time.Duration, bool) {
-	if p.Pause == PauseManual {
-		return 0, true
-	}
-	d, _ := duration(p.Pause)
-	return d, false
-}
-
-// Deadline is the progress deadline of each batch; zero is none.
-func (p Policy) Deadline() time.Duration {
-	d, _ := duration(p.ProgressDeadline)
-	return d
-}
-
-// Aborts reports whether a failure aborts the rollout rather than pausing it.
-func (p Policy) Aborts() bool { return p.OnFailure == OnFailureAbort }
-
-// SkipsRestarts reports whether VMs whose change needs a restart keep their pin.
-func (p Policy) SkipsRestarts() bool { return p.Restart == RestartSkip }
-
-// OrderLabel is the label key VMs are ordered by, when Order names one.
-func (p Policy) OrderLabel() (string, bool) { return strings.CutPrefix(p.Order, OrderLabelPrefix) }

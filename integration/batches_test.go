@@ -35,7 +35,7 @@ func TestBatchedRolloutCanaryThenTenPercent(t *testing.T) {
 	e.checkRollout(p, rolloutWant{eventID: eventID, shapes: edited, action: vmShape.expected, revision: revisionOf(it), clean: true})
 
 	rec := e.waitPlanned(eventID)
-	want := events.Policy{BatchSize: "10%", Canary: "5"}.Batches(len(edited))
+	want := rollout.Batches(events.Policy{BatchSize: "10%", Canary: "5"}, len(edited))
 	if !slices.Equal(rec.Batches, want) {
 		t.Fatalf("batches %v, want %v", rec.Batches, want)
 	}
@@ -416,7 +416,7 @@ func TestTwoReplicasShareABatchedRollout(t *testing.T) {
 	p := e.follow(eventID)
 	e.checkRollout(p, rolloutWant{eventID: eventID, shapes: edited, action: vmShape.expected, revision: revisionOf(it), clean: true})
 	e.checkWrites(edited, nil)
-	want := events.Policy{BatchSize: "25%", Canary: "3"}.Batches(len(edited))
+	want := rollout.Batches(events.Policy{BatchSize: "25%", Canary: "3"}, len(edited))
 	sizes := make([]int, len(want))
 	for _, o := range p.Outcomes {
 		sizes[o.Batch]++

@@ -24,6 +24,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/planner/offline"
+	"kvlive/rollout"
 )
 
 // TestSwitchPreviewsAsksAndRunsWhatItShowed tries kvlive switch as an
@@ -87,7 +88,7 @@ func TestSwitchPreviewsAsksAndRunsWhatItShowed(t *testing.T) {
 	if err == nil || m == nil || !strings.Contains(screen, "is queued and goes on") {
 		t.Fatalf("switch answered y with --wait and no kvlive running: %v\n%s", err, screen)
 	}
-	batches := events.Policy{BatchSize: "50%"}.Batches(len(want))
+	batches := rollout.Batches(events.Policy{BatchSize: "50%"}, len(want))
 	if !strings.Contains(screen, fmt.Sprintf("in %d batches of VMs that move", len(batches))) {
 		t.Errorf("the switch did not show its batches %v:\n%s", batches, screen)
 	}

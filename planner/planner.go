@@ -371,7 +371,7 @@ func (p *Planner) holdForPolicy(ctx context.Context, w work) error {
 		return err
 	}
 	if _, _, err := store.Apply(ctx, w.eventID, events.ActionPause, w.policyError+"; fix it and replay the event, or resume to go on with the default policy",
-		"kvlive planner", p.cfg.Clock.Now(), false); err != nil && !errors.Is(err, events.ErrAborted) {
+		"kvlive planner", p.cfg.Clock.Now(), false); err != nil && !errors.Is(err, rollout.ErrAborted) {
 		return err
 	}
 	p.cfg.Log.Warn("event paused: its rollout policy was refused", "event", w.eventID, "err", w.policyError)

@@ -95,7 +95,7 @@ func (p *Planner) publishPlans(ctx context.Context, w work, plans []events.Plan)
 // WithPolicy applies what the policy says of a plan by itself: with
 // restart: skip, a VM whose change needs a restart keeps its pin.
 func WithPolicy(plan events.Plan, policy events.Policy) events.Plan {
-	if policy.SkipsRestarts() && plan.Action == events.ResultRestart {
+	if rollout.SkipsRestarts(policy) && plan.Action == events.ResultRestart {
 		plan.Action, plan.Reason = events.ResultSkip, "rollout policy restart: skip; the change needs a restart: "+plan.Reason
 	}
 	return plan
@@ -107,7 +107,7 @@ func WithPolicy(plan events.Plan, policy events.Policy) events.Plan {
 // a rollout in one batch. plans and vms are in the same order.
 func assignBatches(plans []events.Plan, vms []*virtv1.VirtualMachine, policy events.Policy) []int {
 	labelOf := map[string]string{}
-	key, byLabel := policy.OrderLabel()
+	key, byLabel := rollout.OrderLabel(policy)
 	for _, vm := range vms {
 		if byLabel {
 			labelOf[string(vm.UID)] = vm.Labels[key]
@@ -130,7 +130,7 @@ func assignBatches(plans []events.Plan, vms []*virtv1.VirtualMachine, policy eve
 			moving++
 		}
 	}
-	sizes := policy.Batches(moving)
+	sizes := rollout.Batches(policy, moving)
 	if len(sizes) <= 1 {
 		return nil
 	}

@@ -14,6 +14,37 @@ import (
 	"kvlive/events"
 )
 
+// Next is the control state machine: the state action leads to from c,
+// with changed false when the rollout is already there (asking twice is not
+// an error). Aborted is final: nothing leaves it.
+func Next(c events.Control, action events.ControlAction) (next events.RolloutState, changed bool, err error) {
+	current := c.State
+	if current == "" {
+		current = events.StateRunning
+	}
+	switch action {
+	case events.ActionPause:
+		next = events.StatePaused
+	case events.ActionResume:
+		next = events.StateRunning
+	case events.ActionAbort:
+		next = events.StateAborted
+	default:
+		return current, false, fmt.Errorf("unknown rollout action %q (want pause, resume or abort)", action)
+	}
+	switch current {
+	case next:
+		return current, false, nil
+	case events.StateAborted:
+		return current, false, fmt.Errorf("%w; an aborted rollout cannot %s (replay the event to run it again)", ErrAborted, action)
+	}
+	return next, true, nil
+}
+
+// ErrAborted marks an action asked of a rollout that was aborted, which is
+// final.
+var ErrAborted = errors.New("the rollout was aborted")
+
 // maxCASAttempts bounds the read-modify-write loop when another writer
 // keeps changing the record under us.
 const maxCASAttempts = 5
@@ -94,7 +125,7 @@ func step(seen *events.Control, action events.ControlAction, reason, by string, 
 		if seen != nil && !sameStep(*c, *seen) {
 			return false, nil
 		}
-		next, changed, err := c.Next(action)
+		next, changed, err := Next(*c, action)
 		if err != nil || !changed {
 			return false, err
 		}

@@ -161,7 +161,7 @@ func decide(c events.Control, staged []int, rec events.Rollout, gate func() gate
 		if r := resumedAt(c); r.After(since) {
 			since = r // a resume gives the batch its deadline again
 		}
-		deadline := rec.Policy.Deadline()
+		deadline := Deadline(rec.Policy)
 		if deadline == 0 {
 			deadline = DefaultProgressDeadline
 		}
@@ -173,7 +173,7 @@ func decide(c events.Control, staged []int, rec events.Rollout, gate func() gate
 	if c.GateAt.IsZero() {
 		return gateStep{kind: stepPassGate, why: g.why}
 	}
-	wait, manual := rec.Policy.PauseFor()
+	wait, manual := PauseFor(rec.Policy)
 	switch {
 	case manual && !c.At.After(c.GateAt):
 		// No pause or resume since the gate passed: wait for one.
@@ -342,7 +342,7 @@ func (rc *Controller) noteWaiting(ctx context.Context, store *Store, id string, 
 // acted since c was read (the gate decides again on what they did).
 func (rc *Controller) trip(ctx context.Context, store *Store, rec events.Rollout, c events.Control, result, why string) error {
 	action, phase := events.ActionPause, "paused"
-	if rec.Policy.Aborts() {
+	if Aborts(rec.Policy) {
 		action, phase = events.ActionAbort, "aborted"
 	}
 	reason := fmt.Sprintf("batch %d of %d: %s", c.Batch+1, len(rec.Batches), why)
@@ -422,7 +422,7 @@ func (rc *Controller) gate(rec events.Rollout, batch int, acct Account, resumed 
 			}
 		}
 	}
-	if tolerated := rec.Policy.Tolerated(rec.Planned); failed > tolerated {
+	if tolerated := Tolerated(rec.Policy, rec.Planned); failed > tolerated {
 		return gateResult{gateFailed, fmt.Sprintf("%d VMs failed, the policy tolerates %d", failed, tolerated)}
 	}
 	want := rec.Batches[batch]

@@ -149,8 +149,8 @@ func (o *switchOptions) show(cmd *cobra.Command, req offline.Request, plans []ev
 			moving++
 		}
 	}
-	if policy != nil && policy.Batched(moving) {
-		fmt.Fprintf(out, "in %s\n", describeBatches(policy.Batches(moving)))
+	if policy != nil && rollout.Batched(*policy, moving) {
+		fmt.Fprintf(out, "in %s\n", describeBatches(rollout.Batches(*policy, moving)))
 	}
 	if in := cmd.InOrStdin(); !o.yes && printer.IsTerminal(in) {
 		ok, err := confirm(in, cmd.ErrOrStderr(), fmt.Sprintf("Switch these %d VMs from %s to %s?", len(plans), req.From, req.Object))
