@@ -1,17 +1,14 @@
 package planner
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
 	"kvlive/instancetype"
@@ -30,9 +27,9 @@ type rolloutPlan struct {
 func (p *Planner) planAll(w work) ([]events.Plan, rolloutPlan) {
 	plans := make([]events.Plan, 0, len(w.vms))
 	for _, vm := range w.vms {
-		plans = append(plans, WithPolicy(instancetype.PlanVM(p.cfg.Fleet, w.eventID, w.target, vm), w.policy))
+		plans = append(plans, rollout.WithPolicy(instancetype.PlanVM(p.cfg.Fleet, w.eventID, w.target, vm), w.policy))
 	}
-	r := rolloutPlan{counts: map[events.Result]int{}, batches: assignBatches(plans, w.vms, w.policy)}
+	r := rolloutPlan{counts: map[events.Result]int{}, batches: rollout.AssignBatches(plans, w.vms, w.policy)}
 	for _, plan := range plans {
 		r.counts[plan.Action]++
 	}
@@ -90,71 +87,6 @@ func (p *Planner) publishPlans(ctx context.Context, w work, plans []events.Plan)
 		}
 	}
 	return nil
-}
-
-// WithPolicy applies what the policy says of a plan by itself: with
-// restart: skip, a VM whose change needs a restart keeps its pin.
-func WithPolicy(plan events.Plan, policy events.Policy) events.Plan {
-	if rollout.SkipsRestarts(policy) && plan.Action == events.ResultRestart {
-		plan.Action, plan.Reason = events.ResultSkip, "rollout policy restart: skip; the change needs a restart: "+plan.Reason
-	}
-	return plan
-}
-
-// assignBatches orders plans by the policy and numbers the batches of the
-// VMs that move; a plan that moves nothing stays in batch 0 (it settles at
-// once and takes no room in a batch). It returns the batch sizes, nil for
-// a rollout in one batch. plans and vms are in the same order.
-func assignBatches(plans []events.Plan, vms []*virtv1.VirtualMachine, policy events.Policy) []int {
-	labelOf := map[string]string{}
-	key, byLabel := rollout.OrderLabel(policy)
-	for _, vm := range vms {
-		if byLabel {
-			labelOf[string(vm.UID)] = vm.Labels[key]
-		}
-	}
-	slices.SortStableFunc(plans, func(a, b events.Plan) int {
-		if policy.Order == events.OrderStoppedFirst {
-			if c := cmp.Compare(rank(a), rank(b)); c != 0 {
-				return c
-			}
-		}
-		return cmp.Or(
-			cmp.Compare(labelOf[a.VM.UID], labelOf[b.VM.UID]),
-			cmp.Compare(a.VM.Namespace, b.VM.Namespace),
-			cmp.Compare(a.VM.Name, b.VM.Name))
-	})
-	moving := 0
-	for _, plan := range plans {
-		if plan.Action.Moves() {
-			moving++
-		}
-	}
-	sizes := rollout.Batches(policy, moving)
-	if len(sizes) <= 1 {
-		return nil
-	}
-	batch, left := 0, sizes[0]
-	for i := range plans {
-		if !plans[i].Action.Moves() {
-			continue
-		}
-		for left == 0 {
-			batch++
-			left = sizes[batch]
-		}
-		plans[i].Batch = batch
-		left--
-	}
-	return sizes
-}
-
-// rank puts stopped VMs (next boot) first.
-func rank(p events.Plan) int {
-	if p.Action == events.ResultNextBoot {
-		return 0
-	}
-	return 1
 }
 
 // recordRollout stores how many plans the event produces, by result, its

@@ -1,9 +1,13 @@
 package rollout
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"strings"
 	"time"
+
+	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
 )
@@ -89,4 +93,69 @@ func SkipsRestarts(p events.Policy) bool { return p.Restart == events.RestartSki
 // names one.
 func OrderLabel(p events.Policy) (string, bool) {
 	return strings.CutPrefix(p.Order, events.OrderLabelPrefix)
+}
+
+// WithPolicy applies what the policy says of a plan by itself: with
+// restart: skip, a VM whose change needs a restart keeps its pin.
+func WithPolicy(plan events.Plan, policy events.Policy) events.Plan {
+	if SkipsRestarts(policy) && plan.Action == events.ResultRestart {
+		plan.Action, plan.Reason = events.ResultSkip, "rollout policy restart: skip; the change needs a restart: "+plan.Reason
+	}
+	return plan
+}
+
+// AssignBatches orders plans by the policy and numbers the batches of the
+// VMs that move; a plan that moves nothing stays in batch 0 (it settles at
+// once and takes no room in a batch). It returns the batch sizes, nil for
+// a rollout in one batch. plans and vms are in the same order.
+func AssignBatches(plans []events.Plan, vms []*virtv1.VirtualMachine, policy events.Policy) []int {
+	labelOf := map[string]string{}
+	key, byLabel := OrderLabel(policy)
+	for _, vm := range vms {
+		if byLabel {
+			labelOf[string(vm.UID)] = vm.Labels[key]
+		}
+	}
+	slices.SortStableFunc(plans, func(a, b events.Plan) int {
+		if policy.Order == events.OrderStoppedFirst {
+			if c := cmp.Compare(rank(a), rank(b)); c != 0 {
+				return c
+			}
+		}
+		return cmp.Or(
+			cmp.Compare(labelOf[a.VM.UID], labelOf[b.VM.UID]),
+			cmp.Compare(a.VM.Namespace, b.VM.Namespace),
+			cmp.Compare(a.VM.Name, b.VM.Name))
+	})
+	moving := 0
+	for _, plan := range plans {
+		if plan.Action.Moves() {
+			moving++
+		}
+	}
+	sizes := Batches(policy, moving)
+	if len(sizes) <= 1 {
+		return nil
+	}
+	batch, left := 0, sizes[0]
+	for i := range plans {
+		if !plans[i].Action.Moves() {
+			continue
+		}
+		for left == 0 {
+			batch++
+			left = sizes[batch]
+		}
+		plans[i].Batch = batch
+		left--
+	}
+	return sizes
+}
+
+// rank puts stopped VMs (next boot) first.
+func rank(p events.Plan) int {
+	if p.Action == events.ResultNextBoot {
+		return 0
+	}
+	return 1
 }

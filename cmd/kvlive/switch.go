@@ -17,7 +17,6 @@ import (
 	"kvlive/internal/bus"
 	"kvlive/internal/kube"
 	"kvlive/internal/printer"
-	"kvlive/planner"
 	"kvlive/planner/offline"
 	"kvlive/rollout"
 )
@@ -131,7 +130,7 @@ func (o *switchOptions) preview(ctx context.Context, policy *events.Policy) (off
 	}
 	for i := range plans {
 		if policy != nil {
-			plans[i] = planner.WithPolicy(plans[i], *policy)
+			plans[i] = rollout.WithPolicy(plans[i], *policy)
 		}
 	}
 	return req, plans, nil

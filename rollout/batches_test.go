@@ -1,4 +1,4 @@
-package planner
+package rollout
 
 import (
 	"fmt"
@@ -54,7 +54,7 @@ func TestAssignBatches(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			plans, vms := fleetOf(specs...)
-			batches := assignBatches(plans, vms, tt.policy)
+			batches := AssignBatches(plans, vms, tt.policy)
 			if got := order(plans); !slices.Equal(got, tt.want) || !slices.Equal(batches, tt.batches) {
 				t.Errorf("got %v %v, want %v %v", got, batches, tt.want, tt.batches)
 			}
