@@ -27,6 +27,7 @@ const (
 	TypeSwitchRequested     = "io.kvlive.switch.requested.v1"
 	TypePlan                = "io.kvlive.plan.v1"
 	TypeOutcome             = "io.kvlive.outcome.v1"
+	TypeVerdict             = "io.kvlive.verdict.v1"
 )
 
 var knownTypes = map[string]bool{
@@ -35,6 +36,7 @@ var knownTypes = map[string]bool{
 	TypeSwitchRequested:     true,
 	TypePlan:                true,
 	TypeOutcome:             true,
+	TypeVerdict:             true,
 }
 
 // Envelope is a CloudEvents 1.0 structured-mode JSON envelope.

@@ -139,12 +139,16 @@ func StreamConfigs(o StreamOptions) []jetstream.StreamConfig {
 		cfg.Retention, cfg.MaxAge, cfg.MaxBytes, cfg.Discard = jetstream.WorkQueuePolicy, 0, -1, jetstream.DiscardNew
 		return cfg
 	}
+	withVerdicts := func(cfg jetstream.StreamConfig) jetstream.StreamConfig {
+		cfg.Subjects = append(cfg.Subjects, subjectVerdicts+".>")
+		return cfg
+	}
 	evs := mk(StreamEvents, subjectEvents, "kvlive: instance type and preference changes, switch requests")
 	evs.Discard = jetstream.DiscardNew
 	return []jetstream.StreamConfig{
 		evs,
 		work(mk(StreamPlans, subjectPlans, "kvlive: one live-update plan per VM per event, until the applier settles it")),
-		mk(StreamOutcomes, subjectOutcomes, "kvlive: one outcome per VM per event"),
+		withVerdicts(mk(StreamOutcomes, subjectOutcomes, "kvlive: one outcome per VM per event, and KubeVirt's verdict on each VM moved")),
 		mk(StreamDLQ, subjectDLQ, "kvlive: messages a stage could not process, with the reason"),
 		aged(mk(StreamSpans, subjectSpans, "kvlive: finished trace spans, for kvlive trace")),
 		work(mk(StreamHeld, subjectHeld, "kvlive: plans of paused rollouts, until resumed or aborted")),
