@@ -1,0 +1,115 @@
+package instancetype
+
+import (
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/events"
+)
+
+// Judgement is KubeVirt's verdict on a moved VM as Judge reads it.
+type Judgement struct {
+	Observed events.Observed
+	// Reason says what was seen or, at the deadline, waited for; Condition
+	// and Message are the KubeVirt condition's reason and message that
+	// decided it, if one did.
+	Reason, Condition, Message string
+}
+
+// Judge reads KubeVirt's verdict on a VM kvlive moved (its outcome o) from
+// the VM and its VMI (nil when it has none) as they stand at now. final is
+// false while the verdict may still change; at or past deadline (after the
+// move) the verdict is what stands then: a hotplug or migration still
+// under way is pending, a hotplug KubeVirt refuses is refused, no signal is
+// not-observed, each saying what was waited for.
+//
+// A verdict rests only on state that follows the move: nothing is read
+// before the VM shows its pin moved to the outcome's revision, and a
+// RestartRequired that was set before the move counts only for a VM
+// predicted to need a restart (KubeVirt keeps the condition it had).
+func Judge(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, now time.Time, deadline time.Duration) (j Judgement, final bool) {
+	due := !now.Before(o.FinishedAt.Add(deadline))
+	switch {
+	case vm == nil:
+		return Judgement{Observed: events.ObservedNotObserved, Reason: "the VM was deleted before KubeVirt's verdict"}, true
+	case string(vm.UID) != o.VM.UID:
+		return Judgement{Observed: events.ObservedNotObserved, Reason: "the VM was deleted and re-created before KubeVirt's verdict"}, true
+	case !pinnedTo(vm, o.Revision) && !due:
+		return Judgement{}, false
+	case !pinnedTo(vm, o.Revision):
+		return Judgement{Observed: events.ObservedNotObserved, Reason: "the VM never showed its pin at " + o.Revision}, true
+	}
+	since := metav1.NewTime(o.FinishedAt.Add(-time.Second).Truncate(time.Second))
+	if c, ok := RestartRequired(vm); ok && (!c.LastTransitionTime.Before(&since) || o.Result == events.ResultRestart) {
+		return Judgement{Observed: events.ObservedRestart, Reason: "KubeVirt set RestartRequired", Condition: c.Reason, Message: c.Message}, true
+	}
+	switch {
+	case vmi == nil:
+		return Judgement{Observed: events.ObservedNextBoot, Reason: "the VM is not running; its pin moved for the next boot"}, true
+	case !vmi.CreationTimestamp.Before(&since):
+		return Judgement{Observed: events.ObservedNextBoot, Reason: "the VM booted after the move, on its new pin"}, true
+	}
+	return judgeRunning(o, vm, vmi, since, due)
+}
+
+// judgeRunning reads the verdict on a running VM without RestartRequired.
+func judgeRunning(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, since metav1.Time, due bool) (Judgement, bool) {
+	want := expectOnVMI(o.Changes)
+	pending := HotplugPending(vmi)
+	if m := vmi.Status.MigrationState; m != nil && !m.Completed && !m.Failed {
+		pending = append(pending, "migration "+string(m.MigrationUID))
+	}
+	seen, reached := want.SeenOn(vmi), want.Reached(vmi)
+	refused, isRefused := HotplugRefused(vm)
+	isRefused = isRefused && !refused.LastTransitionTime.Before(&since)
+	switch {
+	case !want.isZero() && seen && reached && len(pending) == 0 && !isRefused:
+		return Judgement{Observed: events.ObservedLive, Reason: "the VMI runs the new sockets and memory"}, true
+	case !due:
+		return Judgement{}, false
+	case want.isZero() && o.Result == events.ResultLive:
+		// Nothing to hot-plug (a change KubeVirt takes without one): only
+		// the absence of RestartRequired over the whole wait tells.
+		return Judgement{Observed: events.ObservedLive, Reason: "no RestartRequired by the deadline; nothing to hot-plug"}, true
+	case isRefused:
+		return Judgement{Observed: events.ObservedRefused, Reason: "KubeVirt refused the hotplug", Condition: refused.Reason, Message: refused.Message}, true
+	case len(pending) > 0:
+		return Judgement{Observed: events.ObservedPending, Reason: "still in progress at the deadline: " + strings.Join(pending, ", ")}, true
+	case o.Result == events.ResultRestart:
+		return Judgement{Observed: events.ObservedNotObserved, Reason: "RestartRequired was not set by the deadline, nor the change hot-plugged"}, true
+	case !seen:
+		return Judgement{Observed: events.ObservedNotObserved, Reason: "virt-controller did not put the new sockets and memory on the VMI by the deadline"}, true
+	}
+	return Judgement{Observed: events.ObservedPending, Reason: "the VMI's status did not show the new sockets and memory by the deadline"}, true
+}
+
+// pinnedTo reports whether the VM's instance type or preference pin is
+// revision (any pin when the outcome names none).
+func pinnedTo(vm *virtv1.VirtualMachine, revision string) bool {
+	if revision == "" {
+		return true
+	}
+	for _, preference := range []bool{false, true} {
+		if pin, err := PinOf(vm, preference); err == nil && pin.Revision == revision {
+			return true
+		}
+	}
+	return false
+}
+
+// expectOnVMI is what every CPU socket and guest memory change would show
+// on the VMI were it hot-plugged, whatever kvlive predicted of it: KubeVirt
+// may hot-plug a change kvlive expected to need a restart.
+func expectOnVMI(changes []events.Change) LiveWant {
+	all := make([]events.Change, len(changes))
+	for i, c := range changes {
+		c.Class = string(events.ResultLive)
+		all[i] = c
+	}
+	return ExpectLive(all)
+}
+
+func (w LiveWant) isZero() bool { return w.Sockets == 0 && w.Memory == nil }

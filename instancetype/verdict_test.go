@@ -1,0 +1,91 @@
+package instancetype
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/events"
+)
+
+// TestJudge reads KubeVirt's verdict from the VM and VMI as virt-controller
+// leaves them after each kind of move, before and at the deadline.
+func TestJudge(t *testing.T) {
+	moved := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	const deadline = 2 * time.Minute
+	before, early, late := metav1.NewTime(moved.Add(-time.Hour)), moved.Add(10*time.Second), moved.Add(deadline)
+	out := func(r events.Result, changes ...events.Change) events.Outcome {
+		return events.Outcome{EventID: "E", VM: events.VMRef{Namespace: "ns", Name: "vm", UID: "u1"}, Result: r, Revision: "vm-new", Changes: changes, FinishedAt: moved}
+	}
+	sockets := events.Change{Field: "cpu.sockets", From: "2", To: "4", Class: "live"}
+	memRestart := events.Change{Field: "memory.guest", From: "2Gi", To: "4Gi", Class: "restart"}
+	model := events.Change{Field: "cpu.model", From: "a", To: "b", Class: "restart"}
+	vm := func(rev string, conds ...virtv1.VirtualMachineCondition) *virtv1.VirtualMachine {
+		return &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: "u1"},
+			Spec:   virtv1.VirtualMachineSpec{Instancetype: &virtv1.InstancetypeMatcher{Name: "it"}},
+			Status: virtv1.VirtualMachineStatus{InstancetypeRef: &virtv1.InstancetypeStatusRef{ControllerRevisionRef: &virtv1.ControllerRevisionRef{Name: rev}}, Conditions: conds}}
+	}
+	cond := func(typ virtv1.VirtualMachineConditionType, reason string, at metav1.Time) virtv1.VirtualMachineCondition {
+		return virtv1.VirtualMachineCondition{Type: typ, Status: corev1.ConditionTrue, Reason: reason, Message: reason + " message", LastTransitionTime: at}
+	}
+	q := func(s string) *resource.Quantity { v := resource.MustParse(s); return &v }
+	vmi := func(sockets uint32, mem string, pending ...virtv1.VirtualMachineInstanceConditionType) *virtv1.VirtualMachineInstance {
+		v := &virtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: before},
+			Spec:   virtv1.VirtualMachineInstanceSpec{Domain: virtv1.DomainSpec{CPU: &virtv1.CPU{Sockets: sockets}, Memory: &virtv1.Memory{Guest: q(mem)}}},
+			Status: virtv1.VirtualMachineInstanceStatus{CurrentCPUTopology: &virtv1.CPUTopology{Sockets: sockets}, Memory: &virtv1.MemoryStatus{GuestCurrent: q(mem)}}}
+		for _, c := range pending {
+			v.Status.Conditions = append(v.Status.Conditions, virtv1.VirtualMachineInstanceCondition{Type: c, Status: corev1.ConditionTrue})
+		}
+		return v
+	}
+	booted := vmi(4, "2Gi")
+	booted.CreationTimestamp = metav1.NewTime(moved.Add(30 * time.Second))
+	migrating := vmi(2, "2Gi")
+	migrating.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m1"}
+	recreated := vm("vm-new")
+	recreated.UID = "u2"
+	tests := []struct {
+		name  string
+		o     events.Outcome
+		vm    *virtv1.VirtualMachine
+		vmi   *virtv1.VirtualMachineInstance
+		now   time.Time
+		want  events.Observed
+		final bool
+	}{
+		{"live, hot-plugged", out(events.ResultLive, sockets), vm("vm-new"), vmi(4, "2Gi"), early, events.ObservedLive, true},
+		{"live, not yet", out(events.ResultLive, sockets), vm("vm-new"), vmi(2, "2Gi"), early, "", false},
+		{"live, the cache has not seen the move", out(events.ResultLive, sockets), vm("vm-old"), vmi(4, "2Gi"), early, "", false},
+		{"live, hotplug under way at the deadline", out(events.ResultLive, sockets), vm("vm-new"), vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), late, events.ObservedPending, true},
+		{"live, migration under way at the deadline", out(events.ResultLive, sockets), vm("vm-new"), migrating, late, events.ObservedPending, true},
+		{"live, refused, KubeVirt retries", out(events.ResultLive, sockets), vm("vm-new", cond(virtv1.VirtualMachineFailure, "HotPlugCPUError", metav1.NewTime(early))), vmi(2, "2Gi"), early, "", false},
+		{"live, refused at the deadline", out(events.ResultLive, sockets), vm("vm-new", cond(virtv1.VirtualMachineFailure, "HotPlugCPUError", metav1.NewTime(early))), vmi(2, "2Gi"), late, events.ObservedRefused, true},
+		{"live, KubeVirt wants a restart", out(events.ResultLive, sockets), vm("vm-new", cond(virtv1.VirtualMachineRestartRequired, "", metav1.NewTime(early))), vmi(2, "2Gi"), early, events.ObservedRestart, true},
+		{"live, a RestartRequired older than the move does not count", out(events.ResultLive, sockets), vm("vm-new", cond(virtv1.VirtualMachineRestartRequired, "", before)), vmi(4, "2Gi"), early, events.ObservedLive, true},
+		{"live, nothing ever showed", out(events.ResultLive, sockets), vm("vm-new"), vmi(2, "2Gi"), late, events.ObservedNotObserved, true},
+		{"live, nothing to hot-plug, before the deadline", out(events.ResultLive), vm("vm-new"), vmi(2, "2Gi"), early, "", false},
+		{"live, nothing to hot-plug, at the deadline", out(events.ResultLive), vm("vm-new"), vmi(2, "2Gi"), late, events.ObservedLive, true},
+		{"restart, flagged", out(events.ResultRestart, model), vm("vm-new", cond(virtv1.VirtualMachineRestartRequired, "", metav1.NewTime(early))), vmi(2, "2Gi"), early, events.ObservedRestart, true},
+		{"restart, flagged before the move too", out(events.ResultRestart, model), vm("vm-new", cond(virtv1.VirtualMachineRestartRequired, "", before)), vmi(2, "2Gi"), early, events.ObservedRestart, true},
+		{"restart predicted, KubeVirt hot-plugged it", out(events.ResultRestart, memRestart), vm("vm-new"), vmi(2, "4Gi"), early, events.ObservedLive, true},
+		{"restart, nothing by the deadline", out(events.ResultRestart, model), vm("vm-new"), vmi(2, "2Gi"), late, events.ObservedNotObserved, true},
+		{"next boot, stopped", out(events.ResultNextBoot, sockets), vm("vm-new"), nil, early, events.ObservedNextBoot, true},
+		{"booted after the move", out(events.ResultNextBoot, sockets), vm("vm-new"), booted, early, events.ObservedNextBoot, true},
+		{"deleted", out(events.ResultLive, sockets), nil, nil, early, events.ObservedNotObserved, true},
+		{"re-created", out(events.ResultLive, sockets), recreated, nil, early, events.ObservedNotObserved, true},
+		{"the move never showed by the deadline", out(events.ResultLive, sockets), vm("vm-old"), vmi(2, "2Gi"), late, events.ObservedNotObserved, true},
+	}
+	for _, tt := range tests {
+		j, final := Judge(tt.o, tt.vm, tt.vmi, tt.now, deadline)
+		if j.Observed != tt.want || final != tt.final {
+			t.Errorf("%s: %q (final %v, %q), want %q (final %v)", tt.name, j.Observed, final, j.Reason, tt.want, tt.final)
+		}
+		if final && j.Reason == "" {
+			t.Errorf("%s: a verdict without a reason", tt.name)
+		}
+	}
+}
