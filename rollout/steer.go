@@ -31,25 +31,43 @@ type badEventID struct{ error }
 
 func (badEventID) Is(target error) bool { return target == ErrBadEventID }
 
-// Steer applies s to its rollout's control record and returns the record
-// and whether it changed. It refuses an event kvlive has no rollout of
-// (neither planned nor steered before) unless s.Ahead, with an id an event
-// can have, and refuses to pause or abort a rollout that has finished
-// unless s.Force: nothing would change, and the record would claim
-// otherwise.
-func Steer(ctx context.Context, js jetstream.JetStream, s Steering, now time.Time) (events.Control, bool, error) {
+// Steered is what a steering did: the event it steered (the id in full),
+// the event's control record, and whether that changed.
+type Steered struct {
+	EventID string
+	Control events.Control
+	Changed bool
+}
+
+// Steer applies s to its rollout's control record. s.EventID may be a
+// unique prefix of a recorded event id (ResolveEventID), except ahead of
+// an event, which has no record to expand against yet. It refuses an event
+// kvlive has no rollout of (neither planned nor steered before) unless
+// s.Ahead, with an id an event can have, and refuses to pause or abort a
+// rollout that has finished unless s.Force: nothing would change, and the
+// record would claim otherwise.
+func Steer(ctx context.Context, js jetstream.JetStream, s Steering, now time.Time) (Steered, error) {
+	if !s.Ahead {
+		id, err := ResolveEventID(ctx, js, s.EventID)
+		if err != nil {
+			return Steered{EventID: s.EventID}, err
+		}
+		s.EventID = id
+	}
+	done := Steered{EventID: s.EventID}
 	store, err := Open(ctx, js)
 	if err != nil {
-		return events.Control{}, false, err
+		return done, err
 	}
 	if err := checkSteerable(ctx, js, store, s); err != nil {
-		return events.Control{}, false, err
+		return done, err
 	}
-	c, changed, err := store.Apply(ctx, s.EventID, s.Action, s.Reason, s.By, now, s.Force)
+	done.Control, done.Changed, err = store.Apply(ctx, s.EventID, s.Action, s.Reason, s.By, now, s.Force)
 	if err != nil {
-		return c, false, fmt.Errorf("%s %s: %w", s.Action, s.EventID, err)
+		done.Changed = false
+		return done, fmt.Errorf("%s %s: %w", s.Action, s.EventID, err)
 	}
-	return c, changed, nil
+	return done, nil
 }
 
 // checkSteerable says why s may not be applied, or nil.
@@ -78,32 +96,47 @@ func checkSteerable(ctx context.Context, js jetstream.JetStream, store *Store, s
 	return err
 }
 
+// Promoted is the batch a promote released.
+type Promoted struct {
+	// EventID is the rollout's event, its id in full.
+	EventID string
+	// Batch is the batch released, counted from 0, of Batches (the
+	// rollout's batch sizes).
+	Batch   int
+	Batches []int
+}
+
 // PromoteNext releases the batch after the last one released of eventID's
 // batched rollout now (Store.Promote: a compare-and-set on the batch it
-// read), by by. It returns the batch released and the rollout's record.
-func PromoteNext(ctx context.Context, js jetstream.JetStream, eventID, by string, now time.Time) (int, events.Rollout, error) {
+// read), by by. eventID may be a unique prefix of a recorded event id.
+func PromoteNext(ctx context.Context, js jetstream.JetStream, eventID, by string, now time.Time) (Promoted, error) {
+	eventID, err := ResolveEventID(ctx, js, eventID)
+	if err != nil {
+		return Promoted{EventID: eventID}, err
+	}
+	p := Promoted{EventID: eventID}
 	rec, ok, err := Record(ctx, js, eventID)
 	switch {
 	case err != nil:
-		return 0, rec, err
+		return p, err
 	case !ok:
-		return 0, rec, noRollout(eventID)
+		return p, noRollout(eventID)
 	case len(rec.Batches) < 2:
-		return 0, rec, fmt.Errorf("%s is not a batched rollout: nothing to promote", eventID)
+		return p, fmt.Errorf("%s is not a batched rollout: nothing to promote", eventID)
 	}
+	p.Batches = rec.Batches
 	s, err := Open(ctx, js)
 	if err != nil {
-		return 0, rec, err
+		return p, err
 	}
 	seen, _, err := s.Get(ctx, eventID)
 	if err != nil {
-		return 0, rec, fmt.Errorf("promote %s: %w", eventID, err)
+		return p, fmt.Errorf("promote %s: %w", eventID, err)
 	}
-	batch, err := s.Promote(ctx, eventID, seen.Batch, len(rec.Batches)-1, by, now)
-	if err != nil {
-		return batch, rec, fmt.Errorf("promote %s: %w", eventID, err)
+	if p.Batch, err = s.Promote(ctx, eventID, seen.Batch, len(rec.Batches)-1, by, now); err != nil {
+		return p, fmt.Errorf("promote %s: %w", eventID, err)
 	}
-	return batch, rec, nil
+	return p, nil
 }
 
 // Known says whether kvlive knows eventID: planned, or asked to steer

@@ -18,19 +18,19 @@ func TestSteerRefusesWhatItCannotMeanToChange(t *testing.T) {
 	js := testenv.JetStream(t)
 	ctx := t.Context()
 	now := time.Now()
-	steer := func(s Steering) (events.Control, bool, error) {
+	steer := func(s Steering) (Steered, error) {
 		s.By = "alice"
 		return Steer(ctx, js, s, now)
 	}
-	if _, _, err := steer(Steering{EventID: "typo", Action: events.ActionPause}); !errors.Is(err, ErrNoRollout) || !strings.Contains(err.Error(), "say --ahead") {
+	if _, err := steer(Steering{EventID: "typo", Action: events.ActionPause}); !errors.Is(err, ErrNoRollout) || !strings.Contains(err.Error(), "say --ahead") {
 		t.Errorf("pause of an unknown event: %v", err)
 	}
-	if _, _, err := steer(Steering{EventID: "typo", Action: events.ActionPause, Ahead: true}); !errors.Is(err, ErrBadEventID) || !strings.HasPrefix(err.Error(), "pause --ahead: ") {
+	if _, err := steer(Steering{EventID: "typo", Action: events.ActionPause, Ahead: true}); !errors.Is(err, ErrBadEventID) || !strings.HasPrefix(err.Error(), "pause --ahead: ") {
 		t.Errorf("pause --ahead of an id no event has: %v", err)
 	}
 	ahead := events.EventID(events.KindClusterInstancetype, "uid", 9)
-	if c, changed, err := steer(Steering{EventID: ahead, Action: events.ActionPause, Ahead: true}); err != nil || !changed || c.State != events.StatePaused {
-		t.Errorf("pause --ahead: %+v %v %v", c, changed, err)
+	if s, err := steer(Steering{EventID: ahead, Action: events.ActionPause, Ahead: true}); err != nil || !s.Changed || s.Control.State != events.StatePaused {
+		t.Errorf("pause --ahead: %+v %v", s, err)
 	}
 	if err := Known(ctx, js, ahead); err != nil {
 		t.Errorf("an event paused ahead is known: %v", err)
@@ -38,10 +38,42 @@ func TestSteerRefusesWhatItCannotMeanToChange(t *testing.T) {
 
 	recordRollout(t, js, 1) // acctEvent, planned: 1 VM
 	publishOutcome(t, js, "a", 1, events.ResultLive)
-	if _, _, err := steer(Steering{EventID: acctEvent, Action: events.ActionAbort}); err == nil || !strings.Contains(err.Error(), "is complete: it moves no VM any more") {
+	if _, err := steer(Steering{EventID: acctEvent, Action: events.ActionAbort}); err == nil || !strings.Contains(err.Error(), "is complete: it moves no VM any more") {
 		t.Errorf("abort of a complete rollout: %v", err)
 	}
-	if c, changed, err := steer(Steering{EventID: acctEvent, Action: events.ActionAbort, Force: true}); err != nil || !changed || c.State != events.StateAborted {
-		t.Errorf("abort --force of a complete rollout: %+v %v %v", c, changed, err)
+	// A prefix of a recorded id stands for the id.
+	if s, err := steer(Steering{EventID: acctEvent[:20], Action: events.ActionAbort, Force: true}); err != nil || !s.Changed ||
+		s.Control.State != events.StateAborted || s.EventID != acctEvent {
+		t.Errorf("abort --force of a complete rollout by a prefix of its id: %+v %v", s, err)
+	}
+}
+
+// TestPromoteNext: only a batched rollout kvlive knows is promoted, by its
+// id or a prefix of it, one batch at a time up to the last.
+func TestPromoteNext(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx := t.Context()
+	now := time.Now()
+	if _, err := PromoteNext(ctx, js, "typo", "alice", now); !errors.Is(err, ErrNoRollout) {
+		t.Errorf("promote of an unknown event: %v", err)
+	}
+	recordRollout(t, js, 3) // acctEvent, one batch
+	if _, err := PromoteNext(ctx, js, acctEvent, "alice", now); err == nil || !strings.Contains(err.Error(), "not a batched rollout") {
+		t.Errorf("promote of a rollout in one batch: %v", err)
+	}
+	kv, err := js.KeyValue(ctx, events.BucketRollouts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := events.MarshalRollout(events.Rollout{EventID: acctEvent, Planned: 3, PlannedAt: now, Batches: []int{1, 2}})
+	if _, err := kv.Put(ctx, events.RolloutKey(acctEvent), rec); err != nil {
+		t.Fatal(err)
+	}
+	p, err := PromoteNext(ctx, js, acctEvent[:20], "alice", now)
+	if err != nil || p.EventID != acctEvent || p.Batch != 1 || len(p.Batches) != 2 {
+		t.Fatalf("promote by a prefix: %+v %v, want batch 2 of 2 of %s", p, err, acctEvent)
+	}
+	if _, err := PromoteNext(ctx, js, acctEvent, "alice", now); !errors.Is(err, ErrNothingToPromote) {
+		t.Errorf("promote past the last batch: %v", err)
 	}
 }

@@ -128,15 +128,11 @@ and the other is told it was released meanwhile; never two batches.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
-				id, err := rollout.ResolveEventID(ctx, js, args[0])
+				p, err := rollout.PromoteNext(ctx, js, args[0], whoAmI(), time.Now())
 				if err != nil {
 					return err
 				}
-				batch, rec, err := rollout.PromoteNext(ctx, js, id, whoAmI(), time.Now())
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: batch %d of %d released (%d VMs)\n", id, batch+1, len(rec.Batches), rec.Batches[batch])
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: batch %d of %d released (%d VMs)\n", p.EventID, p.Batch+1, len(p.Batches), p.Batches[p.Batch])
 				return nil
 			})
 		},
@@ -176,26 +172,18 @@ func rolloutActionCmd(g *globals, action events.ControlAction) *cobra.Command {
 	return cmd
 }
 
-// steer resolves a shortened event id (unless acting ahead of the event),
-// applies the steering and says what became of the rollout.
+// steer applies the steering and says what became of the rollout.
 func steer(ctx context.Context, out io.Writer, js jetstream.JetStream, s rollout.Steering) error {
-	if !s.Ahead {
-		id, err := rollout.ResolveEventID(ctx, js, s.EventID)
-		if err != nil {
-			return err
-		}
-		s.EventID = id
-	}
-	c, changed, err := rollout.Steer(ctx, js, s, time.Now())
+	done, err := rollout.Steer(ctx, js, s, time.Now())
 	switch {
 	case errors.Is(err, rollout.ErrBadEventID):
 		return fmt.Errorf("%w: %w", errUsage, err)
 	case err != nil:
 		return err
-	case !changed:
-		fmt.Fprintf(out, "%s is already %s\n", s.EventID, c.State)
+	case !done.Changed:
+		fmt.Fprintf(out, "%s is already %s\n", done.EventID, done.Control.State)
 	default:
-		fmt.Fprintf(out, "%s %s\n", s.EventID, c.State)
+		fmt.Fprintf(out, "%s %s\n", done.EventID, done.Control.State)
 	}
 	return nil
 }
