@@ -111,6 +111,35 @@ func AccountOf(ctx context.Context, js jetstream.JetStream, eventID string) (Acc
 	return accountOf(ctx, js, eventID, nil)
 }
 
+// WatchAccount calls fn with a, then with the account of a's event read again
+// every interval, until the rollout is done (Done) or ctx ends. It returns
+// the last account read, and ctx's error when ctx ended first. An event
+// with no rollout yet (a switch the planner has not planned) stays a until
+// it has one.
+func WatchAccount(ctx context.Context, js jetstream.JetStream, a Account, every time.Duration, fn func(Account)) (Account, error) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		fn(a)
+		if a.Done() {
+			return a, nil
+		}
+		select {
+		case <-ctx.Done():
+			return a, ctx.Err()
+		case <-tick.C:
+		}
+		next, err := AccountOf(ctx, js, a.EventID)
+		switch {
+		case err == nil:
+			a = next
+		case errors.Is(err, ErrNoRollout): // still queued
+		case ctx.Err() == nil:
+			return a, err
+		}
+	}
+}
+
 // accountOf is AccountOf calling afterRead after each of tally's reads.
 func accountOf(ctx context.Context, js jetstream.JetStream, eventID string, afterRead func(what string)) (Account, error) {
 	a := Account{EventID: eventID, Outcomes: map[events.Result]int{}, Latest: map[string]events.Outcome{}, afterRead: afterRead}

@@ -333,3 +333,44 @@ func TestAnIncompleteRolloutWithNothingDroppedNamesNoStream(t *testing.T) {
 		t.Errorf("phase %s, dropped %q; want incomplete with nothing dropped", a.Phase, a.Dropped)
 	}
 }
+
+// TestWatchAccountFollowsARolloutUntilItIsDone: WatchAccount reports the account as it
+// is, again as it changes, and returns once the rollout is done, or with
+// ctx's error when ctx ends first.
+func TestWatchAccountFollowsARolloutUntilItIsDone(t *testing.T) {
+	js := testenv.JetStream(t)
+	recordRollout(t, js, 2)
+	store, err := Open(t.Context(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steer := func(action events.ControlAction) {
+		if _, _, err := store.Apply(t.Context(), acctEvent, action, "", "alice", time.Now(), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steer(events.ActionPause)
+	a := account(t, js)
+	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if last, err := WatchAccount(short, js, a, time.Millisecond, func(Account) {}); !errors.Is(err, context.DeadlineExceeded) || last.Done() {
+		t.Fatalf("WatchAccount of a rollout that does not move: %v, done %v; want the deadline", err, last.Done())
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var seen []int
+	last, err := WatchAccount(ctx, js, a, 5*time.Millisecond, func(a Account) {
+		if len(seen) > 0 && seen[len(seen)-1] == a.Settled() {
+			return
+		}
+		seen = append(seen, a.Settled())
+		if len(seen) == 1 { // resumed after the first look, the VMs settle
+			publishOutcome(t, js, "a", 1, events.ResultLive)
+			publishOutcome(t, js, "b", 1, events.ResultFailed)
+			steer(events.ActionResume)
+		}
+	})
+	if err != nil || !last.Done() || last.Phase != PhaseComplete || seen[0] != 0 || seen[len(seen)-1] != 2 {
+		t.Fatalf("WatchAccount = %s with %d settled, %v; saw %v settled along the way", last.Phase, last.Settled(), err, seen)
+	}
+}

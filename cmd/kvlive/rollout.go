@@ -253,37 +253,21 @@ const watchEvery = 2 * time.Second
 func watchStatus(ctx context.Context, js jetstream.JetStream, a rollout.Account, timeout time.Duration, w io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tick := time.NewTicker(watchEvery)
-	defer tick.Stop()
 	last := ""
-	for {
+	a, err := rollout.WatchAccount(ctx, js, a, watchEvery, func(a rollout.Account) {
 		if line := inspect.ProgressLine(a); line != last {
 			fmt.Fprintf(w, "%s  %s\n", time.Now().Format(time.TimeOnly), line)
 			last = line
 		}
-		if a.Done() {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			why := "interrupted"
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				why = "--timeout " + timeout.String() + " passed"
-			}
-			return fmt.Errorf("stopped watching (%s) with %d of %d VMs settled: rollout %s goes on", why, a.Settled(), a.Planned, a.EventID)
-		case <-tick.C:
-		}
-		next, err := rollout.AccountOf(ctx, js, a.EventID)
-		if errors.Is(err, rollout.ErrNoRollout) {
-			continue // still queued
-		}
-		if err != nil && ctx.Err() == nil {
-			return err
-		}
-		if err == nil {
-			a = next
-		}
+	})
+	if err == nil || ctx.Err() == nil {
+		return err
 	}
+	why := "interrupted"
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		why = "--timeout " + timeout.String() + " passed"
+	}
+	return fmt.Errorf("stopped watching (%s) with %d of %d VMs settled: rollout %s goes on", why, a.Settled(), a.Planned, a.EventID)
 }
 
 // whoAmI names the operator in control records: user@host.
