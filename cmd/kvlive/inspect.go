@@ -205,20 +205,10 @@ func (o *outcomesOptions) run(cmd *cobra.Command, g *globals) error {
 	if err != nil {
 		return err
 	}
-	return withJetStream(cmd, g, &o.store, func(ctx context.Context, js jetstream.JetStream) error {
-		if f.EventID != "" {
-			if f.EventID, err = rollout.ResolveEventID(ctx, js, f.EventID); err != nil {
-				return err
-			}
-		}
-		outs, err := inspect.NewReader(js).Outcomes(ctx, f)
+	return o.store.withReader(cmd, g, func(ctx context.Context, r *inspect.Reader) error {
+		outs, err := r.FindOutcomes(ctx, f)
 		if err != nil {
 			return err
-		}
-		if f.EventID != "" && len(outs) == 0 {
-			if err := rollout.Known(ctx, js, f.EventID); err != nil {
-				return err
-			}
 		}
 		out := cmd.OutOrStdout()
 		return inspect.WriteOutcomes(out, outs, o.output, printer.Width(out))

@@ -206,11 +206,7 @@ passes or Ctrl-C; the rollout itself goes on either way.`,
 				return fmt.Errorf("%w: --timeout %s: want a positive duration", errUsage, timeout)
 			}
 			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
-				id, err := rollout.ResolveEventID(ctx, js, args[0])
-				if err != nil {
-					return err
-				}
-				a, err := accountOrQueued(ctx, js, id)
+				a, err := inspect.NewReader(js).Status(ctx, args[0])
 				if err != nil {
 					return err
 				}
@@ -228,20 +224,6 @@ passes or Ctrl-C; the rollout itself goes on either way.`,
 	store.bind(cmd)
 	cmd.ValidArgsFunction = store.completeEventIDs
 	return cmd
-}
-
-// accountOrQueued is the event's account; an event in the events stream
-// the planner has not planned yet (a switch just requested) is pending.
-func accountOrQueued(ctx context.Context, js jetstream.JetStream, id string) (rollout.Account, error) {
-	a, err := rollout.AccountOf(ctx, js, id)
-	if !errors.Is(err, rollout.ErrNoRollout) {
-		return a, err
-	}
-	if queued, qerr := inspect.NewReader(js).HasEvent(ctx, id); qerr != nil || !queued {
-		return a, errors.Join(err, qerr)
-	}
-	a.Phase = rollout.PhasePending
-	return a, nil
 }
 
 // watchEvery is how often `rollout status --watch` reads the rollout again.

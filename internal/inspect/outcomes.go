@@ -13,6 +13,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/printer"
+	"kvlive/rollout"
 )
 
 // OutcomeFilter selects outcomes; a zero field matches everything.
@@ -51,6 +52,23 @@ func (r *Reader) Outcomes(ctx context.Context, f OutcomeFilter) ([]events.Outcom
 		outs = slices.DeleteFunc(outs, func(o events.Outcome) bool { return o.Result != f.Result })
 	}
 	return outs, nil
+}
+
+// FindOutcomes is Outcomes for a person asking: f.EventID may be a unique
+// prefix of a recorded event id, and no outcomes of an event kvlive never
+// heard of is rollout.ErrNoRollout, a typo rather than an answer.
+func (r *Reader) FindOutcomes(ctx context.Context, f OutcomeFilter) ([]events.Outcome, error) {
+	if f.EventID != "" {
+		var err error
+		if f.EventID, err = rollout.ResolveEventID(ctx, r.js, f.EventID); err != nil {
+			return nil, err
+		}
+	}
+	outs, err := r.Outcomes(ctx, f)
+	if err != nil || f.EventID == "" || len(outs) > 0 {
+		return outs, err
+	}
+	return nil, rollout.Known(ctx, r.js, f.EventID)
 }
 
 // latestOutcomes scans the outcomes stream under filter and keeps the

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
 
 	"kvlive/events"
 	"kvlive/internal/printer"
+	"kvlive/rollout"
 )
 
 const (
@@ -130,5 +132,30 @@ func TestOutcomesWithoutStream(t *testing.T) {
 	_, err := f.reader().Outcomes(context.Background(), OutcomeFilter{})
 	if err == nil || !strings.Contains(err.Error(), "KVLIVE_OUTCOMES not found") {
 		t.Errorf("err = %v, want the stream named as not found", err)
+	}
+}
+
+// TestFindOutcomes: an event is named by its id or a prefix of it; an event
+// kvlive never heard of is an error, not an empty list; an event planned
+// with no outcome yet is an empty list.
+func TestFindOutcomes(t *testing.T) {
+	f := newFixture(t)
+	seedOutcomes(f)
+	f.rollout(events.Rollout{EventID: editID, Planned: 3, PlannedAt: t0})
+	const planned = "switch/planned-nothing-yet"
+	f.rollout(events.Rollout{EventID: planned, Planned: 1, PlannedAt: t0})
+	r := f.reader()
+	outs, err := r.FindOutcomes(t.Context(), OutcomeFilter{EventID: editID[:12]})
+	if err != nil || len(outs) != 3 || outs[0].EventID != editID {
+		t.Errorf("outcomes by a prefix of %s: %d, %v; want its 3", editID, len(outs), err)
+	}
+	if _, err := r.FindOutcomes(t.Context(), OutcomeFilter{EventID: "switch/no-such-event"}); !errors.Is(err, rollout.ErrNoRollout) {
+		t.Errorf("outcomes of an unknown event: %v, want ErrNoRollout", err)
+	}
+	if outs, err := r.FindOutcomes(t.Context(), OutcomeFilter{EventID: planned}); err != nil || len(outs) != 0 {
+		t.Errorf("outcomes of an event planned with none yet: %v, %v; want none", outs, err)
+	}
+	if outs, err := r.FindOutcomes(t.Context(), OutcomeFilter{Namespace: "batch"}); err != nil || len(outs) != 2 {
+		t.Errorf("outcomes of a namespace: %d, %v; want 2", len(outs), err)
 	}
 }

@@ -1,6 +1,8 @@
 package inspect
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -10,6 +12,26 @@ import (
 	"kvlive/internal/printer"
 	"kvlive/rollout"
 )
+
+// Status is the account of event arg's rollout; a unique prefix of a
+// recorded event id stands for the id. An event in the events stream that
+// the planner has not planned yet (a switch just requested) is pending,
+// not unknown.
+func (r *Reader) Status(ctx context.Context, arg string) (rollout.Account, error) {
+	id, err := rollout.ResolveEventID(ctx, r.js, arg)
+	if err != nil {
+		return rollout.Account{}, err
+	}
+	a, err := rollout.AccountOf(ctx, r.js, id)
+	if !errors.Is(err, rollout.ErrNoRollout) {
+		return a, err
+	}
+	if queued, qerr := r.HasEvent(ctx, id); qerr != nil || !queued {
+		return a, errors.Join(err, qerr)
+	}
+	a.Phase = rollout.PhasePending
+	return a, nil
+}
 
 // WriteStatus prints a rollout's accounting as a few lines (table or wide)
 // or as data (json, yaml).

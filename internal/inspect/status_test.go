@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -40,5 +41,25 @@ func TestStatusSaysARolloutSettled(t *testing.T) {
 	}
 	if want := "settled:      2026-12-01T21:00:00Z; a plan of it moves no VM now"; !strings.Contains(out.String(), want) {
 		t.Errorf("status does not say %q:\n%s", want, out.String())
+	}
+}
+
+// TestStatusOfAQueuedEventIsPending: an event the planner has not planned
+// yet (a switch just requested) is pending; an id kvlive never heard of is
+// ErrNoRollout; a prefix of a recorded id stands for it.
+func TestStatusOfAQueuedEventIsPending(t *testing.T) {
+	f := newFixture(t)
+	queued := f.switched(events.SwitchRequest{ID: "queued", From: events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.small"},
+		To: events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.large"}, RequestedAt: t0})
+	f.rollout(events.Rollout{EventID: editID, Planned: 3, PlannedAt: t0})
+	r := f.reader()
+	if a, err := r.Status(t.Context(), queued); err != nil || a.Phase != rollout.PhasePending || a.EventID != queued {
+		t.Errorf("status of a queued switch: %+v, %v; want pending", a, err)
+	}
+	if _, err := r.Status(t.Context(), "switch/typo"); !errors.Is(err, rollout.ErrNoRollout) {
+		t.Errorf("status of an unknown event: %v, want ErrNoRollout", err)
+	}
+	if a, err := r.Status(t.Context(), editID[:12]); err != nil || a.EventID != editID || a.Planned != 3 {
+		t.Errorf("status by a prefix: %+v, %v; want %s's account", a, err, editID)
 	}
 }
