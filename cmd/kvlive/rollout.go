@@ -92,10 +92,6 @@ a VM is retried once per rollout: retry the retry for those that fail again.`,
 // prefix will do), with the cluster's objects at hand for a change's
 // current generation, and says what it published.
 func retryRollout(ctx context.Context, out io.Writer, js jetstream.JetStream, clients kube.Clients, arg string) error {
-	id, err := rollout.ResolveEventID(ctx, js, arg)
-	if err != nil {
-		return err
-	}
 	f, stop, err := kube.StartCache(ctx, clients, "", kube.DefaultSyncTimeout)
 	if err != nil {
 		return err
@@ -106,11 +102,11 @@ func retryRollout(ctx context.Context, out io.Writer, js jetstream.JetStream, cl
 		return err
 	}
 	defer func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) }()
-	r, failed, err := replay.Publisher{JetStream: js, Fleet: f, Tracer: tp}.RetryFailed(ctx, id, whoAmI())
+	r, failed, err := replay.Publisher{JetStream: js, Fleet: f, Tracer: tp}.RetryFailed(ctx, arg, whoAmI())
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "retrying %d failed VMs of %s as %s\n", len(failed), id, r.EventID)
+	fmt.Fprintf(out, "retrying %d failed VMs of %s as %s\n", len(failed), r.Original, r.EventID)
 	return nil
 }
 

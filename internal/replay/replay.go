@@ -89,8 +89,14 @@ func (p Publisher) retryAs(ctx context.Context, s Stored, only []string, id stri
 // outcome is failed and that no earlier retry of it took: it claims them
 // on the rollout's control record (so of two retries at once one goes
 // ahead), then publishes the retry (Retry), and releases the claim if that
-// fails. by names who asked. It returns the retry and the VMs it took.
+// fails. eventID may be a unique prefix of a recorded event id; by names
+// who asked. It returns the retry (its Original the id in full) and the
+// VMs it took.
 func (p Publisher) RetryFailed(ctx context.Context, eventID, by string) (Replayed, []string, error) {
+	eventID, err := rollout.ResolveEventID(ctx, p.JetStream, eventID)
+	if err != nil {
+		return Replayed{}, nil, err
+	}
 	a, err := rollout.AccountOf(ctx, p.JetStream, eventID)
 	if err != nil {
 		return Replayed{}, nil, err

@@ -20,6 +20,7 @@ import (
 	"kvlive/instancetype"
 	"kvlive/internal/kube"
 	"kvlive/internal/testenv"
+	"kvlive/rollout"
 )
 
 var (
@@ -161,5 +162,66 @@ func TestApplyPublishesALinkedNewEvent(t *testing.T) {
 	if len(ended) != 1 || ended[0].Parent().IsValid() || len(ended[0].Links()) != 1 ||
 		ended[0].Links()[0].SpanContext.TraceID().String() != "0102030405060708090a0b0c0d0e0f10" {
 		t.Errorf("replay span: %d spans, links %v", len(ended), ended[0].Links())
+	}
+}
+
+func publishOutcome(t *testing.T, js jetstream.JetStream, eventID, uid string, result events.Result) {
+	t.Helper()
+	o := events.Outcome{EventID: eventID, VM: events.VMRef{Namespace: "ns", Name: "vm-" + uid, UID: uid}, Attempt: 1, Result: result, FinishedAt: time.Now()}
+	id := events.OutcomeID(eventID, uid, 1)
+	body, err := events.Encode(events.TypeOutcome, id, "test", "", time.Now(), &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(t.Context(), events.NewMsg(events.OutcomeSubject("ns", eventID), id, events.TypeOutcome, body)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRetryFailedRetriesTheFailedVMsOfAFinishedRolloutOnce: a rollout
+// still running is refused (its VMs would move twice); a finished one
+// retries its failed VMs, and only those, as a new event linked to it,
+// named by its id or a prefix of it; a second retry finds them taken.
+func TestRetryFailedRetriesTheFailedVMsOfAFinishedRolloutOnce(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx := t.Context()
+	sw := publishSwitch(t, js)
+	kv, err := js.KeyValue(ctx, events.BucketRollouts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := events.MarshalRollout(events.Rollout{EventID: sw, Planned: 3, PlannedAt: time.Now()})
+	if _, err := kv.Put(ctx, events.RolloutKey(sw), rec); err != nil {
+		t.Fatal(err)
+	}
+	control, err := rollout.Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := control.Apply(ctx, sw, events.ActionPause, "", "alice", time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	p := Publisher{JetStream: js, Tracer: sdktrace.NewTracerProvider()}
+	if _, _, err := p.RetryFailed(ctx, sw, "alice"); err == nil || !strings.Contains(err.Error(), "retry it once it has finished") {
+		t.Fatalf("retry of a paused rollout: %v", err)
+	}
+	if _, _, err := control.Apply(ctx, sw, events.ActionResume, "", "alice", time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	publishOutcome(t, js, sw, "a", events.ResultLive)
+	publishOutcome(t, js, sw, "b", events.ResultFailed)
+	publishOutcome(t, js, sw, "c", events.ResultFailed)
+
+	r, failed, err := p.RetryFailed(ctx, sw[:8], "alice")
+	if err != nil || r.Original != sw || !strings.HasPrefix(r.EventID, "retry/") || strings.Join(failed, ",") != "b,c" {
+		t.Fatalf("retry by a prefix of %s = %+v, %v, %v; want b and c retried", sw, r, failed, err)
+	}
+	retried, err := Select(ctx, js, Selection{EventID: r.EventID})
+	if err != nil || len(retried) != 1 || retried[0].Switch == nil || strings.Join(retried[0].Switch.Only, ",") != "b,c" ||
+		retried[0].Headers.Get(events.HeaderRetryOf) != sw {
+		t.Fatalf("the retry's event: %+v, %v", retried, err)
+	}
+	if _, _, err := p.RetryFailed(ctx, sw, "bob"); err == nil || !strings.Contains(err.Error(), "retried already, as "+r.EventID) {
+		t.Errorf("a second retry: %v, want it to name %s", err, r.EventID)
 	}
 }
