@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -9,8 +10,14 @@ import (
 	"kvlive/internal/printer"
 )
 
+// demoOptions are kvlive demo's flags: the demo's own configuration.
+type demoOptions struct {
+	g   *globals
+	cfg demo.Config
+}
+
 func newDemoCmd(g *globals) *cobra.Command {
-	cfg := demo.Config{Fleet: demo.DefaultOptions(), Workers: 16, Progress: true}
+	o := &demoOptions{g: g, cfg: demo.Config{Fleet: demo.DefaultOptions(), Workers: 16, Progress: true}}
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the whole pipeline on an in-memory cluster: edit an instance type, then switch VMs",
@@ -19,19 +26,9 @@ with a fleet of VMs, a stand-in for KubeVirt's virt-controller, an embedded NATS
 server, and kvlive's watcher, planner and applier. It edits an instance type,
 then switches part of the fleet to another one, and checks every VM's result.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if g.logLevel == "info" {
-				g.logLevel = "error" // the demo's own output tells the story
-			}
-			cfg.Log = g.logger()
-			cfg.Out = cmd.OutOrStdout()
-			cfg.Command = invokedAs()
-			if !cmd.Flags().Changed("progress") {
-				cfg.Progress = printer.IsTerminal(cfg.Out)
-			}
-			return demo.Run(cmd.Context(), cfg)
-		},
+		RunE: runE(o),
 	}
+	cfg := &o.cfg
 	f := cmd.Flags()
 	f.IntVar(&cfg.Fleet.VMs, "vms", cfg.Fleet.VMs, "number of VMs in the demo fleet")
 	f.IntVar(&cfg.Fleet.Namespaces, "namespaces", cfg.Fleet.Namespaces, "number of namespaces the fleet spreads over")
@@ -41,3 +38,24 @@ then switches part of the fleet to another one, and checks every VM's result.`,
 	f.BoolVar(&cfg.Progress, "progress", cfg.Progress, "draw progress bars (default: when the output is a terminal; otherwise a line per rollout)")
 	return cmd
 }
+
+// Complete quiets the logs (the demo's own output tells the story, unless
+// --log-level asks for more), and draws progress bars on a terminal unless
+// --progress says otherwise.
+func (o *demoOptions) Complete(cmd *cobra.Command, _ []string) error {
+	if o.g.logLevel == "info" {
+		o.g.logLevel = "error"
+	}
+	o.cfg.Log = o.g.logger()
+	o.cfg.Out = cmd.OutOrStdout()
+	o.cfg.Command = invokedAs()
+	if !cmd.Flags().Changed("progress") {
+		o.cfg.Progress = printer.IsTerminal(o.cfg.Out)
+	}
+	return nil
+}
+
+func (o *demoOptions) Validate() error { return o.cfg.Validate() }
+
+// Run plays the demo.
+func (o *demoOptions) Run(ctx context.Context) error { return demo.Run(ctx, o.cfg) }

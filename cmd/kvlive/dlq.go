@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
+	"log/slog"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -29,170 +27,206 @@ drops it.`,
 }
 
 // withDLQ opens the store the flags name and runs fn on its dead letters.
-func withDLQ(cmd *cobra.Command, g *globals, store *storeFlags, fn func(context.Context, inspect.Store) error) error {
-	return withJetStream(cmd, g, store, func(ctx context.Context, js jetstream.JetStream) error {
+func (s *storeFlags) withDLQ(ctx context.Context, log *slog.Logger, fn func(context.Context, inspect.Store) error) error {
+	return s.with(ctx, log, func(ctx context.Context, js jetstream.JetStream) error {
 		return fn(ctx, inspect.Store{JetStream: js})
 	})
 }
 
+// dlqListOptions are kvlive dlq list's flags.
+type dlqListOptions struct {
+	storeOptions
+	output printer.Format
+}
+
 func dlqList(g *globals) *cobra.Command {
-	var store storeFlags
-	var output printer.Format
+	o := &dlqListOptions{storeOptions: newStoreOptions(g)}
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List dead letters, oldest first",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withDLQ(cmd, g, &store, func(ctx context.Context, s inspect.Store) error {
-				letters, err := s.List(ctx)
-				if err != nil {
-					return err
-				}
-				out := cmd.OutOrStdout()
-				if !output.Human() {
-					return printer.WriteData(out, output, printer.NonNil(letters))
-				}
-				t := printer.NewTable(
-					printer.Column{Name: "SEQ"},
-					printer.Column{Name: "TIME"},
-					printer.Column{Name: "STAGE"},
-					printer.Column{Name: "SUBJECT", Fit: true, Min: 16},
-					printer.Column{Name: "REASON", Fit: true},
-				)
-				for _, l := range letters {
-					t.Append(strconv.FormatUint(l.Seq, 10), l.Time.Format(time.RFC3339), l.Stage, l.Subject, l.Reason)
-				}
-				if err := t.Write(out, output, printer.Width(out)); err != nil {
-					return err
-				}
-				fmt.Fprintf(out, "\n%d dead letters\n", len(letters))
-				return nil
-			})
-		},
+		RunE:  runE(o),
 	}
-	store.bind(cmd)
-	printer.AddFlag(cmd, &output, printer.Formats...)
+	o.store.bind(cmd)
+	printer.AddFlag(cmd, &o.output, printer.Formats...)
 	return cmd
 }
 
+func (o *dlqListOptions) Complete(cmd *cobra.Command, _ []string) error {
+	o.complete(cmd)
+	return nil
+}
+
+func (o *dlqListOptions) Validate() error { return nil }
+
+// Run lists every dead letter.
+func (o *dlqListOptions) Run(ctx context.Context) error {
+	return o.store.withDLQ(ctx, o.log, func(ctx context.Context, s inspect.Store) error {
+		letters, err := s.List(ctx)
+		if err != nil {
+			return err
+		}
+		return inspect.WriteLetters(o.out, letters, o.output, printer.Width(o.out))
+	})
+}
+
+// dlqShowOptions are kvlive dlq show's flags and argument.
+type dlqShowOptions struct {
+	storeOptions
+	output printer.Format
+	seq    uint64
+}
+
 func dlqShow(g *globals) *cobra.Command {
-	var store storeFlags
-	var output printer.Format
+	o := &dlqShowOptions{storeOptions: newStoreOptions(g)}
 	cmd := &cobra.Command{
 		Use:   "show SEQ",
 		Short: "Show one dead letter: reason, origin, headers and body",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			seq, err := parseSeq(args[0])
-			if err != nil {
-				return err
-			}
-			return withDLQ(cmd, g, &store, func(ctx context.Context, s inspect.Store) error {
-				l, err := s.Show(ctx, seq)
-				if err != nil {
-					return err
-				}
-				out := cmd.OutOrStdout()
-				if !output.Human() {
-					return printer.WriteData(out, output, l)
-				}
-				fmt.Fprintf(out, "seq:     %d\ntime:    %s\nstage:   %s\nsubject: %s\nreason:  %s\nheaders:\n", l.Seq, l.Time, l.Stage, l.Subject, l.Reason)
-				for _, k := range slices.Sorted(maps.Keys(l.Headers)) {
-					for _, v := range l.Headers[k] {
-						fmt.Fprintf(out, "  %s: %s\n", k, v)
-					}
-				}
-				fmt.Fprintf(out, "body:\n%s\n", l.Data)
-				return nil
-			})
-		},
+		RunE:  runE(o),
 	}
-	store.bind(cmd)
-	printer.AddFlag(cmd, &output, printer.Formats...)
+	o.store.bind(cmd)
+	printer.AddFlag(cmd, &o.output, printer.Formats...)
 	return cmd
 }
 
+// Complete reads the sequence.
+func (o *dlqShowOptions) Complete(cmd *cobra.Command, args []string) (err error) {
+	o.complete(cmd)
+	o.seq, err = parseSeq(args[0])
+	return err
+}
+
+func (o *dlqShowOptions) Validate() error { return nil }
+
+// Run shows the dead letter.
+func (o *dlqShowOptions) Run(ctx context.Context) error {
+	return o.store.withDLQ(ctx, o.log, func(ctx context.Context, s inspect.Store) error {
+		l, err := s.Show(ctx, o.seq)
+		if err != nil {
+			return err
+		}
+		return inspect.WriteLetter(o.out, l, o.output)
+	})
+}
+
+// dlqSelectOptions are the flags and arguments of retry and purge: the
+// dead letters' sequences, or --all.
+type dlqSelectOptions struct {
+	storeOptions
+	all  bool
+	args []string
+}
+
+func (o *dlqSelectOptions) Complete(cmd *cobra.Command, args []string) error {
+	o.complete(cmd)
+	o.args = args
+	return nil
+}
+
+// Validate wants sequences or --all, not both, and sequences that are.
+func (o *dlqSelectOptions) Validate() error {
+	if o.all == (len(o.args) > 0) {
+		return fmt.Errorf("%w: name the sequences, or --all", errUsage)
+	}
+	_, err := parseSeqs(o.args)
+	return err
+}
+
+// seqs are the sequences named, or with --all every dead letter's.
+func (o *dlqSelectOptions) seqs(ctx context.Context, s inspect.Store) ([]uint64, error) {
+	if !o.all {
+		return parseSeqs(o.args)
+	}
+	letters, err := s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	seqs := make([]uint64, 0, len(letters))
+	for _, l := range letters {
+		seqs = append(seqs, l.Seq)
+	}
+	return seqs, nil
+}
+
+// dlqRetryOptions are kvlive dlq retry's.
+type dlqRetryOptions struct{ dlqSelectOptions }
+
 func dlqRetry(g *globals) *cobra.Command {
-	var store storeFlags
-	var all bool
+	o := &dlqRetryOptions{dlqSelectOptions{storeOptions: newStoreOptions(g)}}
 	cmd := &cobra.Command{
 		Use:   "retry SEQ... | --all",
 		Short: "Send dead letters back to the subject they came from",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return withDLQ(cmd, g, &store, func(ctx context.Context, s inspect.Store) error {
-				seqs, err := selectSeqs(ctx, s, args, all)
-				if err != nil {
-					return err
-				}
-				for _, seq := range seqs {
-					if err := s.Retry(ctx, seq); err != nil {
-						return err
-					}
-					fmt.Fprintf(cmd.OutOrStdout(), "retried %d\n", seq)
-				}
-				return nil
-			})
-		},
+		RunE:  runE(o),
 	}
-	store.bind(cmd)
-	cmd.Flags().BoolVar(&all, "all", false, "retry every dead letter")
+	o.store.bind(cmd)
+	cmd.Flags().BoolVar(&o.all, "all", false, "retry every dead letter")
 	return cmd
 }
 
+// Run sends each dead letter back where it came from.
+func (o *dlqRetryOptions) Run(ctx context.Context) error {
+	return o.store.withDLQ(ctx, o.log, func(ctx context.Context, s inspect.Store) error {
+		seqs, err := o.seqs(ctx, s)
+		if err != nil {
+			return err
+		}
+		for _, seq := range seqs {
+			if err := s.Retry(ctx, seq); err != nil {
+				return err
+			}
+			fmt.Fprintf(o.out, "retried %d\n", seq)
+		}
+		return nil
+	})
+}
+
+// dlqPurgeOptions are kvlive dlq purge's.
+type dlqPurgeOptions struct{ dlqSelectOptions }
+
 func dlqPurge(g *globals) *cobra.Command {
-	var store storeFlags
-	var all bool
+	o := &dlqPurgeOptions{dlqSelectOptions{storeOptions: newStoreOptions(g)}}
 	cmd := &cobra.Command{
 		Use:   "purge SEQ... | --all",
 		Short: "Drop dead letters",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return withDLQ(cmd, g, &store, func(ctx context.Context, s inspect.Store) error {
-				if all && len(args) == 0 {
-					n, err := s.PurgeAll(ctx)
-					if err != nil {
-						return err
-					}
-					if n == 0 {
-						fmt.Fprintln(cmd.OutOrStdout(), "no dead letters to purge")
-						return nil
-					}
-					fmt.Fprintf(cmd.OutOrStdout(), "purged %d dead letters\n", n)
-					return nil
-				}
-				seqs, err := selectSeqs(ctx, s, args, all)
-				if err != nil {
-					return err
-				}
-				for _, seq := range seqs {
-					if err := s.Purge(ctx, seq); err != nil {
-						return err
-					}
-					fmt.Fprintf(cmd.OutOrStdout(), "purged %d\n", seq)
-				}
-				return nil
-			})
-		},
+		RunE:  runE(o),
 	}
-	store.bind(cmd)
-	cmd.Flags().BoolVar(&all, "all", false, "drop every dead letter")
+	o.store.bind(cmd)
+	cmd.Flags().BoolVar(&o.all, "all", false, "drop every dead letter")
 	return cmd
 }
 
-func selectSeqs(ctx context.Context, s inspect.Store, args []string, all bool) ([]uint64, error) {
-	if all == (len(args) > 0) {
-		return nil, fmt.Errorf("%w: name the sequences, or --all", errUsage)
-	}
-	if all {
-		letters, err := s.List(ctx)
+// Run drops the dead letters: with --all, the whole stream at once.
+func (o *dlqPurgeOptions) Run(ctx context.Context) error {
+	return o.store.withDLQ(ctx, o.log, func(ctx context.Context, s inspect.Store) error {
+		if o.all {
+			n, err := s.PurgeAll(ctx)
+			switch {
+			case err != nil:
+				return err
+			case n == 0:
+				fmt.Fprintln(o.out, "no dead letters to purge")
+			default:
+				fmt.Fprintf(o.out, "purged %d dead letters\n", n)
+			}
+			return nil
+		}
+		seqs, err := parseSeqs(o.args)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		seqs := make([]uint64, 0, len(letters))
-		for _, l := range letters {
-			seqs = append(seqs, l.Seq)
+		for _, seq := range seqs {
+			if err := s.Purge(ctx, seq); err != nil {
+				return err
+			}
+			fmt.Fprintf(o.out, "purged %d\n", seq)
 		}
-		return seqs, nil
-	}
+		return nil
+	})
+}
+
+// parseSeqs reads stream sequences.
+func parseSeqs(args []string) ([]uint64, error) {
 	seqs := make([]uint64, 0, len(args))
 	for _, a := range args {
 		seq, err := parseSeq(a)

@@ -109,21 +109,38 @@ func readBound(f *pflag.FlagSet) (time.Duration, error) {
 	return d, nil
 }
 
-// withJetStream opens the store, runs fn on it and closes the store again.
-func withJetStream(cmd *cobra.Command, g *globals, s *storeFlags, fn func(context.Context, jetstream.JetStream) error) (err error) {
-	b, err := s.open(g.logger(), s.bound)
+// with opens the store, runs fn on it and closes the store again.
+func (s *storeFlags) with(ctx context.Context, log *slog.Logger, fn func(context.Context, jetstream.JetStream) error) (err error) {
+	b, err := s.open(log, s.bound)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, b.Close()) }()
-	return fn(cmd.Context(), b.JetStream)
+	return fn(ctx, b.JetStream)
 }
 
-// withReader is withJetStream for the inspection commands.
-func (s *storeFlags) withReader(cmd *cobra.Command, g *globals, fn func(context.Context, *inspect.Reader) error) error {
-	return withJetStream(cmd, g, s, func(ctx context.Context, js jetstream.JetStream) error {
+// withReader is with for the inspection commands.
+func (s *storeFlags) withReader(ctx context.Context, log *slog.Logger, fn func(context.Context, *inspect.Reader) error) error {
+	return s.with(ctx, log, func(ctx context.Context, js jetstream.JetStream) error {
 		return fn(ctx, inspect.NewReader(js))
 	})
+}
+
+// storeOptions are what every command that reads kvlive's store completes
+// the same way: the store's flags, the logger and the standard streams.
+type storeOptions struct {
+	g     *globals
+	store storeFlags
+	log   *slog.Logger
+	streams
+}
+
+func newStoreOptions(g *globals) storeOptions { return storeOptions{g: g} }
+
+// complete takes the streams and the logger --log-level asks for.
+func (s *storeOptions) complete(cmd *cobra.Command) {
+	s.take(cmd)
+	s.log = s.g.logger()
 }
 
 // open reaches --nats-url, or the store under --data-dir: through the
@@ -168,13 +185,14 @@ func (s *storeFlags) open(log *slog.Logger, bound time.Duration) (*bus.Opened, e
 
 // outcomesOptions are kvlive outcomes' flags.
 type outcomesOptions struct {
-	store               storeFlags
+	storeOptions
 	eventID, vm, result string
 	output              printer.Format
+	filter              inspect.OutcomeFilter
 }
 
 func newOutcomesCmd(g *globals) *cobra.Command {
-	o := &outcomesOptions{}
+	o := &outcomesOptions{storeOptions: newStoreOptions(g)}
 	cmd := &cobra.Command{
 		Use:   "outcomes [--event ID] [--vm NS/NAME] [--result RESULT]",
 		Short: "List what happened to each VM: the latest attempt's outcome per event and VM",
@@ -186,7 +204,7 @@ count per result. kvlive events lists the event ids.`,
   kvlive outcomes --vm shop/web-1 -o json
   kvlive outcomes --event switch/0b5c… --data-dir /tmp/kvlive-demo`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd, g) },
+		RunE: runE(o),
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.eventID, "event", "", "only this event's outcomes")
@@ -198,20 +216,23 @@ count per result. kvlive events lists the event ids.`,
 	return cmd
 }
 
-// run lists the outcomes the flags select. No outcomes of an event kvlive
-// never heard of is a typo, not an answer.
-func (o *outcomesOptions) run(cmd *cobra.Command, g *globals) error {
-	f, err := outcomeFilter(o.eventID, o.vm, o.result)
-	if err != nil {
-		return err
-	}
-	return o.store.withReader(cmd, g, func(ctx context.Context, r *inspect.Reader) error {
-		outs, err := r.FindOutcomes(ctx, f)
+// Complete reads --event, --vm and --result into the filter.
+func (o *outcomesOptions) Complete(cmd *cobra.Command, _ []string) (err error) {
+	o.complete(cmd)
+	o.filter, err = outcomeFilter(o.eventID, o.vm, o.result)
+	return err
+}
+
+func (o *outcomesOptions) Validate() error { return nil }
+
+// Run lists the outcomes the flags select.
+func (o *outcomesOptions) Run(ctx context.Context) error {
+	return o.store.withReader(ctx, o.log, func(ctx context.Context, r *inspect.Reader) error {
+		outs, err := r.FindOutcomes(ctx, o.filter)
 		if err != nil {
 			return err
 		}
-		out := cmd.OutOrStdout()
-		return inspect.WriteOutcomes(out, outs, o.output, printer.Width(out))
+		return inspect.WriteOutcomes(o.out, outs, o.output, printer.Width(o.out))
 	})
 }
 
@@ -265,43 +286,60 @@ type eventList struct {
 	write                           func(io.Writer, []inspect.EventSummary, printer.Format, int) error
 }
 
+// eventListOptions are the flags of a command that lists the newest events.
+type eventListOptions struct {
+	storeOptions
+	list   eventList
+	limit  int
+	output printer.Format
+}
+
 func newEventListCmd(g *globals, l eventList) *cobra.Command {
-	var store storeFlags
-	var limit int
-	var output printer.Format
+	o := &eventListOptions{storeOptions: newStoreOptions(g), list: l}
 	cmd := &cobra.Command{
 		Use:     l.use + " [--limit N]",
 		Short:   l.short,
 		Long:    l.long,
 		Example: l.example,
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return store.withReader(cmd, g, func(ctx context.Context, r *inspect.Reader) error {
-				list, err := r.Events(ctx, limit)
-				if err != nil {
-					return err
-				}
-				out := cmd.OutOrStdout()
-				return l.write(out, list, output, printer.Width(out))
-			})
-		},
+		RunE:    runE(o),
 	}
-	cmd.Flags().IntVar(&limit, "limit", 20, "how many of the newest "+l.noun+" to list; 0 lists all")
-	printer.AddFlag(cmd, &output, printer.Formats...)
-	store.bind(cmd)
+	cmd.Flags().IntVar(&o.limit, "limit", 20, "how many of the newest "+l.noun+" to list; 0 lists all")
+	printer.AddFlag(cmd, &o.output, printer.Formats...)
+	o.store.bind(cmd)
 	return cmd
+}
+
+func (o *eventListOptions) Complete(cmd *cobra.Command, _ []string) error {
+	o.complete(cmd)
+	return nil
+}
+
+func (o *eventListOptions) Validate() error { return nil }
+
+// Run lists the newest --limit events.
+func (o *eventListOptions) Run(ctx context.Context) error {
+	return o.store.withReader(ctx, o.log, func(ctx context.Context, r *inspect.Reader) error {
+		list, err := r.Events(ctx, o.limit)
+		if err != nil {
+			return err
+		}
+		return o.list.write(o.out, list, o.output, printer.Width(o.out))
+	})
 }
 
 // traceOptions are kvlive trace's flags.
 type traceOptions struct {
-	store    storeFlags
+	storeOptions
 	color    string
 	output   printer.Format
 	maxDepth int
+	id       string
+	colour   bool
 }
 
 func newTraceCmd(g *globals) *cobra.Command {
-	o := &traceOptions{}
+	o := &traceOptions{storeOptions: newStoreOptions(g)}
 	cmd := &cobra.Command{
 		Use:   "trace EVENT-ID|TRACE-ID",
 		Short: "Draw an event's trace as a waterfall: watcher, planner and every VM's apply span",
@@ -316,7 +354,7 @@ the terminal (names cut with …); -o wide draws every name whole; -o json and
   kvlive trace 4bf92f3577b34da6a3ce929d0e0e4736 --max-depth 2
   kvlive trace switch/0b5c… -o json`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd, g, args[0]) },
+		RunE: runE(o),
 	}
 	f := cmd.Flags()
 	printer.AddFlag(cmd, &o.output, printer.Formats...)
@@ -327,15 +365,23 @@ the terminal (names cut with …); -o wide draws every name whole; -o json and
 	return cmd
 }
 
-// run draws the trace of id (an event id or a trace id).
-func (o *traceOptions) run(cmd *cobra.Command, g *globals, id string) error {
-	out := cmd.OutOrStdout()
-	colour, err := inspect.UseColor(o.color, printer.IsTerminal(out), os.Getenv("NO_COLOR"))
-	if err != nil {
+// Complete takes the id (an event id or a trace id) and decides, from
+// --color, the terminal and NO_COLOR, whether to colour.
+func (o *traceOptions) Complete(cmd *cobra.Command, args []string) (err error) {
+	o.complete(cmd)
+	o.id = args[0]
+	if o.colour, err = inspect.UseColor(o.color, printer.IsTerminal(o.out), os.Getenv("NO_COLOR")); err != nil {
 		return fmt.Errorf("%w: --color: %w", errUsage, err)
 	}
-	return o.store.withReader(cmd, g, func(ctx context.Context, r *inspect.Reader) error {
-		traceID, err := r.ResolveTrace(ctx, id)
+	return nil
+}
+
+func (o *traceOptions) Validate() error { return nil }
+
+// Run draws the trace.
+func (o *traceOptions) Run(ctx context.Context) error {
+	return o.store.withReader(ctx, o.log, func(ctx context.Context, r *inspect.Reader) error {
+		traceID, err := r.ResolveTrace(ctx, o.id)
 		if err != nil {
 			return err
 		}
@@ -345,9 +391,9 @@ func (o *traceOptions) run(cmd *cobra.Command, g *globals, id string) error {
 		}
 		tree := inspect.NewTree(traceID, spans)
 		if !o.output.Human() {
-			return tree.WriteData(out, o.output)
+			return tree.WriteData(o.out, o.output)
 		}
-		return tree.Render(out, inspect.WaterfallOptions{Color: colour, MaxDepth: o.maxDepth,
-			Width: printer.Width(out), Whole: o.output == printer.FormatWide})
+		return tree.Render(o.out, inspect.WaterfallOptions{Color: o.colour, MaxDepth: o.maxDepth,
+			Width: printer.Width(o.out), Whole: o.output == printer.FormatWide})
 	})
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -13,9 +12,10 @@ import (
 	"kvlive/planner/offline"
 )
 
+// planOptions are kvlive plan's flags and argument.
 type planOptions struct {
-	fleet   *fleetFlags
-	stdin   io.Reader
+	fleet *fleetFlags
+	streams
 	object  string
 	output  printer.Format
 	offline bool
@@ -43,12 +43,7 @@ plan --from A --to B selects VMs exactly as kvlive switch --from A --to B does
   kvlive plan --offline -f fleet.yaml --instancetype clusterinstancetype/u1.large -o json`,
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: completeKinds,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.complete(cmd, args); err != nil {
-				return err
-			}
-			return o.run(cmd)
-		},
+		RunE:              runE(o),
 	}
 	o.fleet.bind(cmd, "KIND/[NS/]NAME the VMs reference now (with --to): preview a switch",
 		"KIND/[NS/]NAME the VMs would switch to (with --from)")
@@ -64,9 +59,9 @@ plan --from A --to B selects VMs exactly as kvlive switch --from A --to B does
 	return cmd
 }
 
-// complete takes the object from the argument, if given.
-func (o *planOptions) complete(cmd *cobra.Command, args []string) error {
-	o.stdin = cmd.InOrStdin()
+// Complete takes the object from the argument, if given.
+func (o *planOptions) Complete(cmd *cobra.Command, args []string) error {
+	o.take(cmd)
 	if len(args) == 1 {
 		if o.object != "" {
 			return fmt.Errorf("%w: give the object as an argument or --instancetype, not both", errUsage)
@@ -76,7 +71,8 @@ func (o *planOptions) complete(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-func (o *planOptions) run(cmd *cobra.Command) error {
+// Validate wants one object, or --from and --to; and -f with --offline.
+func (o *planOptions) Validate() error {
 	from, to := o.fleet.from, o.fleet.to
 	if (o.object == "") == (from == "") || (from != "") != (to != "") {
 		return fmt.Errorf("%w: name one object to evaluate (KIND/NAME or --instancetype), or --from FROM --to TO", errUsage)
@@ -84,7 +80,11 @@ func (o *planOptions) run(cmd *cobra.Command) error {
 	if o.offline != (o.file != "") {
 		return fmt.Errorf("%w: --offline and -f go together", errUsage)
 	}
-	ctx := cmd.Context()
+	return nil
+}
+
+// Run plans the VMs the flags select and prints the report.
+func (o *planOptions) Run(ctx context.Context) error {
 	clients, namespace, err := o.clients(ctx)
 	if err != nil {
 		return err
@@ -97,15 +97,14 @@ func (o *planOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	out := cmd.OutOrStdout()
-	return offline.NewReport(plans).Print(out, o.output, printer.Width(out))
+	return offline.NewReport(plans).Print(o.out, o.output, printer.Width(o.out))
 }
 
 // clients reads the cluster (or the offline file) and resolves the
 // namespace the user means: kubectl's rules online, all of the file offline.
 func (o *planOptions) clients(ctx context.Context) (kube.Clients, string, error) {
 	if o.offline {
-		in := o.stdin
+		in := o.in
 		if o.file != "-" {
 			file, err := os.Open(o.file)
 			if err != nil {

@@ -53,9 +53,16 @@ unaccounted for and since when.`,
 	return cmd
 }
 
+// rolloutRetryOptions are kvlive rollout retry's flags and argument.
+type rolloutRetryOptions struct {
+	storeOptions
+	kube    *kube.Flags
+	id      string
+	clients kube.Clients
+}
+
 func rolloutRetryCmd(g *globals) *cobra.Command {
-	var store storeFlags
-	kubeFlags := kube.NewFlags()
+	o := &rolloutRetryOptions{storeOptions: newStoreOptions(g), kube: kube.NewFlags()}
 	cmd := &cobra.Command{
 		Use:   "retry EVENT-ID",
 		Short: "Roll a finished rollout's failed VMs out again, as a new event linked to it",
@@ -68,24 +75,33 @@ retrying VMs still in flight would move them twice. The original's control
 record notes the retry and the VMs it took (rollout status shows it), and
 a VM is retried once per rollout: retry the retry for those that fail again.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, _, err := kubeFlags.Load()
-			if err != nil {
-				return err
-			}
-			clients, err := kube.NewClients(cfg)
-			if err != nil {
-				return err
-			}
-			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
-				return retryRollout(ctx, cmd.OutOrStdout(), js, clients, args[0])
-			})
-		},
+		RunE: runE(o),
 	}
-	kubeFlags.AddFlags(cmd.Flags(), "")
-	store.bind(cmd)
-	cmd.ValidArgsFunction = store.completeEventIDs
+	o.kube.AddFlags(cmd.Flags(), "")
+	o.store.bind(cmd)
+	cmd.ValidArgsFunction = o.store.completeEventIDs
 	return cmd
+}
+
+// Complete takes the id and the clients of the kubeconfig the flags name.
+func (o *rolloutRetryOptions) Complete(cmd *cobra.Command, args []string) error {
+	o.complete(cmd)
+	o.id = args[0]
+	cfg, _, err := o.kube.Load()
+	if err != nil {
+		return err
+	}
+	o.clients, err = kube.NewClients(cfg)
+	return err
+}
+
+func (o *rolloutRetryOptions) Validate() error { return nil }
+
+// Run retries the rollout's failed VMs.
+func (o *rolloutRetryOptions) Run(ctx context.Context) error {
+	return o.store.with(ctx, o.log, func(ctx context.Context, js jetstream.JetStream) error {
+		return retryRollout(ctx, o.out, js, o.clients, o.id)
+	})
 }
 
 // retryRollout retries the failed VMs of the rollout arg names (a unique
@@ -110,8 +126,14 @@ func retryRollout(ctx context.Context, out io.Writer, js jetstream.JetStream, cl
 	return nil
 }
 
+// rolloutPromoteOptions are kvlive rollout promote's flags and argument.
+type rolloutPromoteOptions struct {
+	storeOptions
+	id string
+}
+
 func rolloutPromoteCmd(g *globals) *cobra.Command {
-	var store storeFlags
+	o := &rolloutPromoteOptions{storeOptions: newStoreOptions(g)}
 	cmd := &cobra.Command{
 		Use:   "promote EVENT-ID",
 		Short: "Release a batched rollout's next batch now, skipping its gate and pause (and a paused canary)",
@@ -122,26 +144,42 @@ this). The decision is a compare-and-set on the batch the command saw
 released: of two operators promoting at once, one releases the next batch
 and the other is told it was released meanwhile; never two batches.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
-				p, err := rollout.PromoteNext(ctx, js, args[0], whoAmI(), time.Now())
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: batch %d of %d released (%d VMs)\n", p.EventID, p.Batch+1, len(p.Batches), p.Batches[p.Batch])
-				return nil
-			})
-		},
+		RunE: runE(o),
 	}
-	store.bind(cmd)
-	cmd.ValidArgsFunction = store.completeEventIDs
+	o.store.bind(cmd)
+	cmd.ValidArgsFunction = o.store.completeEventIDs
 	return cmd
 }
 
+func (o *rolloutPromoteOptions) Complete(cmd *cobra.Command, args []string) error {
+	o.complete(cmd)
+	o.id = args[0]
+	return nil
+}
+
+func (o *rolloutPromoteOptions) Validate() error { return nil }
+
+// Run releases the next batch and says which.
+func (o *rolloutPromoteOptions) Run(ctx context.Context) error {
+	return o.store.with(ctx, o.log, func(ctx context.Context, js jetstream.JetStream) error {
+		p, err := rollout.PromoteNext(ctx, js, o.id, whoAmI(), time.Now())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(o.out, "%s: batch %d of %d released (%d VMs)\n", p.EventID, p.Batch+1, len(p.Batches), p.Batches[p.Batch])
+		return nil
+	})
+}
+
+// rolloutActionOptions are the flags and argument of kvlive rollout pause,
+// resume and abort.
+type rolloutActionOptions struct {
+	storeOptions
+	steering rollout.Steering
+}
+
 func rolloutActionCmd(g *globals, action events.ControlAction) *cobra.Command {
-	var store storeFlags
-	var reason string
-	var ahead, force bool
+	o := &rolloutActionOptions{storeOptions: newStoreOptions(g), steering: rollout.Steering{Action: action}}
 	cmd := &cobra.Command{
 		Use: string(action) + " EVENT-ID",
 		Short: map[events.ControlAction]string{
@@ -150,45 +188,57 @@ func rolloutActionCmd(g *globals, action events.ControlAction) *cobra.Command {
 			events.ActionAbort:  "Stop an event's rollout for good: VMs not yet moved are skipped",
 		}[action],
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
-				return steer(ctx, cmd.OutOrStdout(), js, rollout.Steering{
-					EventID: args[0], Action: action, Reason: reason, By: whoAmI(), Ahead: ahead, Force: force,
-				})
-			})
-		},
+		RunE: runE(o),
 	}
-	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded with the change and in skipped VMs' outcomes")
-	cmd.Flags().BoolVar(&force, "force", false, "overwrite the event's control record even when it no longer decodes or the rollout has finished")
+	s := &o.steering
+	cmd.Flags().StringVar(&s.Reason, "reason", "", "why, recorded with the change and in skipped VMs' outcomes")
+	cmd.Flags().BoolVar(&s.Force, "force", false, "overwrite the event's control record even when it no longer decodes or the rollout has finished")
 	if action != events.ActionResume {
-		cmd.Flags().BoolVar(&ahead, "ahead", false, "the event has not been planned yet: "+string(action)+" it ahead, as soon as it arrives")
+		cmd.Flags().BoolVar(&s.Ahead, "ahead", false, "the event has not been planned yet: "+string(action)+" it ahead, as soon as it arrives")
 	}
-	store.bind(cmd)
-	cmd.ValidArgsFunction = store.completeEventIDs
+	o.store.bind(cmd)
+	cmd.ValidArgsFunction = o.store.completeEventIDs
 	return cmd
 }
 
-// steer applies the steering and says what became of the rollout.
-func steer(ctx context.Context, out io.Writer, js jetstream.JetStream, s rollout.Steering) error {
-	done, err := rollout.Steer(ctx, js, s, time.Now())
-	switch {
-	case errors.Is(err, rollout.ErrBadEventID):
-		return fmt.Errorf("%w: %w", errUsage, err)
-	case err != nil:
-		return err
-	case !done.Changed:
-		fmt.Fprintf(out, "%s is already %s\n", done.EventID, done.Control.State)
-	default:
-		fmt.Fprintf(out, "%s %s\n", done.EventID, done.Control.State)
-	}
+// Complete takes the id and names the operator.
+func (o *rolloutActionOptions) Complete(cmd *cobra.Command, args []string) error {
+	o.complete(cmd)
+	o.steering.EventID, o.steering.By = args[0], whoAmI()
 	return nil
 }
 
+func (o *rolloutActionOptions) Validate() error { return nil }
+
+// Run steers the rollout and says what became of it.
+func (o *rolloutActionOptions) Run(ctx context.Context) error {
+	return o.store.with(ctx, o.log, func(ctx context.Context, js jetstream.JetStream) error {
+		done, err := rollout.Steer(ctx, js, o.steering, time.Now())
+		switch {
+		case errors.Is(err, rollout.ErrBadEventID):
+			return fmt.Errorf("%w: %w", errUsage, err)
+		case err != nil:
+			return err
+		case !done.Changed:
+			fmt.Fprintf(o.out, "%s is already %s\n", done.EventID, done.Control.State)
+		default:
+			fmt.Fprintf(o.out, "%s %s\n", done.EventID, done.Control.State)
+		}
+		return nil
+	})
+}
+
+// rolloutStatusOptions are kvlive rollout status's flags and argument.
+type rolloutStatusOptions struct {
+	storeOptions
+	output  printer.Format
+	watch   bool
+	timeout time.Duration
+	id      string
+}
+
 func rolloutStatusCmd(g *globals) *cobra.Command {
-	var store storeFlags
-	var output printer.Format
-	var watch bool
-	var timeout time.Duration
+	o := &rolloutStatusOptions{storeOptions: newStoreOptions(g)}
 	cmd := &cobra.Command{
 		Use:   "status EVENT-ID [--watch]",
 		Short: "Show an event's rollout: its state, planned VMs, outcomes by result and held plans",
@@ -197,29 +247,42 @@ rollout, printing a progress line each time it changes, until it is done
 (complete, incomplete or aborted with nothing left in flight), --timeout
 passes or Ctrl-C; the rollout itself goes on either way.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if watch && timeout <= 0 {
-				return fmt.Errorf("%w: --timeout %s: want a positive duration", errUsage, timeout)
-			}
-			return withJetStream(cmd, g, &store, func(ctx context.Context, js jetstream.JetStream) error {
-				a, err := inspect.NewReader(js).Status(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				out := cmd.OutOrStdout()
-				if err := inspect.WriteStatus(out, a, output); err != nil || !watch || a.Done() {
-					return err
-				}
-				return watchStatus(ctx, js, a, timeout, out)
-			})
-		},
+		RunE: runE(o),
 	}
-	printer.AddFlag(cmd, &output, printer.Formats...)
-	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "follow the rollout until it is done, a line per change")
-	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "with --watch, how long to follow before giving up (the rollout goes on)")
-	store.bind(cmd)
-	cmd.ValidArgsFunction = store.completeEventIDs
+	printer.AddFlag(cmd, &o.output, printer.Formats...)
+	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "follow the rollout until it is done, a line per change")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 30*time.Minute, "with --watch, how long to follow before giving up (the rollout goes on)")
+	o.store.bind(cmd)
+	cmd.ValidArgsFunction = o.store.completeEventIDs
 	return cmd
+}
+
+func (o *rolloutStatusOptions) Complete(cmd *cobra.Command, args []string) error {
+	o.complete(cmd)
+	o.id = args[0]
+	return nil
+}
+
+// Validate wants a --timeout to watch for.
+func (o *rolloutStatusOptions) Validate() error {
+	if o.watch && o.timeout <= 0 {
+		return fmt.Errorf("%w: --timeout %s: want a positive duration", errUsage, o.timeout)
+	}
+	return nil
+}
+
+// Run shows the rollout's status and, with --watch, follows it.
+func (o *rolloutStatusOptions) Run(ctx context.Context) error {
+	return o.store.with(ctx, o.log, func(ctx context.Context, js jetstream.JetStream) error {
+		a, err := inspect.NewReader(js).Status(ctx, o.id)
+		if err != nil {
+			return err
+		}
+		if err := inspect.WriteStatus(o.out, a, o.output); err != nil || !o.watch || a.Done() {
+			return err
+		}
+		return watchStatus(ctx, js, a, o.timeout, o.out)
+	})
 }
 
 // watchEvery is how often `rollout status --watch` reads the rollout again.

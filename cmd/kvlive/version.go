@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
@@ -51,29 +53,44 @@ func readVersion() versionInfo {
 	return v
 }
 
+// versionOptions are kvlive version's flags.
+type versionOptions struct {
+	output printer.Format
+	out    io.Writer
+}
+
 func newVersionCmd() *cobra.Command {
-	var output printer.Format
+	o := &versionOptions{}
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print kvlive's version, commit and the KubeVirt API it speaks",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			v := readVersion()
-			out := cmd.OutOrStdout()
-			if !output.Human() {
-				return printer.WriteData(out, output, v)
-			}
-			commit := v.Commit
-			if commit == "" {
-				commit = "(not recorded)"
-			} else if v.Modified {
-				commit += " (modified)"
-			}
-			_, err := fmt.Fprintf(out, "kvlive %s\ncommit: %s\ngo: %s\nKubeVirt API: kubevirt.io/api %s (kubevirt.io/v1, instancetype.kubevirt.io/v1beta1)\n",
-				v.Version, commit, v.Go, v.KubeVirtAPI)
-			return err
-		},
+		RunE:  runE(o),
 	}
-	printer.AddFlag(cmd, &output, printer.FormatTable, printer.FormatJSON, printer.FormatYAML)
+	printer.AddFlag(cmd, &o.output, printer.FormatTable, printer.FormatJSON, printer.FormatYAML)
 	return cmd
+}
+
+func (o *versionOptions) Complete(cmd *cobra.Command, _ []string) error {
+	o.out = cmd.OutOrStdout()
+	return nil
+}
+
+func (o *versionOptions) Validate() error { return nil }
+
+// Run prints what the binary was built from.
+func (o *versionOptions) Run(context.Context) error {
+	v := readVersion()
+	if !o.output.Human() {
+		return printer.WriteData(o.out, o.output, v)
+	}
+	commit := v.Commit
+	if commit == "" {
+		commit = "(not recorded)"
+	} else if v.Modified {
+		commit += " (modified)"
+	}
+	_, err := fmt.Fprintf(o.out, "kvlive %s\ncommit: %s\ngo: %s\nKubeVirt API: kubevirt.io/api %s (kubevirt.io/v1, instancetype.kubevirt.io/v1beta1)\n",
+		v.Version, commit, v.Go, v.KubeVirtAPI)
+	return err
 }

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -11,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
+	"kvlive/internal/printer"
 	"kvlive/rollout"
 )
 
@@ -170,4 +175,43 @@ func (s Store) Purge(ctx context.Context, seq uint64) error {
 		return fmt.Errorf("dlq: purge: %w", err)
 	}
 	return nil
+}
+
+// WriteLetters prints dead letters as a table with their count (table or
+// wide), or as data (json, yaml; an empty list is []).
+func WriteLetters(w io.Writer, letters []Letter, f printer.Format, width int) error {
+	if !f.Human() {
+		return printer.WriteData(w, f, printer.NonNil(letters))
+	}
+	t := printer.NewTable(
+		printer.Column{Name: "SEQ"},
+		printer.Column{Name: "TIME"},
+		printer.Column{Name: "STAGE"},
+		printer.Column{Name: "SUBJECT", Fit: true, Min: 16},
+		printer.Column{Name: "REASON", Fit: true},
+	)
+	for _, l := range letters {
+		t.Append(strconv.FormatUint(l.Seq, 10), l.Time.Format(time.RFC3339), l.Stage, l.Subject, l.Reason)
+	}
+	if err := t.Write(w, f, width); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\n%d dead letters\n", len(letters))
+	return err
+}
+
+// WriteLetter prints one dead letter whole: where it came from, why, its
+// headers (sorted) and its body; or as data (json, yaml).
+func WriteLetter(w io.Writer, l Letter, f printer.Format) error {
+	if !f.Human() {
+		return printer.WriteData(w, f, l)
+	}
+	fmt.Fprintf(w, "seq:     %d\ntime:    %s\nstage:   %s\nsubject: %s\nreason:  %s\nheaders:\n", l.Seq, l.Time, l.Stage, l.Subject, l.Reason)
+	for _, k := range slices.Sorted(maps.Keys(l.Headers)) {
+		for _, v := range l.Headers[k] {
+			fmt.Fprintf(w, "  %s: %s\n", k, v)
+		}
+	}
+	_, err := fmt.Fprintf(w, "body:\n%s\n", l.Data)
+	return err
 }

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"kvlive/events"
+	"kvlive/internal/printer"
 	"kvlive/internal/testenv"
 )
 
@@ -115,5 +117,31 @@ func TestRetryOfAHeldPlanGoesToTheApplier(t *testing.T) {
 	}
 	if got, err := plans.GetLastMsgForSubject(ctx, events.PlanSubject("shop", "ev")); err != nil || string(got.Data) != "held-plan" {
 		t.Errorf("the retried held plan is not on the plans stream: %v", err)
+	}
+}
+
+// TestWriteLetters: the list ends with its count, and an empty list is []
+// as data; one letter shows its headers sorted and its body.
+func TestWriteLetters(t *testing.T) {
+	l := Letter{Seq: 7, Time: t0, Stage: "applier", Subject: "kvlive.plans.shop.ev", Reason: "gave up after 8 attempts",
+		Headers: nats.Header{"Z-Last": {"z"}, "A-First": {"a"}}, Data: []byte("plan-7")}
+	var out bytes.Buffer
+	if err := WriteLetters(&out, []Letter{l}, printer.FormatTable, 120); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); !strings.Contains(got, "kvlive.plans.shop.ev") || !strings.HasSuffix(got, "\n1 dead letters\n") {
+		t.Errorf("list:\n%s", got)
+	}
+	out.Reset()
+	if err := WriteLetters(&out, nil, printer.FormatJSON, 120); err != nil || strings.TrimSpace(out.String()) != "[]" {
+		t.Errorf("empty list as json: %q, %v", out.String(), err)
+	}
+	out.Reset()
+	if err := WriteLetter(&out, l, printer.FormatTable); err != nil {
+		t.Fatal(err)
+	}
+	want := "reason:  gave up after 8 attempts\nheaders:\n  A-First: a\n  Z-Last: z\nbody:\nplan-7\n"
+	if got := out.String(); !strings.HasSuffix(got, want) {
+		t.Errorf("letter:\n%s\nwant it to end with\n%s", got, want)
 	}
 }

@@ -38,12 +38,8 @@ type Config struct {
 	Progress bool
 }
 
-// Run plays the demo. It returns an error if any VM ends anywhere but where
-// the fleet's shape says it must.
-func Run(ctx context.Context, cfg Config) (err error) {
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
+// Validate refuses a fleet or an applier the demo cannot play.
+func (cfg Config) Validate() error {
 	switch {
 	case cfg.Fleet.VMs <= 0 || cfg.Fleet.Namespaces <= 0:
 		return errors.New("demo: --vms and --namespaces must be positive")
@@ -51,6 +47,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return fmt.Errorf("demo: --running-percent %d: want 0 to 100", cfg.Fleet.RunningPercent)
 	case cfg.Workers < 0:
 		return fmt.Errorf("demo: --workers %d: want at least 1", cfg.Workers)
+	}
+	return nil
+}
+
+// Run plays the demo. It returns an error if any VM ends anywhere but where
+// the fleet's shape says it must.
+func Run(ctx context.Context, cfg Config) (err error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
