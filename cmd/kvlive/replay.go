@@ -19,9 +19,10 @@ import (
 	"kvlive/rollout"
 )
 
+// replayOptions are kvlive replay's flags.
 type replayOptions struct {
+	storeOptions
 	kube     *kube.Flags
-	store    storeFlags
 	eventID  string
 	since    string
 	fromSeq  uint64
@@ -34,7 +35,7 @@ type replayOptions struct {
 }
 
 func newReplayCmd(g *globals) *cobra.Command {
-	o := &replayOptions{kube: kube.NewFlags()}
+	o := &replayOptions{storeOptions: newStoreOptions(g), kube: kube.NewFlags()}
 	cmd := &cobra.Command{
 		Use:   "replay [--event ID | --since DURATION|TIME | --from-seq N [--to-seq M] | --instancetype KIND/[NS/]NAME] [--apply]",
 		Short: "Replay past events: show what they would do today, or send them through the pipeline again",
@@ -48,7 +49,7 @@ generation replays as the newest.`,
 		Example: `  kvlive replay --since 2h
   kvlive replay --event VirtualMachineClusterInstancetype/3c3c…/5 --apply --wait`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd, g) },
+		RunE: runE(o),
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.eventID, "event", "", "replay the event with this id")
@@ -65,21 +66,34 @@ generation replays as the newest.`,
 	return cmd
 }
 
-func (o *replayOptions) run(cmd *cobra.Command, g *globals) error {
-	if err := o.selection(); err != nil {
-		return err
+// Complete reads --since and --instancetype into the selection.
+func (o *replayOptions) Complete(cmd *cobra.Command, _ []string) error {
+	o.complete(cmd)
+	return o.selection()
+}
+
+// Validate wants a selection.
+func (o *replayOptions) Validate() error {
+	if o.selected == (replay.Selection{}) {
+		return fmt.Errorf("%w: select events with --event, --since, --from-seq or --instancetype", errUsage)
 	}
+	return nil
+}
+
+// Run shows the selected events' plans today, or with --apply publishes
+// them again.
+func (o *replayOptions) Run(ctx context.Context) error {
 	clients, err := o.clients()
 	if err != nil {
 		return err
 	}
-	b, err := o.store.open(g.logger(), o.store.bound)
+	b, err := o.store.open(o.log, o.store.bound)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = b.Close() }()
 	js := b.JetStream
-	ctx, cancel := context.WithCancel(cmd.Context())
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stored, err := replay.Select(ctx, js, o.selected)
 	if err != nil {
@@ -98,9 +112,9 @@ func (o *replayOptions) run(cmd *cobra.Command, g *globals) error {
 		if err != nil {
 			return err
 		}
-		return printPreviews(cmd.OutOrStdout(), previews, o.output)
+		return printPreviews(o.out, previews, o.output)
 	}
-	return o.publish(ctx, cmd.OutOrStdout(), js, f, stored)
+	return o.publish(ctx, o.out, js, f, stored)
 }
 
 // clients are the clients of the kubeconfig the flags name.
@@ -112,6 +126,7 @@ func (o *replayOptions) clients() (kube.Clients, error) {
 	return kube.NewClients(cfg)
 }
 
+// selection reads the selection flags.
 func (o *replayOptions) selection() error {
 	o.selected = replay.Selection{EventID: o.eventID, FromSeq: o.fromSeq, ToSeq: o.toSeq}
 	if o.since != "" {
@@ -129,9 +144,6 @@ func (o *replayOptions) selection() error {
 			return fmt.Errorf("%w: --instancetype: %w", errUsage, err)
 		}
 		o.selected.Object = &ref
-	}
-	if o.selected == (replay.Selection{}) {
-		return fmt.Errorf("%w: select events with --event, --since, --from-seq or --instancetype", errUsage)
 	}
 	return nil
 }

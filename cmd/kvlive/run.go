@@ -53,7 +53,10 @@ func (n *natsFlags) streamOptions() events.StreamOptions {
 	return o
 }
 
+// runOptions are kvlive run's flags.
 type runOptions struct {
+	g              *globals
+	log            *slog.Logger
 	kube           *kube.Flags
 	nats           natsFlags
 	listen         string
@@ -73,7 +76,7 @@ type runOptions struct {
 }
 
 func newRunCmd(g *globals) *cobra.Command {
-	o := &runOptions{nats: natsFlags{}, kube: kube.NewFlags()}
+	o := &runOptions{g: g, nats: natsFlags{}, kube: kube.NewFlags()}
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the watcher, planner and applier against the current kubeconfig's cluster",
@@ -83,7 +86,7 @@ under --data-dir and listening on --listen for kvlive switch and NATS tools;
 --nats-url uses an external NATS server or cluster instead. --stages runs a
 subset, so planners and appliers can scale out as replicas on a NATS cluster.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runStages(cmd.Context(), g.logger(), o) },
+		RunE: runE(o),
 	}
 	f := cmd.Flags()
 	o.kube.AddFlags(f, "watch namespaced objects and VMs in this namespace only (default: all namespaces)")
@@ -123,8 +126,14 @@ func defaultDataDir() string {
 	return "kvlive-data"
 }
 
-// validate rejects flag values that would run a broken pipeline.
-func (o *runOptions) validate() error {
+// Complete takes the logger.
+func (o *runOptions) Complete(*cobra.Command, []string) error {
+	o.log = o.g.logger()
+	return nil
+}
+
+// Validate rejects flag values that would run a broken pipeline.
+func (o *runOptions) Validate() error {
 	switch {
 	case o.workers < 1:
 		return fmt.Errorf("%w: --workers %d: want at least 1", errUsage, o.workers)
@@ -148,10 +157,9 @@ func (o *runOptions) validate() error {
 	return checkPolicy(o.policy)
 }
 
-func runStages(ctx context.Context, log *slog.Logger, o *runOptions) (err error) {
-	if err := o.validate(); err != nil {
-		return err
-	}
+// Run runs the stages until ctx ends.
+func (o *runOptions) Run(ctx context.Context) (err error) {
+	log := o.log
 	clients, leader, err := o.cluster()
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"kvlive/events"
 	"kvlive/internal/bus"
@@ -21,7 +23,9 @@ import (
 	"kvlive/rollout"
 )
 
+// switchOptions are kvlive switch's flags.
 type switchOptions struct {
+	g       *globals
 	fleet   *fleetFlags
 	auth    natsAuthFlags
 	policy  events.Policy
@@ -29,10 +33,15 @@ type switchOptions struct {
 	yes     bool
 	wait    bool
 	timeout time.Duration
+	streams
+	log *slog.Logger
+	// flags are the parsed flags, for --request-timeout, read when the bus
+	// is (the kubeconfig reads it first, its own way).
+	flags *pflag.FlagSet
 }
 
 func newSwitchCmd(g *globals) *cobra.Command {
-	o := &switchOptions{fleet: newFleetFlags()}
+	o := &switchOptions{g: g, fleet: newFleetFlags()}
 	cmd := &cobra.Command{
 		Use:   "switch --from KIND/NAME --to KIND/NAME [-n NS | -A] [-l SELECTOR]",
 		Short: "Move VMs from one instance type (or preference) to another, after showing the plan",
@@ -47,7 +56,7 @@ of nothing.`,
 		Example: `  kvlive switch --from clusterinstancetype/u1.small --to clusterinstancetype/u1.large -A -l tier=web --wait
   kvlive switch --from instancetype/shop/small --to instancetype/shop/large -n shop --yes`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd, g) },
+		RunE: runE(o),
 	}
 	o.fleet.bind(cmd, "KIND/[NS/]NAME the VMs reference now", "KIND/[NS/]NAME the VMs should reference")
 	f := cmd.Flags()
@@ -62,52 +71,58 @@ of nothing.`,
 	return cmd
 }
 
-// validate checks the flags before anything is read.
-func (o *switchOptions) validate() (*events.Policy, error) {
-	if o.wait && o.timeout <= 0 {
-		return nil, fmt.Errorf("%w: --timeout %s: want a positive duration", errUsage, o.timeout)
-	}
-	if err := checkPolicy(o.policy); err != nil {
-		return nil, err
-	}
-	if o.policy.IsZero() {
-		return nil, nil
-	}
-	return &o.policy, nil
+// Complete takes the streams, the logger and the flags.
+func (o *switchOptions) Complete(cmd *cobra.Command, _ []string) error {
+	o.take(cmd)
+	o.log, o.flags = o.g.logger(), cmd.Flags()
+	return nil
 }
 
-// run previews the switch, asks, requests it, and with --wait follows it.
-func (o *switchOptions) run(cmd *cobra.Command, g *globals) error {
-	policy, err := o.validate()
-	if err != nil {
-		return err
+// Validate checks the flags before anything is read.
+func (o *switchOptions) Validate() error {
+	if o.wait && o.timeout <= 0 {
+		return fmt.Errorf("%w: --timeout %s: want a positive duration", errUsage, o.timeout)
 	}
-	req, plans, err := o.preview(cmd.Context(), policy)
+	return checkPolicy(o.policy)
+}
+
+// asked is the rollout policy the flags ask for, nil for the default.
+func (o *switchOptions) asked() *events.Policy {
+	if o.policy.IsZero() {
+		return nil
+	}
+	return &o.policy
+}
+
+// Run previews the switch, asks, requests it, and with --wait follows it.
+func (o *switchOptions) Run(ctx context.Context) error {
+	policy := o.asked()
+	req, plans, err := o.preview(ctx, policy)
 	if err != nil || len(plans) == 0 {
 		if err == nil {
-			fmt.Fprintf(cmd.OutOrStdout(), "no VM %s references %s: nothing to switch\n", scope(req.Namespace), req.From)
+			fmt.Fprintf(o.out, "no VM %s references %s: nothing to switch\n", scope(req.Namespace), req.From)
 		}
 		return err
 	}
-	if err := o.show(cmd, req, plans, policy); err != nil {
+	if err := o.show(req, plans, policy); err != nil {
 		return err
 	}
-	js, closeBus, err := o.connect(cmd, g)
+	js, closeBus, err := o.connect()
 	if err != nil {
 		return err
 	}
 	defer closeBus()
-	id, err := rollout.RequestSwitch(cmd.Context(), js, events.SwitchRequest{
+	id, err := rollout.RequestSwitch(ctx, js, events.SwitchRequest{
 		From: *req.From, To: req.Object, Namespace: req.Namespace, Selector: o.fleet.selector, Policy: policy,
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "switch requested: %s\n", id)
+	fmt.Fprintf(o.out, "switch requested: %s\n", id)
 	if !o.wait {
 		return nil
 	}
-	return o.follow(cmd, js, id)
+	return o.follow(ctx, js, id)
 }
 
 // preview plans the switch against the cluster as it is, with policy.
@@ -137,8 +152,8 @@ func (o *switchOptions) preview(ctx context.Context, policy *events.Policy) (off
 }
 
 // show prints the preview and, on a terminal without --yes, asks.
-func (o *switchOptions) show(cmd *cobra.Command, req offline.Request, plans []events.Plan, policy *events.Policy) error {
-	out := cmd.OutOrStdout()
+func (o *switchOptions) show(req offline.Request, plans []events.Plan, policy *events.Policy) error {
+	out := o.out
 	if err := offline.NewReport(plans).Print(out, printer.FormatTable, printer.Width(out)); err != nil {
 		return err
 	}
@@ -151,8 +166,8 @@ func (o *switchOptions) show(cmd *cobra.Command, req offline.Request, plans []ev
 	if policy != nil && rollout.Batched(*policy, moving) {
 		fmt.Fprintf(out, "in %s\n", describeBatches(rollout.Batches(*policy, moving)))
 	}
-	if in := cmd.InOrStdin(); !o.yes && printer.IsTerminal(in) {
-		ok, err := confirm(in, cmd.ErrOrStderr(), fmt.Sprintf("Switch these %d VMs from %s to %s?", len(plans), req.From, req.Object))
+	if !o.yes && printer.IsTerminal(o.in) {
+		ok, err := confirm(o.in, o.errOut, fmt.Sprintf("Switch these %d VMs from %s to %s?", len(plans), req.From, req.Object))
 		if err != nil {
 			return err
 		}
@@ -165,16 +180,16 @@ func (o *switchOptions) show(cmd *cobra.Command, req offline.Request, plans []ev
 
 // connect opens the bus the switch is requested on, reads bounded by
 // --request-timeout.
-func (o *switchOptions) connect(cmd *cobra.Command, g *globals) (jetstream.JetStream, func(), error) {
+func (o *switchOptions) connect() (jetstream.JetStream, func(), error) {
 	auth, err := o.auth.options()
 	if err != nil {
 		return nil, nil, err
 	}
-	bound, err := readBound(cmd.Flags())
+	bound, err := readBound(o.flags)
 	if err != nil {
 		return nil, nil, err
 	}
-	nc, err := bus.Connect("kvlive-switch", g.logger(), o.url, auth...)
+	nc, err := bus.Connect("kvlive-switch", o.log, o.url, auth...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -187,8 +202,8 @@ func (o *switchOptions) connect(cmd *cobra.Command, g *globals) (jetstream.JetSt
 }
 
 // follow waits for the switch's outcomes and prints the counts.
-func (o *switchOptions) follow(cmd *cobra.Command, js jetstream.JetStream, id string) error {
-	p, err := waitSwitch(cmd.Context(), js, id, o.timeout, cmd.ErrOrStderr())
+func (o *switchOptions) follow(ctx context.Context, js jetstream.JetStream, id string) error {
+	p, err := waitSwitch(ctx, js, id, o.timeout, o.errOut)
 	if err != nil {
 		return err
 	}
@@ -198,7 +213,7 @@ func (o *switchOptions) follow(cmd *cobra.Command, js jetstream.JetStream, id st
 		results = append(results, fmt.Sprintf("%s=%d", r, n))
 	}
 	sort.Strings(results)
-	fmt.Fprintf(cmd.OutOrStdout(), "%d VMs: %v\n", len(p.Outcomes), results)
+	fmt.Fprintf(o.out, "%d VMs: %v\n", len(p.Outcomes), results)
 	return nil
 }
 
