@@ -20,18 +20,18 @@ import (
 // same flags with the same defaults (kubectl's: the context's namespace
 // unless -n or -A), so a preview covers exactly the VMs a switch moves.
 type fleetFlags struct {
-	kube          *kube.Flags
+	kube          *kubeFlags
 	from, to      string
 	allNamespaces bool
 	selector      string
 }
 
-func newFleetFlags() *fleetFlags { return &fleetFlags{kube: kube.NewFlags()} }
+func newFleetFlags() *fleetFlags { return &fleetFlags{kube: newKubeFlags()} }
 
 // bind adds the connection flags, -A, -l, and --from/--to with their help.
 func (s *fleetFlags) bind(cmd *cobra.Command, fromUsage, toUsage string) {
 	f := cmd.Flags()
-	s.kube.AddFlags(f, "only VMs in this namespace (default: the kubeconfig context's namespace)")
+	s.kube.addFlags(f, "only VMs in this namespace (default: the kubeconfig context's namespace)")
 	f.BoolVarP(&s.allNamespaces, "all-namespaces", "A", false, "VMs in all namespaces")
 	f.StringVarP(&s.selector, "selector", "l", "", "only VMs matching this label selector")
 	f.StringVar(&s.from, "from", "", fromUsage)

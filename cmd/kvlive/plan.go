@@ -117,9 +117,9 @@ func (o *planOptions) clients(ctx context.Context) (kube.Clients, string, error)
 		if err != nil {
 			return kube.Clients{}, "", fmt.Errorf("%s: %w", o.file, err)
 		}
-		return clients, o.fleet.kube.ExplicitNamespace(), nil
+		return clients, o.fleet.kube.explicitNamespace(), nil
 	}
-	cfg, namespace, err := o.fleet.kube.Load()
+	cfg, namespace, err := o.fleet.kube.load()
 	if err != nil {
 		return kube.Clients{}, "", err
 	}

@@ -22,7 +22,7 @@ import (
 // replayOptions are kvlive replay's flags.
 type replayOptions struct {
 	storeOptions
-	kube     *kube.Flags
+	kube     *kubeFlags
 	eventID  string
 	since    string
 	fromSeq  uint64
@@ -35,7 +35,7 @@ type replayOptions struct {
 }
 
 func newReplayCmd(g *globals) *cobra.Command {
-	o := &replayOptions{storeOptions: newStoreOptions(g), kube: kube.NewFlags()}
+	o := &replayOptions{storeOptions: newStoreOptions(g), kube: newKubeFlags()}
 	cmd := &cobra.Command{
 		Use:   "replay [--event ID | --since DURATION|TIME | --from-seq N [--to-seq M] | --instancetype KIND/[NS/]NAME] [--apply]",
 		Short: "Replay past events: show what they would do today, or send them through the pipeline again",
@@ -60,7 +60,7 @@ generation replays as the newest.`,
 	f.BoolVar(&o.apply, "apply", false, "publish the events again instead of showing their plans")
 	f.BoolVar(&o.wait, "wait", false, "with --apply, wait for every VM's outcome")
 	printer.AddFlag(cmd, &o.output, printer.Formats...)
-	o.kube.AddFlags(f, "")
+	o.kube.addFlags(f, "")
 	o.store.bind(cmd)
 	_ = cmd.RegisterFlagCompletionFunc("event", o.store.completeEventIDs)
 	return cmd
@@ -119,7 +119,7 @@ func (o *replayOptions) Run(ctx context.Context) error {
 
 // clients are the clients of the kubeconfig the flags name.
 func (o *replayOptions) clients() (kube.Clients, error) {
-	cfg, _, err := o.kube.Load()
+	cfg, _, err := o.kube.load()
 	if err != nil {
 		return kube.Clients{}, err
 	}

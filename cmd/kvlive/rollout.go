@@ -56,13 +56,13 @@ unaccounted for and since when.`,
 // rolloutRetryOptions are kvlive rollout retry's flags and argument.
 type rolloutRetryOptions struct {
 	storeOptions
-	kube    *kube.Flags
+	kube    *kubeFlags
 	id      string
 	clients kube.Clients
 }
 
 func rolloutRetryCmd(g *globals) *cobra.Command {
-	o := &rolloutRetryOptions{storeOptions: newStoreOptions(g), kube: kube.NewFlags()}
+	o := &rolloutRetryOptions{storeOptions: newStoreOptions(g), kube: newKubeFlags()}
 	cmd := &cobra.Command{
 		Use:   "retry EVENT-ID",
 		Short: "Roll a finished rollout's failed VMs out again, as a new event linked to it",
@@ -77,7 +77,7 @@ a VM is retried once per rollout: retry the retry for those that fail again.`,
 		Args: cobra.ExactArgs(1),
 		RunE: runE(o),
 	}
-	o.kube.AddFlags(cmd.Flags(), "")
+	o.kube.addFlags(cmd.Flags(), "")
 	o.store.bind(cmd)
 	cmd.ValidArgsFunction = o.store.completeEventIDs
 	return cmd
@@ -87,7 +87,7 @@ a VM is retried once per rollout: retry the retry for those that fail again.`,
 func (o *rolloutRetryOptions) Complete(cmd *cobra.Command, args []string) error {
 	o.complete(cmd)
 	o.id = args[0]
-	cfg, _, err := o.kube.Load()
+	cfg, _, err := o.kube.load()
 	if err != nil {
 		return err
 	}

@@ -57,7 +57,7 @@ func (n *natsFlags) streamOptions() events.StreamOptions {
 type runOptions struct {
 	g              *globals
 	log            *slog.Logger
-	kube           *kube.Flags
+	kube           *kubeFlags
 	nats           natsFlags
 	listen         string
 	listenConfig   string
@@ -76,7 +76,7 @@ type runOptions struct {
 }
 
 func newRunCmd(g *globals) *cobra.Command {
-	o := &runOptions{g: g, nats: natsFlags{}, kube: kube.NewFlags()}
+	o := &runOptions{g: g, nats: natsFlags{}, kube: newKubeFlags()}
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the watcher, planner and applier against the current kubeconfig's cluster",
@@ -89,7 +89,7 @@ subset, so planners and appliers can scale out as replicas on a NATS cluster.`,
 		RunE: runE(o),
 	}
 	f := cmd.Flags()
-	o.kube.AddFlags(f, "watch namespaced objects and VMs in this namespace only (default: all namespaces)")
+	o.kube.addFlags(f, "watch namespaced objects and VMs in this namespace only (default: all namespaces)")
 	f.Float32Var(&o.kube.QPS, "qps", 200, "Kubernetes client queries per second (the API server's own priority and fairness still queues them)")
 	f.IntVar(&o.kube.Burst, "burst", 400, "Kubernetes client burst")
 	o.nats.bind(f, "external NATS server or cluster URL(s); empty embeds a server")
@@ -181,7 +181,7 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 		return err
 	}
 	running, err := pipeline.Start(ctx, pipeline.Config{
-		Clients: clients, JetStream: js, Namespace: o.kube.ExplicitNamespace(), Stages: o.stages,
+		Clients: clients, JetStream: js, Namespace: o.kube.explicitNamespace(), Stages: o.stages,
 		Log: log, Tracer: tp, ApplierWorkers: o.workers, PlannerWorkers: o.plannerWorkers, Rate: o.rate,
 		ObserveTimeout: o.observeTimeout, TraceFanout: o.traceFanout, Metrics: m, LeaderElection: leader, Policy: o.policy,
 		Horizon: o.nats.maxAge,
@@ -190,14 +190,14 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 		return err
 	}
 	ready.Store(running)
-	log.Info("kvlive running", "stages", o.stages, "namespace", o.kube.ExplicitNamespace())
+	log.Info("kvlive running", "stages", o.stages, "namespace", o.kube.explicitNamespace())
 	return errors.Join(running.Wait(), served())
 }
 
 // cluster reads the kubeconfig flags into clients, and the leader
 // election flags, with --leader-elect, into the watcher's election.
 func (o *runOptions) cluster() (kube.Clients, *pipeline.LeaderElection, error) {
-	restCfg, _, err := o.kube.Load()
+	restCfg, _, err := o.kube.load()
 	if err != nil {
 		return kube.Clients{}, nil, err
 	}
@@ -230,7 +230,7 @@ func (o *runOptions) openInfra(ctx context.Context, log *slog.Logger) (*infra, e
 		return nil, err
 	}
 	streams := o.nats.streamOptions()
-	streams.Scope = o.kube.ExplicitNamespace()
+	streams.Scope = o.kube.explicitNamespace()
 	if err := events.Setup(ctx, js, streams, log); err != nil {
 		return nil, errors.Join(err, closeNATS())
 	}
@@ -279,7 +279,7 @@ func (o *runOptions) leaderElection() (*pipeline.LeaderElection, error) {
 	if le.Namespace == "" {
 		// The context's (or the pod's) namespace, not -n, which scopes
 		// what kvlive watches.
-		ns, err := o.kube.ContextNamespace()
+		ns, err := o.kube.contextNamespace()
 		if err != nil {
 			return nil, err
 		}

@@ -127,7 +127,7 @@ func (o *switchOptions) Run(ctx context.Context) error {
 
 // preview plans the switch against the cluster as it is, with policy.
 func (o *switchOptions) preview(ctx context.Context, policy *events.Policy) (offline.Request, []events.Plan, error) {
-	cfg, namespace, err := o.fleet.kube.Load()
+	cfg, namespace, err := o.fleet.kube.load()
 	if err != nil {
 		return offline.Request{}, nil, err
 	}

@@ -1,5 +1,5 @@
 // Package kube is how kvlive talks to Kubernetes: the two clientsets
-// (core and KubeVirt), kubectl's connection flags, an in-memory cluster for
+// (core and KubeVirt) built from a REST config, an in-memory cluster for
 // the demo and offline planning, and Cache, the process's one informer
 // cache over VMs, VMIs, the KubeVirt CR, instancetype ControllerRevisions
 // and the four instancetype/preference kinds, built on client-go's shared
