@@ -81,11 +81,27 @@ type StreamOptions struct {
 	// ("" for every namespace). Replicas sharing one bus share its work
 	// consumers, so they must share one scope (see Setup).
 	Scope string
+	// VerdictDeadline is how long after its move a VM's verdict is waited
+	// for (kvlive run's --observe-timeout); the verifier's consumer keeps
+	// an outcome unacked as long again, at most a minute, before another
+	// replica gets it. Zero is DefaultVerdictDeadline.
+	VerdictDeadline time.Duration
+}
+
+// DefaultVerdictDeadline is how long a moved VM's verdict is waited for
+// when StreamOptions name no deadline.
+const DefaultVerdictDeadline = 2 * time.Minute
+
+// verdictAckWait is how long an outcome may stay unacked before the
+// server hands it to another replica: the verdict deadline and as long
+// again, at most a minute.
+func verdictAckWait(deadline time.Duration) time.Duration {
+	return deadline + min(deadline, time.Minute)
 }
 
 // DefaultStreamOptions keeps a week of history on a single replica.
 func DefaultStreamOptions() StreamOptions {
-	return StreamOptions{Replicas: 1, MaxAge: 7 * 24 * time.Hour, DuplicateWindow: 30 * time.Minute}
+	return StreamOptions{Replicas: 1, MaxAge: 7 * 24 * time.Hour, DuplicateWindow: 30 * time.Minute, VerdictDeadline: DefaultVerdictDeadline}
 }
 
 // Validate says what is wrong with options JetStream would refuse, in the
@@ -253,7 +269,12 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions, log *sl
 			return err
 		}
 	}
-	for stream, cfg := range map[string]jetstream.ConsumerConfig{StreamEvents: PlannerConsumer(), StreamPlans: ApplierConsumer()} {
+	scoped := o.Scope
+	if scoped == AllNamespaces {
+		scoped = ""
+	}
+	verifier := VerifierConsumer(verdictAckWait(cmp.Or(o.VerdictDeadline, DefaultVerdictDeadline)), scoped)
+	for stream, cfg := range map[string]jetstream.ConsumerConfig{StreamEvents: PlannerConsumer(), StreamPlans: ApplierConsumer(), StreamOutcomes: verifier} {
 		err := step("consumer "+cfg.Durable, func(ctx context.Context) error {
 			return setupConsumer(ctx, js, stream, cfg, o.Scope)
 		})

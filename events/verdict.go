@@ -110,11 +110,12 @@ func VerdictID(eventID, vmUID string) string { return "verdict/" + eventID + "/"
 const ConsumerVerifier = "verifier"
 
 // VerifierConsumer is the verifier's durable pull consumer on the outcomes
-// of namespace ("" for all). A moved VM's outcome stays unacked until its
-// verdict is stored, so the consumer's pending messages are the VMs
-// awaiting a verdict: ackWait (past the verdict deadline) hands those of a
-// replica that died to another. MaxAckPending is unlimited: there is no
-// cap on VMs awaited.
+// of namespace ("" for all), made by Setup before any stage runs, so it
+// delivers every outcome stored since. A moved VM's outcome stays unacked
+// until its verdict is stored, so the consumer's pending messages are the
+// VMs awaiting a verdict: ackWait (past the verdict deadline) hands those
+// of a replica that died to another. MaxAckPending is unlimited: there is
+// no cap on VMs awaited.
 func VerifierConsumer(ackWait time.Duration, namespace string) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       ConsumerVerifier,

@@ -37,6 +37,7 @@ type Metrics struct {
 	agedOut         *prometheus.CounterVec
 	keptPastHorizon prometheus.Gauge
 	sweepsFailed    prometheus.Counter
+	verdicts        *prometheus.CounterVec
 }
 
 // New registers kvlive's metrics, and the Go and process collectors, in a
@@ -97,11 +98,14 @@ func New() *Metrics {
 		sweepsFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvlive_keeper_sweeps_failed_total", Help: "Sweeps of the records keeper (settled marks, the replay horizon) that failed; each is tried again at the next.",
 		}),
+		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvlive_verdicts_total", Help: "KubeVirt's verdicts on the VMs kvlive moved, stored, by what kvlive predicted and what KubeVirt did; predicted != observed is a mismatch.",
+		}, []string{"predicted", "observed"}),
 		keptPastHorizon: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvlive_rollouts_kept_past_horizon", Help: "Rollouts older than the replay horizon whose records are kept because they have not settled (paused, waiting for a promote, plans in flight), as the last sweep found.",
 		}),
 	}
-	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.observed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.sweepsFailed,
+	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.observed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.sweepsFailed, m.verdicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -156,6 +160,24 @@ func (m *Metrics) Observed(what string) {
 	if m != nil {
 		m.observed.WithLabelValues(what).Inc()
 	}
+}
+
+// Verdict counts one stored verdict.
+func (m *Metrics) Verdict(predicted events.Result, observed events.Observed) {
+	if m != nil {
+		m.verdicts.WithLabelValues(string(predicted), string(observed)).Inc()
+	}
+}
+
+// VerdictsAwaited exports how many moved VMs this process awaits a verdict
+// on.
+func (m *Metrics) VerdictsAwaited(n func() int) {
+	if m == nil {
+		return
+	}
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kvlive_verdicts_awaited", Help: "Moved VMs this process awaits KubeVirt's verdict on.",
+	}, func() float64 { return float64(n()) }))
 }
 
 // Gate counts one decided batch gate and the phase it left the rollout in.

@@ -1,0 +1,376 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+	corev1 "k8s.io/api/core/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/events"
+	"kvlive/instancetype"
+	"kvlive/internal/consumer"
+	"kvlive/internal/telemetry"
+)
+
+// The verifier stores KubeVirt's verdict on every VM kvlive moved. It
+// reads the outcomes stream through a durable consumer every replica
+// shares and keeps each moved VM's outcome unacked until the VM's verdict
+// is stored: the consumer's pending messages are the VMs awaiting a
+// verdict, so a process that dies hands its VMs, after the ack wait, to
+// whichever replica runs next. The verdict comes from the VM and VMI
+// informers: every change to a VM awaited (or its VMI) queues the VM, and
+// a worker judges it on the cache (instancetype.Judge); a VM is queued
+// again at its deadline, when what stands is the verdict. A verdict is
+// published only where its subject (one per VM and event) is empty, so a
+// redelivered outcome or a second replica never stores a second one.
+
+// VerifierFleet is what the verifier reads from the process's informer
+// cache.
+type VerifierFleet interface {
+	VM(namespace, name string) *virtv1.VirtualMachine
+	VMI(namespace, name string) *virtv1.VirtualMachineInstance
+	VMInformer() cache.SharedIndexInformer
+	VMIInformer() cache.SharedIndexInformer
+}
+
+// VerifierConfig configures a Verifier.
+type VerifierConfig struct {
+	Fleet     VerifierFleet
+	JetStream jetstream.JetStream
+	Log       *slog.Logger
+	Tracer    trace.TracerProvider
+	Clock     clock.PassiveClock
+	Metrics   *telemetry.Metrics
+	// Recorder, when set, records a Warning Event on a VM whose verdict
+	// differs from kvlive's prediction.
+	Recorder record.EventRecorder
+	// Deadline is how long after its move a VM's verdict is waited for.
+	Deadline time.Duration
+	// Workers is how many VMs are judged at once.
+	Workers int
+}
+
+// awaited is one moved VM's outcome, unacked until its verdict is stored.
+type awaited struct {
+	out events.Outcome
+	msg jetstream.Msg
+}
+
+// Verifier stores KubeVirt's verdict on every VM kvlive moved.
+type Verifier struct {
+	cfg    VerifierConfig
+	tracer trace.Tracer
+	queue  workqueue.TypedRateLimitingInterface[string]
+	// mu guards byVM: the outcomes awaiting a verdict, by VM
+	// (namespace/name), then event id.
+	mu   sync.Mutex
+	byVM map[string]map[string]awaited
+	regs []cache.ResourceEventHandlerRegistration
+}
+
+// NewVerifier builds a Verifier and registers its informer handlers;
+// nothing is judged until Run.
+func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
+	if cfg.Fleet == nil || cfg.JetStream == nil || cfg.Deadline <= 0 {
+		return nil, errors.New("rollout: the verifier needs a fleet, JetStream and a deadline")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.NewTracerProvider()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	cfg.Workers = max(cfg.Workers, 1)
+	v := &Verifier{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), byVM: map[string]map[string]awaited{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kvlive-verifier"})}
+	for _, inf := range []cache.SharedIndexInformer{cfg.Fleet.VMInformer(), cfg.Fleet.VMIInformer()} {
+		reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    v.changed,
+			UpdateFunc: func(_, obj any) { v.changed(obj) },
+			DeleteFunc: v.changed,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("rollout: verifier handler: %w", err)
+		}
+		v.regs = append(v.regs, reg)
+	}
+	cfg.Metrics.VerdictsAwaited(v.Awaited)
+	return v, nil
+}
+
+// Awaited is how many moved VMs this verifier awaits a verdict on.
+func (v *Verifier) Awaited() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	n := 0
+	for _, byEvent := range v.byVM {
+		n += len(byEvent)
+	}
+	return n
+}
+
+// changed queues a VM (or a VMI's VM) that is awaited.
+func (v *Verifier) changed(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	v.mu.Lock()
+	_, ok := v.byVM[key]
+	v.mu.Unlock()
+	if ok {
+		v.queue.Add(key)
+	}
+}
+
+// Run judges moved VMs until ctx ends. Outcomes still awaiting a verdict
+// are then handed back (nak'ed) to whichever replica runs next; those of
+// a process that dies come back after the consumer's ack wait.
+func (v *Verifier) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrashWithContext(ctx)
+	defer v.queue.ShutDown()
+	defer v.removeHandlers()
+	cons, err := v.cfg.JetStream.Consumer(ctx, events.StreamOutcomes, events.ConsumerVerifier)
+	if err != nil {
+		return fmt.Errorf("rollout: verifier consumer: %w", err)
+	}
+	cc, err := cons.Consume(func(msg jetstream.Msg) { v.receive(ctx, msg) },
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if ctx.Err() == nil {
+				v.cfg.Log.Warn("verifier: consuming outcomes", "err", err)
+			}
+		}))
+	if err != nil {
+		return fmt.Errorf("rollout: verifier consume: %w", err)
+	}
+	v.cfg.Log.Info("verifier started", "deadline", v.cfg.Deadline)
+	var workers sync.WaitGroup
+	for range v.cfg.Workers {
+		workers.Go(func() {
+			for v.judgeNext(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	cc.Stop()
+	v.queue.ShutDown()
+	workers.Wait()
+	v.handBack()
+	return nil
+}
+
+// handBack naks every outcome still awaiting a verdict, so another
+// replica takes it at once.
+func (v *Verifier) handBack() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	n := 0
+	for key, byEvent := range v.byVM {
+		for _, a := range byEvent {
+			v.settle(a.msg, a.msg.Nak)
+			n++
+		}
+		delete(v.byVM, key)
+	}
+	if n > 0 {
+		v.cfg.Log.Info("verifier stopped; moved VMs awaiting a verdict handed back", "vms", n)
+	}
+}
+
+func (v *Verifier) removeHandlers() {
+	for i, inf := range []cache.SharedIndexInformer{v.cfg.Fleet.VMInformer(), v.cfg.Fleet.VMIInformer()} {
+		_ = inf.RemoveEventHandler(v.regs[i])
+	}
+}
+
+// receive takes one outcome: a VM kvlive moved is awaited until its
+// verdict is stored; any other outcome is acked at once.
+func (v *Verifier) receive(ctx context.Context, msg jetstream.Msg) {
+	var out events.Outcome
+	if _, err := events.Decode(msg.Data(), events.TypeOutcome, &out); err != nil {
+		v.deadLetter(ctx, msg, err.Error())
+		return
+	}
+	if !out.Result.Moves() {
+		v.settle(msg, msg.Ack)
+		return
+	}
+	if out.VM.UID == "" {
+		v.deadLetter(ctx, msg, "an outcome of a moved VM without the VM's uid")
+		return
+	}
+	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 && v.stored(ctx, out) {
+		v.settle(msg, msg.Ack) // a replica that died stored it first
+		return
+	}
+	key := out.VM.Namespace + "/" + out.VM.Name
+	v.mu.Lock()
+	byEvent := v.byVM[key]
+	if byEvent == nil {
+		byEvent = map[string]awaited{}
+		v.byVM[key] = byEvent
+	}
+	if a, ok := byEvent[out.EventID]; ok && a.out.VM.UID == out.VM.UID {
+		v.mu.Unlock()
+		v.settle(msg, msg.Ack) // another attempt's outcome: the first one awaits
+		return
+	}
+	byEvent[out.EventID] = awaited{out: out, msg: msg}
+	v.mu.Unlock()
+	v.queue.Add(key)
+	v.queue.AddAfter(key, out.FinishedAt.Add(v.cfg.Deadline).Sub(v.cfg.Clock.Now()))
+}
+
+// stored reports whether the VM's verdict for the outcome's event is
+// stored already; an error reading it says no (the publish settles it).
+func (v *Verifier) stored(ctx context.Context, out events.Outcome) bool {
+	s, err := v.cfg.JetStream.Stream(ctx, events.StreamOutcomes)
+	if err != nil {
+		return false
+	}
+	_, err = s.GetLastMsgForSubject(ctx, events.VerdictSubject(out.VM.Namespace, out.VM.UID, out.EventID))
+	return err == nil
+}
+
+// deadLetter keeps an outcome the verifier cannot read as a dead letter,
+// with the reason, and terminates it; one it could not keep is redelivered.
+func (v *Verifier) deadLetter(ctx context.Context, msg jetstream.Msg, reason string) {
+	if err := consumer.DeadLetter(ctx, v.cfg.JetStream, events.ConsumerVerifier, msg, reason); err != nil {
+		v.cfg.Metrics.DeadLetterFailed(events.ConsumerVerifier)
+		v.cfg.Log.Warn("verifier: an unreadable outcome could not be dead-lettered; it comes again", "subject", msg.Subject(), "reason", reason, "err", err)
+		v.settle(msg, func() error { return msg.NakWithDelay(time.Minute) })
+		return
+	}
+	v.cfg.Metrics.Settled(events.ConsumerVerifier, consumer.OutcomeDeadLetter)
+	v.cfg.Log.Warn("verifier: an unreadable outcome, dead-lettered", "subject", msg.Subject(), "reason", reason)
+	v.settle(msg, msg.Term)
+}
+
+// settle acks, naks or terminates msg, logging a failure: the server then
+// redelivers it after the ack wait, and the verdict's subject keeps it
+// from being stored twice.
+func (v *Verifier) settle(msg jetstream.Msg, do func() error) {
+	if err := do(); err != nil {
+		v.cfg.Log.Warn("verifier: settling an outcome failed; it comes again after the ack wait", "subject", msg.Subject(), "err", err)
+	}
+}
+
+func (v *Verifier) judgeNext(ctx context.Context) bool {
+	key, quit := v.queue.Get()
+	if quit {
+		return false
+	}
+	defer v.queue.Done(key)
+	if err := v.judge(ctx, key); err != nil {
+		if ctx.Err() == nil {
+			v.cfg.Log.Warn("verifier: storing a verdict failed; it is tried again", "vm", key, "err", err)
+			v.queue.AddRateLimited(key)
+		}
+		return true
+	}
+	v.queue.Forget(key)
+	return true
+}
+
+// judge reads the verdict on each outcome awaited for the VM at key and
+// stores every final one.
+func (v *Verifier) judge(ctx context.Context, key string) error {
+	namespace, name, _ := strings.Cut(key, "/")
+	v.mu.Lock()
+	pending := make([]awaited, 0, len(v.byVM[key]))
+	for _, a := range v.byVM[key] {
+		pending = append(pending, a)
+	}
+	v.mu.Unlock()
+	vm, vmi := v.cfg.Fleet.VM(namespace, name), v.cfg.Fleet.VMI(namespace, name)
+	now := v.cfg.Clock.Now()
+	var errs []error
+	for _, a := range pending {
+		j, final := instancetype.Judge(a.out, vm, vmi, now, v.cfg.Deadline)
+		if !final {
+			continue
+		}
+		if err := v.store(ctx, a, j, vm, now); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		v.mu.Lock()
+		delete(v.byVM[key], a.out.EventID)
+		if len(v.byVM[key]) == 0 {
+			delete(v.byVM, key)
+		}
+		v.mu.Unlock()
+		v.settle(a.msg, a.msg.Ack)
+	}
+	return errors.Join(errs...)
+}
+
+// store publishes the verdict where none is stored, then records it: a
+// span under the VM's apply span, a metric, and, where it differs from the
+// prediction, a log line and a Warning Event on the VM.
+func (v *Verifier) store(ctx context.Context, a awaited, j instancetype.Judgement, vm *virtv1.VirtualMachine, now time.Time) error {
+	o := a.out
+	verdict := events.Verdict{EventID: o.EventID, VM: o.VM, Predicted: o.Result, Observed: j.Observed, Reason: j.Reason,
+		Condition: j.Condition, Message: j.Message, Batch: o.Batch, MovedAt: o.FinishedAt, ObservedAt: now.UTC(),
+		Deadline: v.cfg.Deadline, TraceID: o.TraceID, SpanID: o.SpanID}
+	id := events.VerdictID(o.EventID, o.VM.UID)
+	body, err := events.Encode(events.TypeVerdict, id, "kvlive/verifier", o.VM.String(), now, &verdict)
+	if err != nil {
+		return err
+	}
+	m := events.NewMsg(events.VerdictSubject(o.VM.Namespace, o.VM.UID, o.EventID), id, events.TypeVerdict, body)
+	_, err = v.cfg.JetStream.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
+		return nil // stored already, by another replica or an earlier delivery
+	case err != nil:
+		return fmt.Errorf("verdict %s: %w", id, err)
+	}
+	v.record(ctx, verdict, vm)
+	return nil
+}
+
+// record traces, counts and, on a mismatch, reports a stored verdict.
+func (v *Verifier) record(ctx context.Context, verdict events.Verdict, vm *virtv1.VirtualMachine) {
+	v.cfg.Metrics.Verdict(verdict.Predicted, verdict.Observed)
+	if tid, err := trace.TraceIDFromHex(verdict.TraceID); err == nil {
+		if sid, err := trace.SpanIDFromHex(verdict.SpanID); err == nil {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+				TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true}))
+		}
+	}
+	_, span := v.tracer.Start(ctx, "verdict "+verdict.VM.String(), trace.WithTimestamp(verdict.MovedAt), trace.WithAttributes(
+		attribute.String("kvlive.event.id", verdict.EventID), attribute.String("kvlive.predicted", string(verdict.Predicted)),
+		attribute.String("kvlive.observed", string(verdict.Observed)), attribute.String("kvlive.verdict.reason", verdict.Reason),
+		attribute.String("kvlive.kubevirt.condition", verdict.Condition), attribute.String("kvlive.kubevirt.message", verdict.Message)))
+	span.End(trace.WithTimestamp(verdict.ObservedAt))
+	if verdict.Observed.Matches(verdict.Predicted) {
+		return
+	}
+	v.cfg.Log.Warn("KubeVirt's verdict differs from kvlive's prediction", "event", verdict.EventID, "vm", verdict.VM.String(),
+		"predicted", verdict.Predicted, "observed", verdict.Observed, "reason", verdict.Reason, "message", verdict.Message)
+	if vm != nil && v.cfg.Recorder != nil && string(vm.UID) == verdict.VM.UID {
+		v.cfg.Recorder.Eventf(vm, corev1.EventTypeWarning, "KvliveVerdictDiffers", "rollout %s: kvlive predicted %s, KubeVirt: %s (%s)",
+			verdict.EventID, verdict.Predicted, verdict.Observed, verdict.Reason)
+	}
+}

@@ -1,0 +1,180 @@
+package rollout
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/events"
+	"kvlive/instancetype"
+	"kvlive/internal/kube"
+	"kvlive/internal/testenv"
+)
+
+const verifyEvent = "VirtualMachineClusterInstancetype/uid-u1/2"
+
+// verifyVM is a VM pinned to vm-new, as the applier leaves it.
+func verifyVM(name string) *virtv1.VirtualMachine {
+	return &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+		Spec: virtv1.VirtualMachineSpec{Instancetype: &virtv1.InstancetypeMatcher{Name: "u1"}},
+		Status: virtv1.VirtualMachineStatus{InstancetypeRef: &virtv1.InstancetypeStatusRef{Name: "u1",
+			ControllerRevisionRef: &virtv1.ControllerRevisionRef{Name: name + "-new"}}}}
+}
+
+// moved publishes the outcome of a VM the applier moved (or, with
+// result none, did not need to).
+func moved(t *testing.T, js jetstream.JetStream, name string, result events.Result, attempt int) {
+	t.Helper()
+	out := events.Outcome{EventID: verifyEvent, VM: events.VMRef{Namespace: "ns", Name: name, UID: "uid-" + name}, Result: result,
+		Revision: name + "-new", Wrote: attempt == 1, Attempt: attempt, FinishedAt: time.Now().UTC(),
+		Changes: []events.Change{{Field: "cpu.sockets", From: "2", To: "4", Class: "live"}}}
+	id := events.OutcomeID(verifyEvent, out.VM.UID, attempt)
+	body, err := events.Encode(events.TypeOutcome, id, "kvlive/applier", out.VM.String(), out.FinishedAt, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(t.Context(), events.NewMsg(events.OutcomeSubject("ns", verifyEvent), id, events.TypeOutcome, body)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// verdictOf reads the verdicts stored on a VM: exactly one is expected.
+func verdictOf(t *testing.T, js jetstream.JetStream, name string) (events.Verdict, int) {
+	t.Helper()
+	subject := events.VerdictSubject("ns", "uid-"+name, verifyEvent)
+	n, err := CountSubjects(t.Context(), js, events.StreamOutcomes, subject)
+	if err != nil || n == 0 {
+		return events.Verdict{}, n
+	}
+	s, err := js.Stream(t.Context(), events.StreamOutcomes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(t.Context(), subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v events.Verdict
+	if _, err := events.Decode(m.Data, events.TypeVerdict, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v, n
+}
+
+// startVerifier runs a verifier over cache until stop.
+func startVerifier(t *testing.T, js jetstream.JetStream, cache *kube.Cache, deadline time.Duration) (stop func()) {
+	t.Helper()
+	v, err := NewVerifier(VerifierConfig{Fleet: cache, JetStream: js, Deadline: deadline, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var done sync.WaitGroup
+	done.Go(func() {
+		if err := v.Run(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return func() { cancel(); done.Wait() }
+}
+
+// TestEveryMovedVMGetsOneVerdict: the verifier stores KubeVirt's verdict on
+// every VM kvlive moved, once, whatever replica reads it: a stopped VM's at
+// once, a running VM's once its VMI shows the hotplug (read after the
+// replica that first awaited it stopped), a VM KubeVirt never reacts to at
+// the deadline; another attempt's outcome of the same VM, a redelivery, and
+// an outcome that moved nothing add none.
+func TestEveryMovedVMGetsOneVerdict(t *testing.T) {
+	const deadline = 3 * time.Second
+	js := testenv.JetStream(t, func(o *events.StreamOptions) { o.VerdictDeadline = deadline })
+	vmi := testenv.RunningVMI("ns", "live")
+	stuck := testenv.RunningVMI("ns", "stuck")
+	clients := testenv.FakeClients(nil, verifyVM("live"), vmi, verifyVM("stopped"), verifyVM("stuck"), stuck, verifyVM("none"))
+	cache := testenv.StartCache(t, clients)
+
+	first := startVerifier(t, js, cache, time.Hour)
+	moved(t, js, "stopped", events.ResultNextBoot, 1)
+	moved(t, js, "live", events.ResultLive, 1)
+	moved(t, js, "live", events.ResultLive, 2)
+	moved(t, js, "none", events.ResultNone, 1)
+	testenv.Eventually(t, 30*time.Second, "the stopped VM's verdict", func() bool { _, n := verdictOf(t, js, "stopped"); return n == 1 })
+	first() // the live VM has no verdict yet: handed back
+
+	second, third := startVerifier(t, js, cache, deadline), startVerifier(t, js, cache, deadline)
+	defer second()
+	defer third()
+	moved(t, js, "stuck", events.ResultLive, 1)
+	ctx := t.Context()
+	vmi = vmi.DeepCopy()
+	vmi.Spec.Domain.CPU.Sockets, vmi.Status.CurrentCPUTopology = 4, &virtv1.CPUTopology{Sockets: 4}
+	if _, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Update(ctx, vmi, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the live VM's verdict", func() bool { _, n := verdictOf(t, js, "live"); return n == 1 })
+	testenv.Eventually(t, 30*time.Second, "the stuck VM's verdict at its deadline", func() bool { _, n := verdictOf(t, js, "stuck"); return n == 1 })
+
+	for name, want := range map[string]events.Observed{"stopped": events.ObservedNextBoot, "live": events.ObservedLive, "stuck": events.ObservedNotObserved} {
+		v, n := verdictOf(t, js, name)
+		if n != 1 || v.Observed != want || v.Reason == "" || v.Predicted == "" {
+			t.Errorf("%s: %d verdicts, the last %+v; want one, %s", name, n, v, want)
+		}
+	}
+	if _, n := verdictOf(t, js, "none"); n != 0 {
+		t.Errorf("a VM that did not move got %d verdicts", n)
+	}
+	testenv.Eventually(t, 30*time.Second, "every outcome acked", func() bool {
+		c, err := js.Consumer(ctx, events.StreamOutcomes, events.ConsumerVerifier)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
+}
+
+// TestAVerdictIsStoredOnce: verifiers racing to store one VM's verdict
+// store one; the others take the stored one as theirs.
+func TestAVerdictIsStoredOnce(t *testing.T) {
+	js := testenv.JetStream(t)
+	clients := testenv.FakeClients([]runtime.Object{}, verifyVM("a"))
+	cache := testenv.StartCache(t, clients)
+	var vs []*Verifier
+	for range 4 {
+		v, err := NewVerifier(VerifierConfig{Fleet: cache, JetStream: js, Deadline: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vs = append(vs, v)
+		t.Cleanup(func() { v.queue.ShutDown(); v.removeHandlers() })
+	}
+	out := events.Outcome{EventID: verifyEvent, VM: events.VMRef{Namespace: "ns", Name: "a", UID: "uid-a"}, Result: events.ResultNextBoot,
+		Revision: "a-new", FinishedAt: time.Now()}
+	var wg sync.WaitGroup
+	errs := make([]error, len(vs))
+	for i, v := range vs {
+		wg.Go(func() {
+			errs[i] = v.store(t.Context(), awaited{out: out}, judgement(out), verifyVM("a"), time.Now())
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("verifier %d: %v", i, err)
+		}
+	}
+	if _, n := verdictOf(t, js, "a"); n != 1 {
+		t.Errorf("%d verdicts stored, want 1", n)
+	}
+}
+
+func judgement(o events.Outcome) instancetype.Judgement {
+	return instancetype.Judgement{Observed: events.ObservedNextBoot, Reason: fmt.Sprintf("%s stopped", o.VM.Name)}
+}
