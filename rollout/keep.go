@@ -256,8 +256,8 @@ func (k *Keeper) ageOut(ctx context.Context, id string, cutoff time.Time) (bool,
 }
 
 // lastActivity is when anything last happened to a settled rollout: it was
-// planned, a VM got an outcome or a dead letter, an operator steered it or
-// reopened it (dlq retry).
+// planned, a VM got an outcome, a verdict or a dead letter, an operator
+// steered it or reopened it (dlq retry).
 func lastActivity(ctx context.Context, js jetstream.JetStream, a Account) (time.Time, error) {
 	last := a.Since
 	for _, t := range []time.Time{a.Control.At, a.Control.BatchAt, a.Control.GateAt, a.Control.Reopened} {
@@ -268,6 +268,7 @@ func lastActivity(ctx context.Context, js jetstream.JetStream, a Account) (time.
 	}
 	for _, s := range []struct{ stream, filter string }{
 		{events.StreamOutcomes, events.OutcomesOf(a.EventID, "")},
+		{events.StreamOutcomes, events.VerdictsOf(a.EventID)},
 		{events.StreamDLQ, events.DeadLettersOf(a.EventID)},
 	} {
 		st, err := js.Stream(ctx, s.stream)
@@ -319,6 +320,7 @@ func removeRollout(ctx context.Context, js jetstream.JetStream, rec events.Rollo
 	}
 	for _, s := range []struct{ stream, filter string }{
 		{events.StreamOutcomes, events.OutcomesOf(id, "")},
+		{events.StreamOutcomes, events.VerdictsOf(id)},
 		{events.StreamDLQ, events.DeadLettersOf(id)},
 	} {
 		st, err := js.Stream(ctx, s.stream)

@@ -44,6 +44,14 @@ func keepFixture(t *testing.T) jetstream.JetStream {
 			t.Fatal(err)
 		}
 	}
+	verdict := func(id, uid string) {
+		v := events.Verdict{EventID: id, VM: vmRef(uid), Predicted: events.ResultLive, Observed: events.ObservedLive, Reason: "test",
+			MovedAt: time.Now(), ObservedAt: time.Now()}
+		body, _ := events.Encode(events.TypeVerdict, events.VerdictID(id, uid), "test", "", time.Now(), &v)
+		if _, err := js.PublishMsg(ctx, events.NewMsg(events.VerdictSubject("ns", v.VM.UID, id), events.VerdictID(id, uid), events.TypeVerdict, body)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// The events, in stream order; all but the last acked by the planner.
 	for _, id := range []string{"complete", "paused", "running", "forged", "unplanned"} {
 		if _, err := js.PublishMsg(ctx, events.NewMsg(events.SwitchSubject(), id, events.TypeSwitchRequested, []byte("{}"))); err != nil {
@@ -66,10 +74,12 @@ func keepFixture(t *testing.T) jetstream.JetStream {
 	record("complete", 2)
 	outcome("complete", "complete-a")
 	outcome("complete", "complete-b")
+	verdict("complete", "complete-a")
 	record("paused", 2)
 	outcome("paused", "paused-a")
 	record("running", 2)
 	outcome("running", "running-a")
+	verdict("running", "running-a")
 	if _, err := js.PublishMsg(ctx, planMsg(t, events.PlanSubject("ns", "running"), "running-b")); err != nil {
 		t.Fatal(err)
 	}
@@ -129,6 +139,12 @@ func TestKeeperAgesOutOnlyWhatNoRolloutNeeds(t *testing.T) {
 	}
 	if n, _ := CountSubjects(ctx, js, events.StreamOutcomes, events.OutcomesOf("complete", "")); n != 0 {
 		t.Errorf("%d outcomes of the settled rollout left", n)
+	}
+	if n, _ := CountSubjects(ctx, js, events.StreamOutcomes, events.VerdictsOf("complete")); n != 0 {
+		t.Errorf("%d verdicts of the settled rollout left", n)
+	}
+	if n, _ := CountSubjects(ctx, js, events.StreamOutcomes, events.VerdictsOf("running")); n != 1 {
+		t.Errorf("%d verdicts of the running rollout left, want its one kept", n)
 	}
 	if left := eventIDsIn(t, js); len(left) != 3 || left[0] != "paused" || left[1] != "running" || left[2] != "unplanned" {
 		t.Errorf("events left %v, want paused, running, unplanned", left)
