@@ -102,7 +102,7 @@ subset, so planners and appliers can scale out as replicas on a NATS cluster.`,
 	f.Float64Var(&o.rate, "rate", 0, "cap on VM moves per second; 0 leaves only --qps/--burst")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:8080", "address serving /metrics, /healthz and /readyz (loopback by default; in a pod, its IP); empty turns it off")
 	f.BoolVar(&o.profiling, "profiling", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr")
-	f.DurationVar(&o.observeTimeout, "observe-timeout", 2*time.Minute, "how long each moved VM is watched for KubeVirt's reaction (recorded on its span); 0 turns it off")
+	f.DurationVar(&o.observeTimeout, "observe-timeout", 2*time.Minute, "how long after its move a VM's verdict (KubeVirt's reaction: the hotplug, RestartRequired) is waited for; what stands then is the verdict; 0 turns verdicts off")
 	f.IntVar(&o.traceFanout, "trace-fanout-limit", planner.DefaultTraceFanout, "above this many VMs, each VM's span roots its own trace, linked to the plan span")
 	bindPolicyFlags(f, &o.policy)
 	o.leader = pipeline.DefaultLeaderElection()
@@ -230,7 +230,7 @@ func (o *runOptions) openInfra(ctx context.Context, log *slog.Logger) (*infra, e
 		return nil, err
 	}
 	streams := o.nats.streamOptions()
-	streams.Scope = o.kube.explicitNamespace()
+	streams.Scope, streams.VerdictDeadline = o.kube.explicitNamespace(), o.observeTimeout
 	if err := events.Setup(ctx, js, streams, log); err != nil {
 		return nil, errors.Join(err, closeNATS())
 	}

@@ -214,7 +214,9 @@ func addPlanner(ctx context.Context, cfg Config, fleet *kube.Cache, recorder rec
 
 // addApplier builds the applier and, beside it, the rollout controller,
 // which steps batched rollouts through their gates and releases held
-// plans (rollout.Controller), with the applier's NATS permissions.
+// plans (rollout.Controller), and the verifier, which stores KubeVirt's
+// verdict on every VM moved (rollout.Verifier), with the applier's NATS
+// permissions.
 func addApplier(ctx context.Context, cfg Config, fleet *kube.Cache, recorder record.EventRecorder, grace time.Duration) ([]func() error, error) {
 	a, err := applier.New(applier.Config{Recorder: recorder, Clients: cfg.Clients, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer,
 		Workers: cfg.ApplierWorkers, Rate: cfg.Rate, ObserveTimeout: cfg.ObserveTimeout, Metrics: cfg.Metrics, Grace: grace})
@@ -226,7 +228,16 @@ func addApplier(ctx context.Context, cfg Config, fleet *kube.Cache, recorder rec
 	if err != nil {
 		return nil, err
 	}
-	return []func() error{func() error { return a.Run(ctx) }, func() error { return rc.Run(ctx) }}, nil
+	runs := []func() error{func() error { return a.Run(ctx) }, func() error { return rc.Run(ctx) }}
+	if cfg.ObserveTimeout > 0 {
+		v, err := rollout.NewVerifier(rollout.VerifierConfig{Recorder: recorder, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log,
+			Tracer: cfg.Tracer, Metrics: cfg.Metrics, Deadline: cfg.ObserveTimeout, Workers: 4})
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, func() error { return v.Run(ctx) })
+	}
+	return runs, nil
 }
 
 // addWatcher builds the watcher, or, with leader election, what runs one
