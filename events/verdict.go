@@ -128,3 +128,16 @@ func VerifierConsumer(ackWait time.Duration, namespace string) jetstream.Consume
 		DeliverPolicy: jetstream.DeliverNewPolicy,
 	}
 }
+
+// VerdictsIn filters the verdicts in namespace ("" for all) of eventID
+// ("" for every event).
+func VerdictsIn(namespace, eventID string) string {
+	ns, ev := "*", "*"
+	if namespace != "" {
+		ns = namespace
+	}
+	if eventID != "" {
+		ev = EventToken(eventID)
+	}
+	return subjectVerdicts + "." + ns + ".*." + ev
+}

@@ -187,6 +187,7 @@ func (s *storeFlags) open(log *slog.Logger, bound time.Duration) (*bus.Opened, e
 type outcomesOptions struct {
 	storeOptions
 	eventID, vm, result string
+	differs             bool
 	output              printer.Format
 	filter              inspect.OutcomeFilter
 }
@@ -194,13 +195,18 @@ type outcomesOptions struct {
 func newOutcomesCmd(g *globals) *cobra.Command {
 	o := &outcomesOptions{storeOptions: newStoreOptions(g)}
 	cmd := &cobra.Command{
-		Use:   "outcomes [--event ID] [--vm NS/NAME] [--result RESULT]",
+		Use:   "outcomes [--event ID] [--vm NS/NAME] [--result RESULT] [--differs]",
 		Short: "List what happened to each VM: the latest attempt's outcome per event and VM",
 		Long: `outcomes reads the outcomes the applier recorded and shows, per event and VM,
-the latest attempt: its result (live, restart, next-boot, none, skip or failed),
-whether it wrote to the cluster, its trace id and its reason or error, then a
-count per result. kvlive events lists the event ids.`,
+the latest attempt: what kvlive predicted (live, restart, next-boot, none, skip
+or failed), what KubeVirt did (the verdict the verifier stored from the VM and
+VMI: live, restart, next-boot, pending, refused, not-observed; "awaited" until
+then), whether it wrote to the cluster, its trace id and its reason or error,
+then a count per result and per verdict. -o wide adds KubeVirt's own condition
+and message; --differs shows only the VMs where prediction and verdict differ.
+kvlive events lists the event ids.`,
 		Example: `  kvlive outcomes --result failed
+  kvlive outcomes --differs -o wide
   kvlive outcomes --vm shop/web-1 -o json
   kvlive outcomes --event switch/0b5c… --data-dir /tmp/kvlive-demo`,
 		Args: cobra.NoArgs,
@@ -210,6 +216,7 @@ count per result. kvlive events lists the event ids.`,
 	f.StringVar(&o.eventID, "event", "", "only this event's outcomes")
 	f.StringVar(&o.vm, "vm", "", "only this VM's outcomes, as NAMESPACE/NAME")
 	f.StringVar(&o.result, "result", "", "only VMs whose latest result is this: live, restart, next-boot, none, skip or failed")
+	f.BoolVar(&o.differs, "differs", false, "only VMs whose verdict (what KubeVirt did) differs from kvlive's prediction")
 	printer.AddFlag(cmd, &o.output, printer.Formats...)
 	o.store.bind(cmd)
 	_ = cmd.RegisterFlagCompletionFunc("event", o.store.completeEventIDs)
@@ -220,6 +227,7 @@ count per result. kvlive events lists the event ids.`,
 func (o *outcomesOptions) Complete(cmd *cobra.Command, _ []string) (err error) {
 	o.complete(cmd)
 	o.filter, err = outcomeFilter(o.eventID, o.vm, o.result)
+	o.filter.Differs = o.differs
 	return err
 }
 
@@ -228,11 +236,11 @@ func (o *outcomesOptions) Validate() error { return nil }
 // Run lists the outcomes the flags select.
 func (o *outcomesOptions) Run(ctx context.Context) error {
 	return o.store.withReader(ctx, o.log, func(ctx context.Context, r *inspect.Reader) error {
-		outs, err := r.FindOutcomes(ctx, o.filter)
+		rows, err := r.OutcomeRows(ctx, o.filter)
 		if err != nil {
 			return err
 		}
-		return inspect.WriteOutcomes(o.out, outs, o.output, printer.Width(o.out))
+		return inspect.WriteOutcomes(o.out, rows, o.output, printer.Width(o.out))
 	})
 }
 

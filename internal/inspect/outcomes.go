@@ -25,6 +25,9 @@ type OutcomeFilter struct {
 	// Result is matched against the latest attempt only: a VM that failed
 	// once and then went live is live.
 	Result events.Result
+	// Differs keeps only the VMs whose stored verdict differs from what
+	// kvlive predicted (OutcomeRows).
+	Differs bool
 }
 
 func (f OutcomeFilter) matches(o *events.Outcome) bool {
@@ -69,6 +72,68 @@ func (r *Reader) FindOutcomes(ctx context.Context, f OutcomeFilter) ([]events.Ou
 		return outs, err
 	}
 	return nil, rollout.Known(ctx, r.js, f.EventID)
+}
+
+// Row is one VM's latest outcome for one event with KubeVirt's verdict on
+// it, once stored: what kvlive predicted next to what KubeVirt did.
+type Row struct {
+	events.Outcome
+	Verdict *events.Verdict `json:"verdict,omitempty"`
+}
+
+// Observed is the row's verdict in a word: KubeVirt's verdict, "awaited"
+// for a moved VM without one yet, "-" for a VM that did not move.
+func (r Row) Observed() string {
+	switch {
+	case r.Verdict != nil:
+		return string(r.Verdict.Observed)
+	case r.Result.Moves():
+		return "awaited"
+	}
+	return "-"
+}
+
+// Differs reports a stored verdict other than the prediction.
+func (r Row) Differs() bool { return r.Verdict != nil && !r.Verdict.Observed.Matches(r.Result) }
+
+// OutcomeRows is FindOutcomes with each VM's verdict joined in.
+func (r *Reader) OutcomeRows(ctx context.Context, f OutcomeFilter) ([]Row, error) {
+	outs, err := r.FindOutcomes(ctx, f)
+	if err != nil || len(outs) == 0 {
+		return nil, err
+	}
+	if f.EventID != "" {
+		f.EventID = outs[0].EventID // resolved from a prefix
+	}
+	verdicts, err := r.verdicts(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]Row, 0, len(outs))
+	for _, o := range outs {
+		row := Row{Outcome: o}
+		if v, ok := verdicts[outcomeKey{o.EventID, o.VM}]; ok {
+			row.Verdict = &v
+		}
+		if !f.Differs || row.Differs() {
+			rows = append(rows, row)
+		}
+	}
+	return rows, nil
+}
+
+// verdicts reads the stored verdicts f selects, by event and VM.
+func (r *Reader) verdicts(ctx context.Context, f OutcomeFilter) (map[outcomeKey]events.Verdict, error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.VerdictsIn(f.Namespace, f.EventID)}}
+	out := map[outcomeKey]events.Verdict{}
+	err := r.scan(ctx, events.StreamOutcomes, cfg, func(m jetstream.Msg) {
+		var v events.Verdict
+		if _, err := events.Decode(m.Data(), events.TypeVerdict, &v); err != nil || (f.Name != "" && v.VM.Name != f.Name) {
+			return
+		}
+		out[outcomeKey{v.EventID, v.VM}] = v
+	})
+	return out, err
 }
 
 // latestOutcomes scans the outcomes stream under filter and keeps the
@@ -132,14 +197,15 @@ func (l *latestSet) sorted() []events.Outcome {
 	return outs
 }
 
-// WriteOutcomes writes outs as a table with a count per result (f table or
-// wide, cut to width when it is not zero) or as a list of events.Outcome
-// (json, yaml).
-func WriteOutcomes(w io.Writer, outs []events.Outcome, f printer.Format, width int) error {
+// WriteOutcomes writes rows as a table (f table or wide, cut to width when
+// it is not zero): PREDICTED is the outcome's result, OBSERVED KubeVirt's
+// verdict (wide adds KubeVirt's condition and message), then a count per
+// result and per verdict; or as a list of Row (json, yaml).
+func WriteOutcomes(w io.Writer, rows []Row, f printer.Format, width int) error {
 	if !f.Human() {
-		return printer.WriteData(w, f, printer.NonNil(outs))
+		return printer.WriteData(w, f, printer.NonNil(rows))
 	}
-	if len(outs) == 0 {
+	if len(rows) == 0 {
 		_, err := fmt.Fprintln(w, "no outcomes found")
 		return err
 	}
@@ -147,27 +213,70 @@ func WriteOutcomes(w io.Writer, outs []events.Outcome, f printer.Format, width i
 		printer.Column{Name: "EVENT", Fit: true},
 		printer.Column{Name: "NAMESPACE"},
 		printer.Column{Name: "NAME"},
-		printer.Column{Name: "RESULT"},
+		printer.Column{Name: "PREDICTED"},
+		printer.Column{Name: "OBSERVED"},
 		printer.Column{Name: "ATTEMPT"},
 		printer.Column{Name: "WROTE"},
 		printer.Column{Name: "TRACE", Wide: true},
+		printer.Column{Name: "KUBEVIRT", Wide: true, Fit: true},
 		printer.Column{Name: "REASON", Fit: true},
 	)
-	counts := map[events.Result]int{}
-	for _, o := range outs {
-		counts[o.Result]++
-		t.Append(o.EventID, o.VM.Namespace, o.VM.Name, string(o.Result), strconv.Itoa(o.Attempt),
-			yesNo(o.Wrote), orDash(o.TraceID), orDash(outcomeReason(o)))
+	counts, verdicts := map[events.Result]int{}, map[string]int{}
+	differ := 0
+	for _, row := range rows {
+		counts[row.Result]++
+		if row.Result.Moves() {
+			verdicts[row.Observed()]++
+		}
+		if row.Differs() {
+			differ++
+		}
+		t.Append(row.EventID, row.VM.Namespace, row.VM.Name, string(row.Result), row.Observed(), strconv.Itoa(row.Attempt),
+			yesNo(row.Wrote), orDash(row.TraceID), orDash(kubevirtSays(row.Verdict)), orDash(outcomeReason(row.Outcome)))
 	}
 	if err := t.Write(w, f, width); err != nil {
 		return err
 	}
 	noun := "outcomes"
-	if len(outs) == 1 {
+	if len(rows) == 1 {
 		noun = "outcome"
 	}
-	_, err := fmt.Fprintf(w, "\n%d %s: %s\n", len(outs), noun, countList(counts, true))
+	differs := "differ"
+	if differ == 1 {
+		differs = "differs"
+	}
+	_, err := fmt.Fprintf(w, "\n%d %s: %s\nKubeVirt's verdicts: %s; %d %s from kvlive's prediction\n", len(rows), noun, countList(counts, true),
+		VerdictList(verdicts), differ, differs)
 	return err
+}
+
+// VerdictList renders verdict counts in events.Verdicts order, then the
+// VMs still awaited ("3 live, 1 restart, 2 awaited"); "none" when empty.
+func VerdictList(counts map[string]int) string {
+	var parts []string
+	for _, v := range slices.Concat(events.Verdicts, []events.Observed{"awaited"}) {
+		if n := counts[string(v)]; n > 0 {
+			parts = append(parts, strconv.Itoa(n)+" "+string(v))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// kubevirtSays is KubeVirt's condition and message behind a verdict, or
+// what the verifier saw.
+func kubevirtSays(v *events.Verdict) string {
+	switch {
+	case v == nil:
+		return ""
+	case v.Condition != "" && v.Message != "":
+		return v.Condition + ": " + v.Message
+	case v.Message != "":
+		return v.Message
+	}
+	return v.Reason
 }
 
 // outcomeReason is the reason, the error, or both ("gave up after 8

@@ -46,6 +46,52 @@ func seedOutcomes(f *fixture) {
 	}
 }
 
+// seedVerdicts stores KubeVirt's verdicts on two of the VMs the edit moved:
+// web-1 went live as predicted; db-1, predicted to need a restart, was
+// hot-plugged. job-7's verdict is still awaited.
+func seedVerdicts(f *fixture) {
+	for _, v := range []events.Verdict{
+		{EventID: editID, VM: vm("shop", "web-1"), Predicted: events.ResultLive, Observed: events.ObservedLive, Reason: "the VMI runs the new sockets and memory"},
+		{EventID: editID, VM: vm("shop", "db-1"), Predicted: events.ResultRestart, Observed: events.ObservedLive, Reason: "the VMI runs the new sockets and memory"},
+	} {
+		v.MovedAt, v.ObservedAt = t0, t0
+		id := events.VerdictID(v.EventID, v.VM.UID)
+		body, err := events.Encode(events.TypeVerdict, id, "test", "", t0, &v)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if _, err := f.js.PublishMsg(context.Background(), events.NewMsg(events.VerdictSubject(v.VM.Namespace, v.VM.UID, v.EventID), id, events.TypeVerdict, body)); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+// TestOutcomeRowsJoinVerdicts: each VM's verdict stands next to its
+// prediction; --differs keeps the VMs where they differ.
+func TestOutcomeRowsJoinVerdicts(t *testing.T) {
+	f := newFixture(t)
+	seedOutcomes(f)
+	seedVerdicts(f)
+	rows, err := f.reader().OutcomeRows(context.Background(), OutcomeFilter{EventID: editID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.VM.Name+" "+string(r.Result)+" "+r.Observed())
+	}
+	if want := "job-7 next-boot awaited, db-1 restart live, web-1 live live"; strings.Join(got, ", ") != want {
+		t.Errorf("got %s, want %s", strings.Join(got, ", "), want)
+	}
+	rows, err = f.reader().OutcomeRows(context.Background(), OutcomeFilter{Differs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].VM.Name != "db-1" || !rows[0].Differs() {
+		t.Errorf("differs: %+v, want db-1 alone", rows)
+	}
+}
+
 func TestOutcomesFilters(t *testing.T) {
 	f := newFixture(t)
 	seedOutcomes(f)
@@ -85,12 +131,13 @@ func TestOutcomesFilters(t *testing.T) {
 func TestOutcomesTableGolden(t *testing.T) {
 	f := newFixture(t)
 	seedOutcomes(f)
-	outs, err := f.reader().Outcomes(context.Background(), OutcomeFilter{})
+	seedVerdicts(f)
+	rows, err := f.reader().OutcomeRows(context.Background(), OutcomeFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := WriteOutcomes(&buf, outs, printer.FormatTable, 0); err != nil {
+	if err := WriteOutcomes(&buf, rows, printer.FormatTable, 0); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "outcomes.table.golden", buf.Bytes())
@@ -99,19 +146,21 @@ func TestOutcomesTableGolden(t *testing.T) {
 func TestOutcomesJSON(t *testing.T) {
 	f := newFixture(t)
 	seedOutcomes(f)
-	outs, err := f.reader().Outcomes(context.Background(), OutcomeFilter{EventID: editID, Namespace: "shop", Name: "db-1"})
+	seedVerdicts(f)
+	rows, err := f.reader().OutcomeRows(context.Background(), OutcomeFilter{EventID: editID, Namespace: "shop", Name: "db-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := WriteOutcomes(&buf, outs, printer.FormatJSON, 0); err != nil {
+	if err := WriteOutcomes(&buf, rows, printer.FormatJSON, 0); err != nil {
 		t.Fatal(err)
 	}
-	var got []events.Outcome
+	var got []Row
 	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || got[0].Attempt != 1 || got[0].Result != events.ResultRestart || !got[0].Wrote {
+	if len(got) != 1 || got[0].Attempt != 1 || got[0].Result != events.ResultRestart || !got[0].Wrote ||
+		got[0].Verdict == nil || got[0].Verdict.Observed != events.ObservedLive {
 		t.Errorf("got %+v", got)
 	}
 	buf.Reset()
