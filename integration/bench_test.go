@@ -580,7 +580,7 @@ func (e *env) fillStore(eventID string, n, vms int) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	outcome := e.streamBodies(events.StreamOutcomes)[0]
+	outcome := e.streamBodies(events.StreamOutcomes, events.OutcomesIn(""))[0]
 	var o events.Outcome
 	if _, err := events.Decode(outcome, events.TypeOutcome, &o); err != nil {
 		e.t.Fatal(err)

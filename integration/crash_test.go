@@ -15,11 +15,13 @@ import (
 // rate-limited rollout of 2,000 VMs and starts it again on the same NATS
 // server. Every VM must reach the target with one outcome per event (a VM
 // may have a second, agreeing outcome from a redelivery), and the audit log
-// must show kvlive patched no VM twice.
+// must show kvlive patched no VM twice. Every moved VM must still get
+// exactly one verdict: those the killed process awaited are carried on by
+// the next one.
 func TestKillMidRollout(t *testing.T) {
 	const vms = 2000
 	e := newEnv(t, fleetOptions{namespaces: 5, perIT: map[string]int{itMedium: vms}})
-	first := e.runKvlive("first", "--rate", "150")
+	first := e.runKvlive("first", "--rate", "150", "--observe-timeout", verdictDeadline)
 	e.waitGenerations()
 
 	it, eventID := e.editInstancetype(itMedium, 3, "6Gi")
@@ -29,10 +31,16 @@ func TestKillMidRollout(t *testing.T) {
 		t.Fatalf("the rollout finished before kvlive was killed (%d outcomes); the test proves nothing", len(at.Outcomes))
 	}
 	t.Logf("killed kvlive with %d of %d outcomes recorded", len(at.Outcomes), at.Planned)
-	e.runKvlive("after the kill", "--rate", "150")
+	e.runKvlive("after the kill", "--rate", "150", "--observe-timeout", verdictDeadline)
 
 	e.checkRecovered(it, eventID, e.follow(eventID))
+	e.checkVerdicts(eventID, 3*time.Minute)
 }
+
+// verdictDeadline is the verdict deadline of the tests that kill kvlive:
+// short, so what the killed process awaited comes back to the next one
+// (after twice the deadline) well within the test.
+const verdictDeadline = "10s"
 
 // natsOutage is how long TestNATSRestartMidRollout keeps NATS down: longer
 // than the NATS client's 5-second JetStream publish timeout, so an outcome

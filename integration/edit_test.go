@@ -4,6 +4,7 @@ package integration
 
 import (
 	"testing"
+	"time"
 
 	"kvlive/events"
 )
@@ -45,4 +46,5 @@ func TestEditRollsOutToEveryVM(t *testing.T) {
 	if counts := progress.Counts(); counts[events.ResultLive] == 0 || counts[events.ResultRestart] == 0 || counts[events.ResultNextBoot] == 0 {
 		t.Errorf("the fleet should exercise live, restart and next-boot; got %v", counts)
 	}
+	e.checkVerdicts(eventID, 3*time.Minute)
 }

@@ -107,7 +107,7 @@ func (e *env) plans(eventID string) map[string]events.Plan {
 func (e *env) outcomes(eventID string) map[string][]events.Outcome {
 	e.t.Helper()
 	out := map[string][]events.Outcome{}
-	for _, body := range e.streamBodies(events.StreamOutcomes) {
+	for _, body := range e.streamBodies(events.StreamOutcomes, events.OutcomesIn("")) {
 		var o events.Outcome
 		if _, err := events.Decode(body, events.TypeOutcome, &o); err != nil {
 			e.t.Fatalf("outcomes stream: %v", err)
@@ -119,15 +119,15 @@ func (e *env) outcomes(eventID string) map[string][]events.Outcome {
 	return out
 }
 
-// streamBodies reads every message a stream holds now, oldest first
-// (bus.Scan, as kvlive's own reads: a NATS leader election midway is
-// ridden out).
-func (e *env) streamBodies(name string) [][]byte {
+// streamBodies reads every message a stream holds now under the subject
+// filters (all when none), oldest first (bus.Scan, as kvlive's own reads: a
+// NATS leader election midway is ridden out).
+func (e *env) streamBodies(name string, filters ...string) [][]byte {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Minute)
 	defer cancel()
 	var bodies [][]byte
-	if err := bus.Scan(ctx, e.js, name, jetstream.OrderedConsumerConfig{}, func(m jetstream.Msg) {
+	if err := bus.Scan(ctx, e.js, name, jetstream.OrderedConsumerConfig{FilterSubjects: filters}, func(m jetstream.Msg) {
 		bodies = append(bodies, m.Data())
 	}); err != nil {
 		e.t.Fatalf("stream %s: read %d messages: %v", name, len(bodies), err)
@@ -141,4 +141,43 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// checkVerdicts waits until every VM the rollout of eventID moved has
+// KubeVirt's verdict stored, and checks there is exactly one per VM, that
+// it is what the VM's latest outcome predicted (the stand-in agrees with
+// kvlive's model), and that no VM that did not move got one.
+func (e *env) checkVerdicts(eventID string, within time.Duration) {
+	e.t.Helper()
+	moved := map[string]events.Outcome{}
+	for uid, outs := range e.outcomes(eventID) {
+		if last := outs[len(outs)-1]; last.Result.Moves() {
+			moved[uid] = last
+		}
+	}
+	var verdicts map[string][]events.Verdict
+	e.waitFor("a verdict on every moved VM", within, func() (bool, string) {
+		verdicts = map[string][]events.Verdict{}
+		for _, body := range e.streamBodies(events.StreamOutcomes, events.VerdictsOf(eventID)) {
+			var v events.Verdict
+			if _, err := events.Decode(body, events.TypeVerdict, &v); err != nil {
+				e.t.Fatalf("verdicts: %v", err)
+			}
+			verdicts[v.VM.UID] = append(verdicts[v.VM.UID], v)
+		}
+		return len(verdicts) >= len(moved), fmt.Sprintf("%d of %d moved VMs have a verdict", len(verdicts), len(moved))
+	})
+	for uid, vs := range verdicts {
+		o, ok := moved[uid]
+		switch {
+		case !ok:
+			e.t.Errorf("VM %s did not move, yet has a verdict: %+v", vs[0].VM, vs[0])
+		case len(vs) != 1:
+			e.t.Errorf("VM %s has %d verdicts, want exactly one", o.VM, len(vs))
+		case !vs[0].Observed.Matches(o.Result):
+			e.t.Errorf("VM %s: KubeVirt's verdict %s (%s), kvlive predicted %s; the stand-in plays KubeVirt by kvlive's model",
+				o.VM, vs[0].Observed, vs[0].Reason, o.Result)
+		}
+	}
+	e.t.Logf("%d verdicts, one per moved VM", len(verdicts))
 }

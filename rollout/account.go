@@ -75,6 +75,12 @@ type Account struct {
 	// (--max-bytes, --max-age): the unaccounted VMs' records may be among
 	// them.
 	Dropped []string `json:"dropped,omitempty"`
+	// Verdicts counts KubeVirt's verdicts on the moved VMs, Differ those
+	// other than the prediction, and Awaited the moved VMs without one yet;
+	// all zero until CountVerdicts fills them in.
+	Verdicts map[events.Observed]int `json:"verdicts,omitempty"`
+	Differ   int                     `json:"differ,omitempty"`
+	Awaited  int                     `json:"awaited,omitempty"`
 	// Latest is the latest outcome per VM UID.
 	Latest map[string]events.Outcome `json:"-"`
 	// DeadBatch is the batch of each VM counted in DeadLetters, by UID.

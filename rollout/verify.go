@@ -374,3 +374,36 @@ func (v *Verifier) record(ctx context.Context, verdict events.Verdict, vm *virtv
 			verdict.EventID, verdict.Predicted, verdict.Observed, verdict.Reason)
 	}
 }
+
+// CountVerdicts fills in a's verdict counts from the verdicts stored on its
+// event: each moved VM's (the latest outcome moved it) by verdict, those
+// differing from the prediction, and the moved VMs still awaited.
+func CountVerdicts(ctx context.Context, js jetstream.JetStream, a *Account) error {
+	stored := map[string]events.Verdict{}
+	err := scanSubject(ctx, js, events.StreamOutcomes, events.VerdictsOf(a.EventID), func(m jetstream.Msg) {
+		var v events.Verdict
+		if _, err := events.Decode(m.Data(), events.TypeVerdict, &v); err == nil {
+			stored[v.VM.UID] = v
+		}
+	})
+	if err != nil {
+		return err
+	}
+	a.Verdicts, a.Differ, a.Awaited = map[events.Observed]int{}, 0, 0
+	for uid, o := range a.Latest {
+		if !o.Result.Moves() {
+			continue
+		}
+		v, ok := stored[uid]
+		switch {
+		case !ok:
+			a.Awaited++
+		default:
+			a.Verdicts[v.Observed]++
+			if !v.Observed.Matches(o.Result) {
+				a.Differ++
+			}
+		}
+	}
+	return nil
+}

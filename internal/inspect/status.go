@@ -23,6 +23,9 @@ func (r *Reader) Status(ctx context.Context, arg string) (rollout.Account, error
 		return rollout.Account{}, err
 	}
 	a, err := rollout.AccountOf(ctx, r.js, id)
+	if err == nil {
+		err = rollout.CountVerdicts(ctx, r.js, &a)
+	}
 	if !errors.Is(err, rollout.ErrNoRollout) {
 		return a, err
 	}
@@ -69,6 +72,10 @@ func WriteStatus(w io.Writer, a rollout.Account, f printer.Format) error {
 	}
 	_, err := fmt.Fprintf(w, "event:        %s\nstate:        %s\nplanned:      %s\noutcomes:     %s\ndead letters: %d\nheld:         %d\nin flight:    %d\n",
 		a.EventID, phase, planned, withCounts(total, a.Outcomes), a.DeadLetters, a.Held, a.InFlight)
+	if err == nil && a.Verdicts != nil {
+		_, err = fmt.Fprintf(w, "verdicts:     %s (KubeVirt's, on the VMs moved; %d %s from the prediction)\n",
+			VerdictList(verdictCounts(a)), a.Differ, map[bool]string{true: "differs", false: "differ"}[a.Differ == 1])
+	}
 	if err == nil && len(a.Record.Supersedes) > 0 {
 		_, err = fmt.Fprintf(w, "supersedes:   %s\n", strings.Join(a.Record.Supersedes, ", "))
 	}
@@ -128,4 +135,13 @@ func ProgressLine(a rollout.Account) string {
 		line += fmt.Sprintf(" · %d held", a.Held)
 	}
 	return line
+}
+
+// verdictCounts are a's verdict counts by name, the awaited VMs included.
+func verdictCounts(a rollout.Account) map[string]int {
+	counts := map[string]int{"awaited": a.Awaited}
+	for v, n := range a.Verdicts {
+		counts[string(v)] = n
+	}
+	return counts
 }

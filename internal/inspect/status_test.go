@@ -63,3 +63,26 @@ func TestStatusOfAQueuedEventIsPending(t *testing.T) {
 		t.Errorf("status by a prefix: %+v, %v; want %s's account", a, err, editID)
 	}
 }
+
+// TestStatusCountsVerdicts: rollout status counts KubeVirt's verdicts on
+// the VMs the rollout moved, the VMs still awaited and the mismatches.
+func TestStatusCountsVerdicts(t *testing.T) {
+	f := newFixture(t)
+	f.rollout(events.Rollout{EventID: editID, Planned: 3, PlannedAt: t0})
+	seedOutcomes(f)
+	seedVerdicts(f)
+	a, err := f.reader().Status(t.Context(), editID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Verdicts[events.ObservedLive] != 2 || a.Awaited != 1 || a.Differ != 1 {
+		t.Errorf("verdicts %v, awaited %d, differ %d; want 2 live, 1 awaited, 1 differs", a.Verdicts, a.Awaited, a.Differ)
+	}
+	var out bytes.Buffer
+	if err := WriteStatus(&out, a, printer.FormatTable); err != nil {
+		t.Fatal(err)
+	}
+	if want := "verdicts:     2 live, 1 awaited (KubeVirt's, on the VMs moved; 1 differs from the prediction)"; !strings.Contains(out.String(), want) {
+		t.Errorf("status:\n%s\nwant %q", out.String(), want)
+	}
+}
