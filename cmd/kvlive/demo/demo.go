@@ -168,7 +168,7 @@ func (e *env) openBus(ctx context.Context, dir string) error {
 func (e *env) startStages(ctx context.Context) error {
 	r, err := pipeline.Start(ctx, pipeline.Config{
 		Clients: e.clients, JetStream: e.js, Stages: pipeline.AllStages, StandIn: true,
-		Log: e.cfg.Log, Tracer: e.tracer, ApplierWorkers: e.cfg.Workers, ObserveTimeout: time.Minute,
+		Log: e.cfg.Log, Tracer: e.tracer, ApplierWorkers: e.cfg.Workers, ObserveTimeout: verdictDeadline,
 		Horizon: events.DefaultStreamOptions().MaxAge,
 	})
 	e.running = r

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"kvlive/events"
+	"kvlive/internal/inspect"
 )
 
 // report prints a per-result summary per step and fails if any VM is off.
@@ -29,8 +31,44 @@ func (e *env) report(steps []*stepResult) error {
 	}
 	fmt.Fprintf(e.cfg.Out, "\nEvery VM reached its expected result: live changes are on the VMIs, restarts are flagged RestartRequired, "+
 		"stopped VMs wait for their next boot; %d VMs out of reach were left alone.\n", untouched)
+	e.verdicts(steps)
 	e.inspectHints(steps)
 	return nil
+}
+
+// verdicts prints, from kvlive's own record, KubeVirt's verdicts on each
+// step's moved VMs next to what kvlive predicted.
+func (e *env) verdicts(steps []*stepResult) {
+	fmt.Fprintln(e.cfg.Out, "\nKubeVirt's verdicts, as kvlive recorded them:")
+	for _, s := range steps {
+		a := s.account
+		predicted := map[events.Result]int{}
+		for _, o := range a.Latest {
+			if o.Result.Moves() {
+				predicted[o.Result]++
+			}
+		}
+		counts := map[string]int{}
+		for v, n := range a.Verdicts {
+			counts[string(v)] = n
+		}
+		fmt.Fprintf(e.cfg.Out, "  %s: predicted %s; observed %s; %d differ\n", s.title, predictedList(predicted),
+			inspect.VerdictList(counts), a.Differ)
+	}
+}
+
+// predictedList renders the moved VMs' predicted results in order.
+func predictedList(counts map[events.Result]int) string {
+	var parts []string
+	for _, r := range events.Results {
+		if n := counts[r]; n > 0 {
+			parts = append(parts, strconv.Itoa(n)+" "+string(r))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // table prints each step's outcomes by result and whether they are as

@@ -24,6 +24,9 @@ type stepResult struct {
 	progress   rollout.Progress
 	reached    int
 	mismatches []string
+	// account is kvlive's record of the rollout with KubeVirt's verdicts
+	// counted, once every moved VM has one.
+	account rollout.Account
 }
 
 // waitPinned waits for the stand-in to pin every VM and record every
@@ -148,7 +151,36 @@ func (e *env) follow(ctx context.Context, title, eventID string, selects func(vm
 	if len(r.mismatches) == 0 {
 		r.mismatches = e.checkCluster(ctx, selects, want)
 	}
+	if r.account, err = e.awaitVerdicts(ctx, eventID); err != nil {
+		return nil, fmt.Errorf("demo: %s: %w", title, err)
+	}
 	return r, nil
+}
+
+// verdictDeadline is the demo's verdict deadline: what stands a minute
+// after a VM moved is its verdict.
+const verdictDeadline = time.Minute
+
+// awaitVerdicts waits until kvlive's record holds KubeVirt's verdict on
+// every VM the rollout moved, and returns that record.
+func (e *env) awaitVerdicts(ctx context.Context, eventID string) (rollout.Account, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, verdictDeadline+30*time.Second,
+		fmt.Errorf("KubeVirt's verdicts on the VMs moved not all stored within %s of the deadline", 30*time.Second))
+	defer cancel()
+	for {
+		a, err := rollout.AccountOf(ctx, e.js, eventID)
+		if err == nil {
+			err = rollout.CountVerdicts(ctx, e.js, &a)
+		}
+		if err == nil && a.Awaited == 0 {
+			return a, nil
+		}
+		select {
+		case <-ctx.Done():
+			return a, errors.Join(context.Cause(ctx), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // check compares the step's outcomes with the fleet: every VM in reach has
