@@ -43,6 +43,10 @@ type ControllerConfig struct {
 	// Recorder, when set, records Kubernetes Events on a batched rollout's
 	// object: a batch released, a gate that paused or aborted it.
 	Recorder record.EventRecorder
+	// Verdicts says the verifier runs: a batch's gate waits for KubeVirt's
+	// verdict on each moved VM and counts one other than the prediction as
+	// a failure. Without it the gate reads KubeVirt's report on the cache.
+	Verdicts bool
 }
 
 // Controller carries rollouts between the planner and the applier: it

@@ -218,7 +218,14 @@ func (rc *Controller) takeSteps(ctx context.Context, store *Store, id string, st
 			gateErr = err
 			return gateResult{gateWaiting, "the rollout's accounting is unreadable: " + err.Error()}
 		}
-		return rc.gate(rec, c.Batch, acct, resumedAt(c))
+		var verdicts map[string]events.Verdict
+		if rc.cfg.Verdicts {
+			if verdicts, err = storedVerdicts(ctx, rc.cfg.JetStream, rec.EventID); err != nil {
+				gateErr = err
+				return gateResult{gateWaiting, "KubeVirt's verdicts are unreadable: " + err.Error()}
+			}
+		}
+		return rc.gate(rec, c.Batch, acct, resumedAt(c), verdicts)
 	}
 	now := rc.cfg.Clock.Now()
 	for {
@@ -404,13 +411,17 @@ type gateResult struct {
 const maxNamed = 3
 
 // gate checks the released batch: failures over the whole rollout within
-// the policy's threshold; every VM of the batch with an outcome; each in
-// the state KubeVirt reports for its result.
+// the policy's threshold; every VM of the batch with an outcome; each
+// moved VM with KubeVirt's verdict stored (verdicts, by VM UID) or, where
+// the verifier does not run (verdicts nil), in the state KubeVirt reports
+// for its result. A verdict other than the prediction (a live VM KubeVirt
+// flagged RestartRequired, a hotplug refused or still pending at the
+// deadline) is a failure.
 //
 // An operator who resumes a rollout accepts the failures so far: only VMs
 // that failed after resumed (the control record's last change) count
 // against the threshold, so a resume after a tripped threshold goes on.
-func (rc *Controller) gate(rec events.Rollout, batch int, acct Account, resumed time.Time) gateResult {
+func (rc *Controller) gate(rec events.Rollout, batch int, acct Account, resumed time.Time, verdicts map[string]events.Verdict) gateResult {
 	failed := acct.DeadLetters
 	if resumed.IsZero() {
 		failed += acct.Outcomes[events.ResultFailed]
@@ -422,8 +433,10 @@ func (rc *Controller) gate(rec events.Rollout, batch int, acct Account, resumed 
 			}
 		}
 	}
+	differ := differing(acct, verdicts, resumed)
+	failed += len(differ)
 	if tolerated := Tolerated(rec.Policy, rec.Planned); failed > tolerated {
-		return gateResult{gateFailed, fmt.Sprintf("%d VMs failed, the policy tolerates %d", failed, tolerated)}
+		return gateResult{gateFailed, fmt.Sprintf("%d VMs failed, the policy tolerates %d", failed, tolerated) + named("; KubeVirt's verdict differs", differ)}
 	}
 	want := rec.Batches[batch]
 	if batch == 0 { // the plans that move nothing went with the first batch
@@ -431,28 +444,57 @@ func (rc *Controller) gate(rec events.Rollout, batch int, acct Account, resumed 
 	}
 	settled := acct.DeadIn(batch) // a dead letter the policy tolerates is settled
 	var unready []string
-	for _, o := range acct.Latest {
+	for uid, o := range acct.Latest {
 		if o.Batch != batch {
 			continue
 		}
 		settled++
-		if why := rc.inPlannedState(o); why != "" {
-			unready = append(unready, o.VM.String()+": "+why)
+		switch _, judged := verdicts[uid]; {
+		case verdicts == nil:
+			if why := rc.inPlannedState(o); why != "" {
+				unready = append(unready, o.VM.String()+": "+why)
+			}
+		case o.Result.Moves() && !judged:
+			unready = append(unready, o.VM.String()+": awaiting KubeVirt's verdict")
 		}
 	}
 	if settled < want {
 		return gateResult{gateWaiting, fmt.Sprintf("%d of %d VMs of the batch have an outcome", settled, want)}
 	}
 	if len(unready) > 0 {
-		slices.Sort(unready)
-		more := ""
-		if len(unready) > maxNamed {
-			more = fmt.Sprintf("; and %d more", len(unready)-maxNamed)
-		}
-		return gateResult{gateWaiting, fmt.Sprintf("%d VMs not in their planned state: %s%s",
-			len(unready), strings.Join(unready[:min(len(unready), maxNamed)], "; "), more)}
+		return gateResult{gateWaiting, fmt.Sprintf("%d VMs not in their planned state", len(unready)) + named("", unready)}
+	}
+	if verdicts != nil {
+		return gateResult{gatePassed, fmt.Sprintf("all %d VMs with KubeVirt's verdict as predicted, %d failed", settled, failed)}
 	}
 	return gateResult{gatePassed, fmt.Sprintf("all %d VMs in their planned state, %d failed", settled, failed)}
+}
+
+// differing lists the moved VMs whose verdict differs from the prediction,
+// stored after resumed (when an operator resumed the rollout).
+func differing(acct Account, verdicts map[string]events.Verdict, resumed time.Time) []string {
+	var out []string
+	for uid, o := range acct.Latest {
+		v, ok := verdicts[uid]
+		if ok && o.Result.Moves() && !v.Observed.Matches(o.Result) && (resumed.IsZero() || v.ObservedAt.After(resumed)) {
+			out = append(out, fmt.Sprintf("%s: predicted %s, KubeVirt: %s (%s)", o.VM, o.Result, v.Observed, v.Reason))
+		}
+	}
+	return out
+}
+
+// named renders up to maxNamed of what, sorted, after prefix: ": a; b;
+// and 3 more"; "" when what is empty.
+func named(prefix string, what []string) string {
+	if len(what) == 0 {
+		return ""
+	}
+	slices.Sort(what)
+	more := ""
+	if len(what) > maxNamed {
+		more = fmt.Sprintf("; and %d more", len(what)-maxNamed)
+	}
+	return prefix + ": " + strings.Join(what[:min(len(what), maxNamed)], "; ") + more
 }
 
 // inPlannedState says why a VM is not (yet) where its outcome left it,

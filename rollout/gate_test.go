@@ -84,6 +84,9 @@ func TestGate(t *testing.T) {
 		vmis     map[string]*virtv1.VirtualMachineInstance
 		resumed  time.Time
 		dead     map[string]int
+		// verdicts, when set, are KubeVirt's stored verdicts (the verifier
+		// runs) by VM name; the cache is then not read.
+		verdicts map[string]events.Observed
 		verdict  int
 		why      string
 	}{
@@ -137,6 +140,20 @@ func TestGate(t *testing.T) {
 			outcomes: []events.Outcome{outcome("b", 1, events.ResultRestart)}, dead: map[string]int{"a": 1},
 			policy: events.Policy{FailureThreshold: "1"}, vms: []*virtv1.VirtualMachine{gateVM("b", restartRequired)},
 			verdict: gatePassed},
+		{name: "verdicts: the gate waits for each moved VM's", batch: 1,
+			outcomes: []events.Outcome{outcome("a", 1, events.ResultLive), outcome("b", 1, events.ResultLive)},
+			verdicts: map[string]events.Observed{"a": events.ObservedLive},
+			verdict:  gateWaiting, why: "ns/b: awaiting KubeVirt's verdict"},
+		{name: "verdicts: passes once every one is as predicted", batch: 1,
+			outcomes: []events.Outcome{outcome("a", 1, events.ResultLive), outcome("b", 1, events.ResultRestart)},
+			verdicts: map[string]events.Observed{"a": events.ObservedLive, "b": events.ObservedRestart},
+			verdict:  gatePassed, why: "all 2 VMs with KubeVirt's verdict as predicted"},
+		{name: "verdicts: a live VM KubeVirt flagged RestartRequired fails the gate", batch: 1,
+			outcomes: []events.Outcome{outcome("a", 1, events.ResultLive), outcome("b", 1, events.ResultLive)},
+			vms:      []*virtv1.VirtualMachine{gateVM("a"), gateVM("b")},
+			vmis:     map[string]*virtv1.VirtualMachineInstance{"ns/a": gateVMI(3, "6Gi"), "ns/b": gateVMI(3, "6Gi")},
+			verdicts: map[string]events.Observed{"a": events.ObservedLive, "b": events.ObservedRestart},
+			verdict:  gateFailed, why: "1 VMs failed, the policy tolerates 0; KubeVirt's verdict differs: ns/b: predicted live, KubeVirt: restart"},
 		{name: "failures within the threshold do not", batch: 1,
 			outcomes: []events.Outcome{outcome("a", 1, events.ResultFailed), outcome("b", 1, events.ResultRestart)},
 			policy:   events.Policy{FailureThreshold: "50%"}, vms: []*virtv1.VirtualMachine{gateVM("b", restartRequired)},
@@ -155,7 +172,14 @@ func TestGate(t *testing.T) {
 			}
 			rec := events.Rollout{Planned: 4, Batches: []int{1, 2, 1}, Policy: tt.policy,
 				Counts: map[events.Result]int{events.ResultNone: 1, events.ResultSkip: 1}}
-			g := rc.gate(rec, tt.batch, acct, tt.resumed)
+			var verdicts map[string]events.Verdict
+			if tt.verdicts != nil {
+				verdicts = map[string]events.Verdict{}
+				for name, v := range tt.verdicts {
+					verdicts["uid-"+name] = events.Verdict{Observed: v, Reason: "test"}
+				}
+			}
+			g := rc.gate(rec, tt.batch, acct, tt.resumed, verdicts)
 			if g.verdict != tt.verdict || !strings.Contains(g.why, tt.why) {
 				t.Errorf("gate = %d %q, want %d %q", g.verdict, g.why, tt.verdict, tt.why)
 			}

@@ -379,13 +379,7 @@ func (v *Verifier) record(ctx context.Context, verdict events.Verdict, vm *virtv
 // event: each moved VM's (the latest outcome moved it) by verdict, those
 // differing from the prediction, and the moved VMs still awaited.
 func CountVerdicts(ctx context.Context, js jetstream.JetStream, a *Account) error {
-	stored := map[string]events.Verdict{}
-	err := scanSubject(ctx, js, events.StreamOutcomes, events.VerdictsOf(a.EventID), func(m jetstream.Msg) {
-		var v events.Verdict
-		if _, err := events.Decode(m.Data(), events.TypeVerdict, &v); err == nil {
-			stored[v.VM.UID] = v
-		}
-	})
+	stored, err := storedVerdicts(ctx, js, a.EventID)
 	if err != nil {
 		return err
 	}
@@ -406,4 +400,16 @@ func CountVerdicts(ctx context.Context, js jetstream.JetStream, a *Account) erro
 		}
 	}
 	return nil
+}
+
+// storedVerdicts reads the verdicts stored on eventID's VMs, by VM UID.
+func storedVerdicts(ctx context.Context, js jetstream.JetStream, eventID string) (map[string]events.Verdict, error) {
+	stored := map[string]events.Verdict{}
+	err := scanSubject(ctx, js, events.StreamOutcomes, events.VerdictsOf(eventID), func(m jetstream.Msg) {
+		var v events.Verdict
+		if _, err := events.Decode(m.Data(), events.TypeVerdict, &v); err == nil {
+			stored[v.VM.UID] = v
+		}
+	})
+	return stored, err
 }

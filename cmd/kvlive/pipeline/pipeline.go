@@ -224,7 +224,7 @@ func addApplier(ctx context.Context, cfg Config, fleet *kube.Cache, recorder rec
 		return nil, err
 	}
 	rc, err := rollout.NewController(rollout.ControllerConfig{Recorder: recorder, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log,
-		Tracer: cfg.Tracer, Metrics: cfg.Metrics, Grace: grace})
+		Tracer: cfg.Tracer, Metrics: cfg.Metrics, Grace: grace, Verdicts: cfg.ObserveTimeout > 0})
 	if err != nil {
 		return nil, err
 	}
