@@ -42,6 +42,11 @@ type EventSummary struct {
 	PlannedCounts map[events.Result]int `json:"plannedCounts,omitempty"`
 	// Outcomes counts the latest outcome per VM by result.
 	Outcomes map[events.Result]int `json:"outcomes"`
+	// Verdicts counts KubeVirt's verdicts on the VMs moved, Differ those
+	// other than kvlive's prediction, Awaited the moved VMs without one.
+	Verdicts map[events.Observed]int `json:"verdicts,omitempty"`
+	Differ   int                     `json:"differ,omitempty"`
+	Awaited  int                     `json:"awaited,omitempty"`
 	// TraceID is the trace `kvlive trace` shows for the event.
 	TraceID string `json:"traceId,omitempty"`
 	// State is the rollout's phase from its accounting (running, paused,
@@ -107,12 +112,16 @@ func (r *Reader) addAccounts(ctx context.Context, list []EventSummary) error {
 		}
 		e.DeadLetter = dead[e.ID]
 		a, err := rollout.AccountOf(ctx, r.js, e.ID)
+		if err == nil {
+			err = rollout.CountVerdicts(ctx, r.js, &a)
+		}
 		switch {
 		case errors.Is(err, rollout.ErrNoRollout):
 			continue
 		case err != nil:
 			return err
 		}
+		e.Verdicts, e.Differ, e.Awaited = a.Verdicts, a.Differ, a.Awaited
 		if a.Recorded {
 			e.Planned, e.PlannedCounts, e.TraceID, e.PolicyError = &a.Planned, a.Record.Counts, a.Record.TraceID, a.Record.PolicyError
 		}
@@ -227,13 +236,14 @@ func WriteEvents(w io.Writer, list []EventSummary, f printer.Format, width int) 
 		printer.Column{Name: "GEN"},
 		printer.Column{Name: "PLANNED", Fit: true, Min: 8},
 		printer.Column{Name: "OUTCOMES", Fit: true, Min: 10},
+		printer.Column{Name: "VERDICTS", Fit: true, Min: 10},
 		printer.Column{Name: "TIME", Wide: true},
 		printer.Column{Name: "TRACE", Wide: true},
 	)
 	at := now()
 	for _, e := range list {
 		t.Append(e.ID, duration.HumanDuration(at.Sub(e.Time)), strings.TrimSuffix(e.Type, "-change"), e.Object,
-			generation(e), planned(e), tally(e.Outcomes)+stateNote(e), e.Time.UTC().Format(time.RFC3339), orDash(e.TraceID))
+			generation(e), planned(e), tally(e.Outcomes)+stateNote(e), verdictTally(e), e.Time.UTC().Format(time.RFC3339), orDash(e.TraceID))
 	}
 	return t.Write(w, f, width)
 }
@@ -259,6 +269,7 @@ func WriteRollouts(w io.Writer, list []EventSummary, f printer.Format, width int
 		printer.Column{Name: "PROGRESS"},
 		printer.Column{Name: "BATCH"},
 		printer.Column{Name: "OUTCOMES", Fit: true, Min: 10},
+		printer.Column{Name: "VERDICTS", Fit: true, Min: 10},
 		printer.Column{Name: "TYPE", Wide: true},
 		printer.Column{Name: "TRACE", Wide: true},
 	)
@@ -274,7 +285,7 @@ func WriteRollouts(w io.Writer, list []EventSummary, f printer.Format, width int
 		if len(e.Batches) > 0 {
 			batch = fmt.Sprintf("%d/%d", e.Batch+1, len(e.Batches))
 		}
-		t.Append(e.ID, duration.HumanDuration(at.Sub(e.Time)), e.Object, state, progress, batch, tally(e.Outcomes),
+		t.Append(e.ID, duration.HumanDuration(at.Sub(e.Time)), e.Object, state, progress, batch, tally(e.Outcomes), verdictTally(e),
 			strings.TrimSuffix(e.Type, "-change"), orDash(e.TraceID))
 	}
 	return t.Write(w, f, width)
@@ -341,4 +352,23 @@ func withCounts(n int, counts map[events.Result]int) string {
 		return fmt.Sprintf("%d (%s)", n, list)
 	}
 	return strconv.Itoa(n)
+}
+
+// verdictTally renders KubeVirt's verdicts on an event's moved VMs: "7 live,
+// 2 awaited; 1 differs", or "-" when none moved.
+func verdictTally(e EventSummary) string {
+	counts := map[string]int{"awaited": e.Awaited}
+	n := e.Awaited
+	for v, c := range e.Verdicts {
+		counts[string(v)] = c
+		n += c
+	}
+	if n == 0 {
+		return "-"
+	}
+	list := VerdictList(counts)
+	if e.Differ > 0 {
+		list += fmt.Sprintf("; %d differ", e.Differ)
+	}
+	return list
 }
