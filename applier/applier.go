@@ -61,7 +61,8 @@ type Config struct {
 	Rate float64
 	// ObserveTimeout is how long each moved VM is watched for KubeVirt's
 	// reaction (the live change on the VMI, or RestartRequired), recorded as
-	// span events; zero turns observation off.
+	// span events, and the verdict deadline its outcome carries (the
+	// verifier's, beside it); zero turns both off.
 	ObserveTimeout time.Duration
 	Metrics        *telemetry.Metrics
 	// Grace is how long VMs being moved may finish after ctx ends.
@@ -386,6 +387,9 @@ func (a *Applier) complete(out *events.Outcome, plan events.Plan, d consumer.Del
 	sc := span.SpanContext()
 	out.TraceID, out.SpanID = sc.TraceID().String(), sc.SpanID().String()
 	out.FinishedAt = a.cfg.Clock.Now().UTC()
+	if out.Result.Moves() {
+		out.VerdictDeadline = a.cfg.ObserveTimeout
+	}
 	span.SetAttributes(attribute.String("kvlive.result", string(out.Result)), attribute.Bool("kvlive.wrote", out.Wrote),
 		attribute.StringSlice("kvlive.changes", changeStrings(out.Changes)))
 	if out.Reason != "" {

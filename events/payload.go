@@ -241,6 +241,10 @@ type Outcome struct {
 	TraceID    string    `json:"traceId,omitempty"`
 	SpanID     string    `json:"spanId,omitempty"`
 	FinishedAt time.Time `json:"finishedAt"`
+	// VerdictDeadline, on the outcome of a VM that moved, is how long after
+	// FinishedAt KubeVirt's verdict on it is waited for (events.Verdict);
+	// zero when the applier that moved it takes no verdicts.
+	VerdictDeadline time.Duration `json:"verdictDeadline,omitempty"`
 }
 
 // Validate checks an outcome names its event, VM and a known result.

@@ -27,8 +27,12 @@ const (
 	PhasePaused Phase = "paused"
 	// PhaseAborted: an operator aborted it.
 	PhaseAborted Phase = "aborted"
-	// PhaseComplete: every planned VM has an outcome or a dead letter.
+	// PhaseComplete: every planned VM has an outcome or a dead letter (and,
+	// as CountVerdicts tells, every moved VM KubeVirt's verdict).
 	PhaseComplete Phase = "complete"
+	// PhaseVerifying: every planned VM has an outcome or a dead letter, and
+	// KubeVirt's verdict on some moved VM is still awaited (CountVerdicts).
+	PhaseVerifying Phase = "verifying"
 	// PhaseIncomplete: nothing is in flight or held, yet some planned VMs
 	// have neither an outcome nor a dead letter.
 	PhaseIncomplete Phase = "incomplete"

@@ -59,7 +59,8 @@ type VerifierConfig struct {
 	// Recorder, when set, records a Warning Event on a VM whose verdict
 	// differs from kvlive's prediction.
 	Recorder record.EventRecorder
-	// Deadline is how long after its move a VM's verdict is waited for.
+	// Deadline is the verdict deadline of this process's applier; each
+	// outcome carries the one it was moved under, which the verifier keeps.
 	Deadline time.Duration
 	// Workers is how many VMs are judged at once.
 	Workers int
@@ -210,8 +211,8 @@ func (v *Verifier) receive(ctx context.Context, msg jetstream.Msg) {
 		v.deadLetter(ctx, msg, err.Error())
 		return
 	}
-	if !out.Result.Moves() {
-		v.settle(msg, msg.Ack)
+	if !out.Result.Moves() || out.VerdictDeadline <= 0 {
+		v.settle(msg, msg.Ack) // nothing moved, or moved where verdicts are off
 		return
 	}
 	if out.VM.UID == "" {
@@ -237,7 +238,7 @@ func (v *Verifier) receive(ctx context.Context, msg jetstream.Msg) {
 	byEvent[out.EventID] = awaited{out: out, msg: msg}
 	v.mu.Unlock()
 	v.queue.Add(key)
-	v.queue.AddAfter(key, out.FinishedAt.Add(v.cfg.Deadline).Sub(v.cfg.Clock.Now()))
+	v.queue.AddAfter(key, out.FinishedAt.Add(out.VerdictDeadline).Sub(v.cfg.Clock.Now()))
 }
 
 // stored reports whether the VM's verdict for the outcome's event is
@@ -305,7 +306,7 @@ func (v *Verifier) judge(ctx context.Context, key string) error {
 	now := v.cfg.Clock.Now()
 	var errs []error
 	for _, a := range pending {
-		j, final := instancetype.Judge(a.out, vm, vmi, now, v.cfg.Deadline)
+		j, final := instancetype.Judge(a.out, vm, vmi, now, a.out.VerdictDeadline)
 		if !final {
 			continue
 		}
@@ -331,7 +332,7 @@ func (v *Verifier) store(ctx context.Context, a awaited, j instancetype.Judgemen
 	o := a.out
 	verdict := events.Verdict{EventID: o.EventID, VM: o.VM, Predicted: o.Result, Observed: j.Observed, Reason: j.Reason,
 		Condition: j.Condition, Message: j.Message, Batch: o.Batch, MovedAt: o.FinishedAt, ObservedAt: now.UTC(),
-		Deadline: v.cfg.Deadline, TraceID: o.TraceID, SpanID: o.SpanID}
+		Deadline: o.VerdictDeadline, TraceID: o.TraceID, SpanID: o.SpanID}
 	id := events.VerdictID(o.EventID, o.VM.UID)
 	body, err := events.Encode(events.TypeVerdict, id, "kvlive/verifier", o.VM.String(), now, &verdict)
 	if err != nil {
@@ -377,7 +378,8 @@ func (v *Verifier) record(ctx context.Context, verdict events.Verdict, vm *virtv
 
 // CountVerdicts fills in a's verdict counts from the verdicts stored on its
 // event: each moved VM's (the latest outcome moved it) by verdict, those
-// differing from the prediction, and the moved VMs still awaited.
+// differing from the prediction, and the moved VMs still awaited. A
+// complete rollout with verdicts awaited is verifying.
 func CountVerdicts(ctx context.Context, js jetstream.JetStream, a *Account) error {
 	stored, err := storedVerdicts(ctx, js, a.EventID)
 	if err != nil {
@@ -389,6 +391,9 @@ func CountVerdicts(ctx context.Context, js jetstream.JetStream, a *Account) erro
 			continue
 		}
 		v, ok := stored[uid]
+		if !ok && o.VerdictDeadline <= 0 {
+			continue // moved where verdicts are off: none is awaited
+		}
 		switch {
 		case !ok:
 			a.Awaited++
@@ -398,6 +403,9 @@ func CountVerdicts(ctx context.Context, js jetstream.JetStream, a *Account) erro
 				a.Differ++
 			}
 		}
+	}
+	if a.Phase == PhaseComplete && a.Awaited > 0 {
+		a.Phase = PhaseVerifying
 	}
 	return nil
 }

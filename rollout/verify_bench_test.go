@@ -51,7 +51,7 @@ func awaitedBytesPerVM(b *testing.B, n int) float64 {
 	for i := range n {
 		name := fmt.Sprintf("vm-%06d", i)
 		out := events.Outcome{EventID: verifyEvent, VM: events.VMRef{Namespace: "ns", Name: name, UID: "uid-" + name}, Result: events.ResultLive,
-			Revision: name + "-new", Wrote: true, Attempt: 1, FinishedAt: time.Now().UTC(),
+			Revision: name + "-new", Wrote: true, Attempt: 1, FinishedAt: time.Now().UTC(), VerdictDeadline: time.Hour,
 			Changes: []events.Change{{Field: "cpu.sockets", From: "2", To: "4", Class: "live"}, {Field: "memory.guest", From: "4Gi", To: "6Gi", Class: "live"}}}
 		id := events.OutcomeID(verifyEvent, out.VM.UID, 1)
 		body, err := events.Encode(events.TypeOutcome, id, "kvlive/applier", out.VM.String(), out.FinishedAt, &out)

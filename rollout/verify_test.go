@@ -31,10 +31,10 @@ func verifyVM(name string) *virtv1.VirtualMachine {
 
 // moved publishes the outcome of a VM the applier moved (or, with
 // result none, did not need to).
-func moved(t *testing.T, js jetstream.JetStream, name string, result events.Result, attempt int) {
+func moved(t *testing.T, js jetstream.JetStream, name string, result events.Result, attempt int, deadline time.Duration) {
 	t.Helper()
 	out := events.Outcome{EventID: verifyEvent, VM: events.VMRef{Namespace: "ns", Name: name, UID: "uid-" + name}, Result: result,
-		Revision: name + "-new", Wrote: attempt == 1, Attempt: attempt, FinishedAt: time.Now().UTC(),
+		Revision: name + "-new", Wrote: attempt == 1, Attempt: attempt, FinishedAt: time.Now().UTC(), VerdictDeadline: deadline,
 		Changes: []events.Change{{Field: "cpu.sockets", From: "2", To: "4", Class: "live"}}}
 	id := events.OutcomeID(verifyEvent, out.VM.UID, attempt)
 	body, err := events.Encode(events.TypeOutcome, id, "kvlive/applier", out.VM.String(), out.FinishedAt, &out)
@@ -101,17 +101,17 @@ func TestEveryMovedVMGetsOneVerdict(t *testing.T) {
 	cache := testenv.StartCache(t, clients)
 
 	first := startVerifier(t, js, cache, time.Hour)
-	moved(t, js, "stopped", events.ResultNextBoot, 1)
-	moved(t, js, "live", events.ResultLive, 1)
-	moved(t, js, "live", events.ResultLive, 2)
-	moved(t, js, "none", events.ResultNone, 1)
+	moved(t, js, "stopped", events.ResultNextBoot, 1, time.Minute)
+	moved(t, js, "live", events.ResultLive, 1, time.Minute)
+	moved(t, js, "live", events.ResultLive, 2, time.Minute)
+	moved(t, js, "none", events.ResultNone, 1, time.Minute)
 	testenv.Eventually(t, 30*time.Second, "the stopped VM's verdict", func() bool { _, n := verdictOf(t, js, "stopped"); return n == 1 })
 	first() // the live VM has no verdict yet: handed back
 
 	second, third := startVerifier(t, js, cache, deadline), startVerifier(t, js, cache, deadline)
 	defer second()
 	defer third()
-	moved(t, js, "stuck", events.ResultLive, 1)
+	moved(t, js, "stuck", events.ResultLive, 1, deadline)
 	ctx := t.Context()
 	vmi = vmi.DeepCopy()
 	vmi.Spec.Domain.CPU.Sockets, vmi.Status.CurrentCPUTopology = 4, &virtv1.CPUTopology{Sockets: 4}

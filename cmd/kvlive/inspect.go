@@ -264,8 +264,9 @@ func newRolloutsCmd(g *globals) *cobra.Command {
 		use:   "rollouts",
 		short: "List rollouts, newest first, with their state, progress and batch",
 		long: `rollouts lists the most recent events' rollouts, newest first: the state
-(pending, running, paused, aborted, complete, incomplete), how many planned VMs
-have settled, the batch a batched rollout is at, and the outcomes so far.
+(pending, running, paused, aborted, verifying, complete, incomplete), how many
+planned VMs have settled, the batch a batched rollout is at, the outcomes so
+far and KubeVirt's verdicts on the VMs moved.
 kvlive rollout status ID shows one in full.`,
 		noun:  "rollouts",
 		write: inspect.WriteRollouts,

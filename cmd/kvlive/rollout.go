@@ -39,8 +39,10 @@ a rollout that has finished (pause and abort refuse those otherwise).
 
 status derives the rollout's phase from its accounting (every planned VM
 has an outcome, a dead letter, a held plan or a plan in flight): pending,
-running, paused, aborted, complete, or incomplete with how many VMs are
-unaccounted for and since when.`,
+running, paused, aborted, verifying (every VM has an outcome, KubeVirt's
+verdict on some moved VM is still awaited), complete, or incomplete with
+how many VMs are unaccounted for and since when; then KubeVirt's verdicts on
+the VMs moved, and how many differ from kvlive's prediction.`,
 		Example: `  kvlive rollout pause VirtualMachineClusterInstancetype/2f6c…/5 --reason "checking the first VMs"
   kvlive rollout status VirtualMachineClusterInstancetype/2f6c…/5
   kvlive rollout resume VirtualMachineClusterInstancetype/2f6c…/5

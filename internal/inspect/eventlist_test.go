@@ -32,6 +32,9 @@ func seedEvents(f *fixture) (edit, pref, sw string) {
 		{EventID: edit, VM: vm("shop", "db-1"), Result: events.ResultRestart, Attempt: 2},
 		{EventID: "some/older/event", VM: vm("shop", "db-1"), Result: events.ResultLive, Attempt: 1},
 	} {
+		if o.Result.Moves() {
+			o.VerdictDeadline = 2 * time.Minute
+		}
 		f.outcome(o)
 	}
 	return edit, pref, sw

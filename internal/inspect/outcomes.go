@@ -82,12 +82,13 @@ type Row struct {
 }
 
 // Observed is the row's verdict in a word: KubeVirt's verdict, "awaited"
-// for a moved VM without one yet, "-" for a VM that did not move.
+// for a moved VM without one yet, "-" for a VM that did not move or moved
+// where verdicts are off.
 func (r Row) Observed() string {
 	switch {
 	case r.Verdict != nil:
 		return string(r.Verdict.Observed)
-	case r.Result.Moves():
+	case r.Result.Moves() && r.VerdictDeadline > 0:
 		return "awaited"
 	}
 	return "-"
@@ -225,8 +226,8 @@ func WriteOutcomes(w io.Writer, rows []Row, f printer.Format, width int) error {
 	differ := 0
 	for _, row := range rows {
 		counts[row.Result]++
-		if row.Result.Moves() {
-			verdicts[row.Observed()]++
+		if o := row.Observed(); o != "-" {
+			verdicts[o]++
 		}
 		if row.Differs() {
 			differ++

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"kvlive/events"
 	"kvlive/internal/printer"
@@ -38,6 +39,9 @@ func seedOutcomes(f *fixture) {
 		{EventID: switchID, VM: vm("batch", "job-8"), Result: events.ResultFailed, Attempt: 8, Reason: "gave up after 8 attempts", Error: "the server is currently unable to handle the request"},
 	} {
 		o.FinishedAt = t0
+		if o.Result.Moves() {
+			o.VerdictDeadline = 2 * time.Minute
+		}
 		f.outcome(o)
 	}
 	// A body the applier's decoder would reject is not an outcome.

@@ -65,7 +65,8 @@ func TestStatusOfAQueuedEventIsPending(t *testing.T) {
 }
 
 // TestStatusCountsVerdicts: rollout status counts KubeVirt's verdicts on
-// the VMs the rollout moved, the VMs still awaited and the mismatches.
+// the VMs the rollout moved, the VMs still awaited and the mismatches; a
+// rollout whose VMs all have an outcome is verifying while one is awaited.
 func TestStatusCountsVerdicts(t *testing.T) {
 	f := newFixture(t)
 	f.rollout(events.Rollout{EventID: editID, Planned: 3, PlannedAt: t0})
@@ -77,6 +78,9 @@ func TestStatusCountsVerdicts(t *testing.T) {
 	}
 	if a.Verdicts[events.ObservedLive] != 2 || a.Awaited != 1 || a.Differ != 1 {
 		t.Errorf("verdicts %v, awaited %d, differ %d; want 2 live, 1 awaited, 1 differs", a.Verdicts, a.Awaited, a.Differ)
+	}
+	if a.Phase != rollout.PhaseVerifying {
+		t.Errorf("phase %s with a verdict awaited, want verifying", a.Phase)
 	}
 	var out bytes.Buffer
 	if err := WriteStatus(&out, a, printer.FormatTable); err != nil {
