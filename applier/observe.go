@@ -124,7 +124,7 @@ func vmiAttributes(vmi *virtv1.VirtualMachineInstance) []attribute.KeyValue {
 		kv = append(kv, attribute.Int("kvlive.vmi.sockets", int(c.Sockets)))
 	}
 	if m := vmi.Spec.Domain.Memory; m != nil && m.Guest != nil {
-		kv = append(kv, attribute.String("kvlive.vmi.memory", m.Guest.String()))
+		kv = append(kv, attribute.String("kvlive.vmi.memory", instancetype.QuantityString(m.Guest)))
 	}
 	return kv
 }

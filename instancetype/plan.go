@@ -287,7 +287,7 @@ func classifyMemory(in Input, to view) (string, string) {
 		return ClassRestart, why
 	}
 	if atBoot := vmi.Status.Memory.GuestAtBoot; atBoot != nil && to.guest.Cmp(*atBoot) < 0 {
-		return ClassRestart, "memory below what the VM booted with (" + atBoot.String() + ")"
+		return ClassRestart, "memory below what the VM booted with (" + quantity(atBoot) + ")"
 	}
 	return ClassLive, ""
 }
@@ -384,12 +384,19 @@ func diff(a, b view) []events.Change {
 	return out
 }
 
+// quantity renders q without writing to it: Quantity.String caches its
+// text in the value, and the quantities read here are the informer cache's,
+// shared with every reader in the process.
 func quantity(q *resource.Quantity) string {
 	if q == nil {
 		return ""
 	}
-	return q.String()
+	c := q.DeepCopy()
+	return c.String()
 }
+
+// QuantityString renders q without writing to it (see quantity).
+func QuantityString(q *resource.Quantity) string { return quantity(q) }
 
 // u32 renders a count, with zero as unset.
 func u32(n uint32) string {
