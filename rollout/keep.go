@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kvlive/events"
+	"kvlive/internal/bus"
 )
 
 // A Keeper ages kvlive's records out with the replay horizon (--max-age),
@@ -468,7 +469,8 @@ func recordTimes(ctx context.Context, js jetstream.JetStream) (map[string]time.T
 // oldest first, with the event each belongs to: an event's own id, or the
 // event named by an outcome's or dead letter's subject.
 func oldMessages(ctx context.Context, js jetstream.JetStream, stream string, cutoff time.Time) ([]oldMsg, error) {
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{HeadersOnly: true, MaxResetAttempts: 1})
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{HeadersOnly: true, MaxResetAttempts: 1,
+		InactiveThreshold: bus.ReadInactive})
 	if err != nil {
 		return nil, fmt.Errorf("keep: read %s: %w", stream, err)
 	}

@@ -15,6 +15,13 @@ const scanBatch = 1024
 // there before it takes the read for broken and resumes it.
 const scanWait = 5 * time.Second
 
+// ReadInactive is how long the server keeps a read's ordered consumer once
+// nothing pulls from it. nats.go's default is five minutes, and the server
+// allows 1,000 consumers a stream by default: reads made every second (a
+// batched rollout's gate, on every replica) would fill a stream with idle
+// ones and make the next consumer, anyone's, fail.
+const ReadInactive = 10 * time.Second
+
 // Scan calls each for every message of stream that cfg selects and that
 // was stored when the scan began, in stream order: the ordered consumer's
 // count of pending messages at the start bounds the read, so messages
@@ -54,6 +61,9 @@ func (s *scan) pass(ctx context.Context) (progressed bool, err error) {
 	// The scan resumes a broken read itself, within its bound; the
 	// consumer's own endless resets would hide the break.
 	cfg.MaxResetAttempts = 1
+	if cfg.InactiveThreshold == 0 {
+		cfg.InactiveThreshold = ReadInactive
+	}
 	cons, err := s.js.OrderedConsumer(ctx, s.stream, cfg)
 	if err != nil {
 		return false, s.fail(err)

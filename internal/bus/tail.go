@@ -81,6 +81,9 @@ func (t *Tail) open(ctx context.Context) error {
 	if t.last > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartSequencePolicy, t.last+1, nil
 	}
+	if cfg.InactiveThreshold == 0 {
+		cfg.InactiveThreshold = ReadInactive
+	}
 	ctx, cancel := context.WithTimeout(ctx, min(tryTimeout, t.r.bound))
 	defer cancel()
 	cons, err := t.js.OrderedConsumer(ctx, t.stream, cfg)
