@@ -49,7 +49,9 @@ func Judge(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachi
 	switch {
 	case vmi == nil:
 		return Judgement{Observed: events.ObservedNextBoot, Reason: "the VM is not running; its pin moved for the next boot"}, true
-	case !vmi.CreationTimestamp.Before(&since):
+	case vmi.CreationTimestamp.After(o.FinishedAt.Truncate(time.Second)):
+		// Creation times are whole seconds: only a later second than the
+		// move's says the VMI was created after it.
 		return Judgement{Observed: events.ObservedNextBoot, Reason: "the VM booted after the move, on its new pin"}, true
 	}
 	return judgeRunning(o, vm, vmi, since, due)

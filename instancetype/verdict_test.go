@@ -44,6 +44,12 @@ func TestJudge(t *testing.T) {
 	}
 	booted := vmi(4, "2Gi")
 	booted.CreationTimestamp = metav1.NewTime(moved.Add(30 * time.Second))
+	// Created a moment before the move: its creation second is the move's
+	// (or the one before), which says nothing of a boot after it.
+	justBefore := vmi(4, "2Gi")
+	justBefore.CreationTimestamp = metav1.NewTime(moved.Add(-time.Second))
+	sameSecond := vmi(4, "2Gi")
+	sameSecond.CreationTimestamp = metav1.NewTime(moved)
 	migrating := vmi(2, "2Gi")
 	migrating.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m1"}
 	recreated := vm("vm-new")
@@ -75,6 +81,8 @@ func TestJudge(t *testing.T) {
 		{"restart, nothing by the deadline", out(events.ResultRestart, model), vm("vm-new"), vmi(2, "2Gi"), late, events.ObservedNotObserved, true},
 		{"next boot, stopped", out(events.ResultNextBoot, sockets), vm("vm-new"), nil, early, events.ObservedNextBoot, true},
 		{"booted after the move", out(events.ResultNextBoot, sockets), vm("vm-new"), booted, early, events.ObservedNextBoot, true},
+		{"a VMI created the second before the move did not boot after it", out(events.ResultLive, sockets), vm("vm-new"), justBefore, early, events.ObservedLive, true},
+		{"a VMI created in the move's second did not boot after it", out(events.ResultLive, sockets), vm("vm-new"), sameSecond, early, events.ObservedLive, true},
 		{"deleted", out(events.ResultLive, sockets), nil, nil, early, events.ObservedNotObserved, true},
 		{"re-created", out(events.ResultLive, sockets), recreated, nil, early, events.ObservedNotObserved, true},
 		{"the move never showed by the deadline", out(events.ResultLive, sockets), vm("vm-old"), vmi(2, "2Gi"), late, events.ObservedNotObserved, true},
