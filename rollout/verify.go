@@ -82,6 +82,8 @@ type Verifier struct {
 	mu   sync.Mutex
 	byVM map[string]map[string]awaited
 	regs []cache.ResourceEventHandlerRegistration
+	// outcomes is the stream verdicts are stored in, looked up once by Run.
+	outcomes jetstream.Stream
 }
 
 // NewVerifier builds a Verifier and registers its informer handlers;
@@ -150,6 +152,10 @@ func (v *Verifier) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	defer v.queue.ShutDown()
 	defer v.removeHandlers()
+	var err error
+	if v.outcomes, err = v.cfg.JetStream.Stream(ctx, events.StreamOutcomes); err != nil {
+		return fmt.Errorf("rollout: verifier: stream %s: %w", events.StreamOutcomes, err)
+	}
 	cons, err := v.cfg.JetStream.Consumer(ctx, events.StreamOutcomes, events.ConsumerVerifier)
 	if err != nil {
 		return fmt.Errorf("rollout: verifier consumer: %w", err)
@@ -244,11 +250,7 @@ func (v *Verifier) receive(ctx context.Context, msg jetstream.Msg) {
 // stored reports whether the VM's verdict for the outcome's event is
 // stored already; an error reading it says no (the publish settles it).
 func (v *Verifier) stored(ctx context.Context, out events.Outcome) bool {
-	s, err := v.cfg.JetStream.Stream(ctx, events.StreamOutcomes)
-	if err != nil {
-		return false
-	}
-	_, err = s.GetLastMsgForSubject(ctx, events.VerdictSubject(out.VM.Namespace, out.VM.UID, out.EventID))
+	_, err := v.outcomes.GetLastMsgForSubject(ctx, events.VerdictSubject(out.VM.Namespace, out.VM.UID, out.EventID))
 	return err == nil
 }
 
