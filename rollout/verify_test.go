@@ -141,9 +141,13 @@ func TestEveryMovedVMGetsOneVerdict(t *testing.T) {
 }
 
 // TestAVerdictIsStoredOnce: verifiers racing to store one VM's verdict
-// store one; the others take the stored one as theirs.
+// store one, and so does a verifier storing it again once the stream's
+// duplicate window (which alone would let a second one in) has passed, as
+// a redelivery after a long pause does; the others take the stored one as
+// theirs.
 func TestAVerdictIsStoredOnce(t *testing.T) {
-	js := testenv.JetStream(t)
+	const window = 200 * time.Millisecond
+	js := testenv.JetStream(t, func(o *events.StreamOptions) { o.DuplicateWindow = window })
 	clients := testenv.FakeClients([]runtime.Object{}, verifyVM("a"))
 	cache := testenv.StartCache(t, clients)
 	var vs []*Verifier
@@ -152,26 +156,38 @@ func TestAVerdictIsStoredOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if v.outcomes, err = js.Stream(t.Context(), events.StreamOutcomes); err != nil {
+			t.Fatal(err)
+		}
 		vs = append(vs, v)
 		t.Cleanup(func() { v.queue.ShutDown(); v.removeHandlers() })
 	}
 	out := events.Outcome{EventID: verifyEvent, VM: events.VMRef{Namespace: "ns", Name: "a", UID: "uid-a"}, Result: events.ResultNextBoot,
 		Revision: "a-new", FinishedAt: time.Now()}
-	var wg sync.WaitGroup
-	errs := make([]error, len(vs))
-	for i, v := range vs {
-		wg.Go(func() {
-			errs[i] = v.store(t.Context(), awaited{out: out}, judgement(out), verifyVM("a"), time.Now())
-		})
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("verifier %d: %v", i, err)
+	store := func(vs ...*Verifier) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make([]error, len(vs))
+		for i, v := range vs {
+			wg.Go(func() {
+				errs[i] = v.store(t.Context(), awaited{out: out}, judgement(out), verifyVM("a"), time.Now())
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("verifier %d: %v", i, err)
+			}
 		}
 	}
+	store(vs[:3]...)
+	time.Sleep(2 * window) // past the duplicate window; nothing is measured against it
+	store(vs[3])
 	if _, n := verdictOf(t, js, "a"); n != 1 {
 		t.Errorf("%d verdicts stored, want 1", n)
+	}
+	if !vs[3].stored(t.Context(), out) {
+		t.Error("the verifier does not see the stored verdict")
 	}
 }
 
