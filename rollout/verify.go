@@ -273,6 +273,7 @@ func (v *Verifier) deadLetter(ctx context.Context, msg jetstream.Msg, reason str
 // from being stored twice.
 func (v *Verifier) settle(msg jetstream.Msg, do func() error) {
 	if err := do(); err != nil {
+		v.cfg.Metrics.Settled(events.ConsumerVerifier, consumer.OutcomeFailed)
 		v.cfg.Log.Warn("verifier: settling an outcome failed; it comes again after the ack wait", "subject", msg.Subject(), "err", err)
 	}
 }
@@ -285,6 +286,7 @@ func (v *Verifier) judgeNext(ctx context.Context) bool {
 	defer v.queue.Done(key)
 	if err := v.judge(ctx, key); err != nil {
 		if ctx.Err() == nil {
+			v.cfg.Metrics.VerdictStoreFailed()
 			v.cfg.Log.Warn("verifier: storing a verdict failed; it is tried again", "vm", key, "err", err)
 			v.queue.AddRateLimited(key)
 		}

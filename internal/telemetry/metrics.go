@@ -38,6 +38,7 @@ type Metrics struct {
 	keptPastHorizon prometheus.Gauge
 	sweepsFailed    prometheus.Counter
 	verdicts        *prometheus.CounterVec
+	verdictFailed   prometheus.Counter
 }
 
 // New registers kvlive's metrics, and the Go and process collectors, in a
@@ -101,11 +102,14 @@ func New() *Metrics {
 		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvlive_verdicts_total", Help: "KubeVirt's verdicts on the VMs kvlive moved, stored, by what kvlive predicted and what KubeVirt did; predicted != observed is a mismatch.",
 		}, []string{"predicted", "observed"}),
+		verdictFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvlive_verdict_store_failures_total", Help: "Verdicts the verifier judged but could not store; each is tried again, and an outcome still unacked when its ack wait ends goes to another replica.",
+		}),
 		keptPastHorizon: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvlive_rollouts_kept_past_horizon", Help: "Rollouts older than the replay horizon whose records are kept because they have not settled (paused, waiting for a promote, plans in flight), as the last sweep found.",
 		}),
 	}
-	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.observed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.sweepsFailed, m.verdicts,
+	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.observed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.sweepsFailed, m.verdicts, m.verdictFailed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -166,6 +170,13 @@ func (m *Metrics) Observed(what string) {
 func (m *Metrics) Verdict(predicted events.Result, observed events.Observed) {
 	if m != nil {
 		m.verdicts.WithLabelValues(string(predicted), string(observed)).Inc()
+	}
+}
+
+// VerdictStoreFailed counts a verdict that could not be stored.
+func (m *Metrics) VerdictStoreFailed() {
+	if m != nil {
+		m.verdictFailed.Inc()
 	}
 }
 
