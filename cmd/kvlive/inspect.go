@@ -269,7 +269,7 @@ planned VMs have settled, the batch a batched rollout is at, the outcomes so
 far and KubeVirt's verdicts on the VMs moved.
 kvlive rollout status ID shows one in full.`,
 		noun:  "rollouts",
-		write: inspect.WriteRollouts,
+		write: inspect.Listing.WriteRollouts,
 	})
 }
 
@@ -284,7 +284,7 @@ result, and how many outcomes per result have been recorded so far.`,
 		example: `  kvlive events
   kvlive events --limit 5 -o json`,
 		noun:  "events",
-		write: inspect.WriteEvents,
+		write: inspect.Listing.WriteEvents,
 	})
 }
 
@@ -292,7 +292,7 @@ result, and how many outcomes per result have been recorded so far.`,
 // described and how it prints them.
 type eventList struct {
 	use, short, long, example, noun string
-	write                           func(io.Writer, []inspect.EventSummary, printer.Format, int) error
+	write                           func(inspect.Listing, io.Writer, []inspect.EventSummary) error
 }
 
 // eventListOptions are the flags of a command that lists the newest events.
@@ -333,7 +333,7 @@ func (o *eventListOptions) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		return o.list.write(o.out, list, o.output, printer.Width(o.out))
+		return o.list.write(inspect.Listing{Format: o.output, Width: printer.Width(o.out), Now: time.Now()}, o.out, list)
 	})
 }
 

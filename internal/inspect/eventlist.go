@@ -218,9 +218,18 @@ func summarize(body []byte) (EventSummary, bool) {
 	return e, true
 }
 
-// WriteEvents writes list as a table (f table or wide, cut to width when
-// it is not zero) or as data (json, yaml).
-func WriteEvents(w io.Writer, list []EventSummary, f printer.Format, width int) error {
+// Listing is how a list of events is written: as a table (Format table or
+// wide, cut to Width when it is not zero) with ages measured at Now, or as
+// data (json, yaml).
+type Listing struct {
+	Format printer.Format
+	Width  int
+	Now    time.Time
+}
+
+// WriteEvents writes list, newest last.
+func (l Listing) WriteEvents(w io.Writer, list []EventSummary) error {
+	f, width := l.Format, l.Width
 	if !f.Human() {
 		return printer.WriteData(w, f, printer.NonNil(list))
 	}
@@ -240,7 +249,7 @@ func WriteEvents(w io.Writer, list []EventSummary, f printer.Format, width int) 
 		printer.Column{Name: "TIME", Wide: true},
 		printer.Column{Name: "TRACE", Wide: true},
 	)
-	at := now()
+	at := l.Now
 	for _, e := range list {
 		t.Append(e.ID, duration.HumanDuration(at.Sub(e.Time)), strings.TrimSuffix(e.Type, "-change"), e.Object,
 			generation(e), planned(e), tally(e.Outcomes)+stateNote(e), verdictTally(e), e.Time.UTC().Format(time.RFC3339), orDash(e.TraceID))
@@ -249,9 +258,9 @@ func WriteEvents(w io.Writer, list []EventSummary, f printer.Format, width int) 
 }
 
 // WriteRollouts writes list newest first, as rollouts: state, progress and
-// batch, as a table (f table or wide, cut to width when it is not zero) or
-// as data (json, yaml).
-func WriteRollouts(w io.Writer, list []EventSummary, f printer.Format, width int) error {
+// batch.
+func (l Listing) WriteRollouts(w io.Writer, list []EventSummary) error {
+	f, width := l.Format, l.Width
 	newest := slices.Clone(list)
 	slices.Reverse(newest)
 	if !f.Human() {
@@ -273,7 +282,7 @@ func WriteRollouts(w io.Writer, list []EventSummary, f printer.Format, width int
 		printer.Column{Name: "TYPE", Wide: true},
 		printer.Column{Name: "TRACE", Wide: true},
 	)
-	at := now()
+	at := l.Now
 	for _, e := range newest {
 		state, progress, batch := string(e.State), "-", "-"
 		if state == "" {
@@ -290,9 +299,6 @@ func WriteRollouts(w io.Writer, list []EventSummary, f printer.Format, width int
 	}
 	return t.Write(w, f, width)
 }
-
-// now is the clock ages are measured on; tests set it.
-var now = time.Now
 
 // stateNote tells the rollout's phase in the outcomes column.
 func stateNote(e EventSummary) string {

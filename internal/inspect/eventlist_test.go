@@ -91,34 +91,33 @@ func TestEventsOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func(clock func() time.Time) { now = clock }(now)
-	now = func() time.Time { return list[len(list)-1].Time.Add(90 * time.Minute) }
+	at := list[len(list)-1].Time.Add(90 * time.Minute)
 	var buf bytes.Buffer
-	if err := WriteEvents(&buf, list, printer.FormatTable, 0); err != nil {
+	if err := (Listing{Format: printer.FormatTable, Now: at}).WriteEvents(&buf, list); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "events.table.golden", buf.Bytes())
 
 	buf.Reset()
-	if err := WriteEvents(&buf, list, printer.FormatTable, 80); err != nil {
+	if err := (Listing{Format: printer.FormatTable, Width: 80, Now: at}).WriteEvents(&buf, list); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "events.table80.golden", buf.Bytes())
 
 	buf.Reset()
-	if err := WriteEvents(&buf, list, printer.FormatWide, 80); err != nil {
+	if err := (Listing{Format: printer.FormatWide, Width: 80, Now: at}).WriteEvents(&buf, list); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "events.wide.golden", buf.Bytes())
 
 	buf.Reset()
-	if err := WriteRollouts(&buf, list, printer.FormatTable, 0); err != nil {
+	if err := (Listing{Format: printer.FormatTable, Now: at}).WriteRollouts(&buf, list); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "rollouts.table.golden", buf.Bytes())
 
 	buf.Reset()
-	if err := WriteEvents(&buf, list, printer.FormatJSON, 0); err != nil {
+	if err := (Listing{Format: printer.FormatJSON}).WriteEvents(&buf, list); err != nil {
 		t.Fatal(err)
 	}
 	var decoded []EventSummary
@@ -137,7 +136,7 @@ func TestEventsEmpty(t *testing.T) {
 		t.Fatalf("%v, %v", list, err)
 	}
 	var buf bytes.Buffer
-	if err := WriteEvents(&buf, list, printer.FormatJSON, 0); err != nil || strings.TrimSpace(buf.String()) != "[]" {
+	if err := (Listing{Format: printer.FormatJSON}).WriteEvents(&buf, list); err != nil || strings.TrimSpace(buf.String()) != "[]" {
 		t.Errorf("json %q, %v", buf.String(), err)
 	}
 }
@@ -168,7 +167,7 @@ func TestAnEventThePlannerRefusedIsShownAsSuch(t *testing.T) {
 		t.Fatalf("events: %+v", list)
 	}
 	var out bytes.Buffer
-	if err := WriteEvents(&out, list, printer.FormatWide, 200); err != nil {
+	if err := (Listing{Format: printer.FormatWide, Width: 200, Now: time.Now()}).WriteEvents(&out, list); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "dead-lettered") || strings.Contains(out.String(), "not yet") {
