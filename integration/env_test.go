@@ -224,7 +224,8 @@ func (e *env) startStandin() {
 		e.t.Fatal(err)
 	}
 	c := standin.New(standin.Config{
-		Cache: fleet, Workers: 16,
+		Kube: fleet.Clients.Kube, Virt: fleet.Clients.Virt,
+		VMs: fleet.VMInformer(), VMIs: fleet.VMIInformer(), KubeVirts: fleet.KubeVirtInformer(), Workers: 16,
 		Log: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	e.standin = c

@@ -113,6 +113,9 @@ func (c *Cache) VMInformer() cache.SharedIndexInformer { return c.vms }
 // VMIInformer exposes the VMI informer so stages can add handlers.
 func (c *Cache) VMIInformer() cache.SharedIndexInformer { return c.vmis }
 
+// KubeVirtInformer exposes the KubeVirt CR informer.
+func (c *Cache) KubeVirtInformer() cache.SharedIndexInformer { return c.kubevirts }
+
 // ObjectInformers exposes the four instancetype/preference informers, keyed
 // by kind, for the watcher's handlers.
 func (c *Cache) ObjectInformers() ObjectInformers { return c.objects }

@@ -215,7 +215,7 @@ func otherConditions(vm *virtv1.VirtualMachine) []virtv1.VirtualMachineCondition
 
 func (c *Controller) writeConditions(ctx context.Context, vm *virtv1.VirtualMachine, conds []virtv1.VirtualMachineCondition) error {
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": conds}})
-	if _, err := c.cfg.Cache.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+	if _, err := c.cfg.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		return fmt.Errorf("standin: RestartRequired on %s/%s: %w", vm.Namespace, vm.Name, err)
 	}
 	return nil
@@ -229,7 +229,7 @@ func (c *Controller) patchVMI(ctx context.Context, vmi *virtv1.VirtualMachineIns
 		main["status"] = status
 	}
 	patch, _ := json.Marshal(main)
-	if _, err := c.cfg.Cache.Clients.Virt.KubevirtV1().VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := c.cfg.Virt.KubevirtV1().VirtualMachineInstances(vmi.Namespace).Patch(ctx, vmi.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("standin: VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	return nil

@@ -60,7 +60,7 @@ func (c *Controller) ensurePins(ctx context.Context, vm *virtv1.VirtualMachine) 
 		return false, nil
 	}
 	patch, _ := json.Marshal(map[string]any{"status": status})
-	_, err := c.cfg.Cache.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	_, err := c.cfg.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return false, fmt.Errorf("standin: pin %s/%s: %w", vm.Namespace, vm.Name, err)
 	}
@@ -77,7 +77,7 @@ func (c *Controller) snapshot(ctx context.Context, vm *virtv1.VirtualMachine, m 
 	if err != nil {
 		return "", err
 	}
-	_, err = c.cfg.Cache.Clients.Kube.AppsV1().ControllerRevisions(vm.Namespace).Create(ctx, rev, metav1.CreateOptions{})
+	_, err = c.cfg.Kube.AppsV1().ControllerRevisions(vm.Namespace).Create(ctx, rev, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", fmt.Errorf("standin: snapshot for %s/%s: %w", vm.Namespace, vm.Name, err)
 	}
@@ -85,7 +85,7 @@ func (c *Controller) snapshot(ctx context.Context, vm *virtv1.VirtualMachine, m 
 }
 
 func (c *Controller) getObject(ctx context.Context, namespace string, m matcher) (runtime.Object, error) {
-	it := c.cfg.Cache.Clients.Virt.InstancetypeV1beta1()
+	it := c.cfg.Virt.InstancetypeV1beta1()
 	kind := strings.ToLower(m.kind)
 	get := metav1.GetOptions{}
 	switch {
@@ -126,7 +126,7 @@ func (c *Controller) loadSpecs(ctx context.Context, namespace, pins string) (it,
 		if name == "" {
 			return nil, nil
 		}
-		cr, err := c.cfg.Cache.Clients.Kube.AppsV1().ControllerRevisions(namespace).Get(ctx, name, metav1.GetOptions{})
+		cr, err := c.cfg.Kube.AppsV1().ControllerRevisions(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("standin: revision %s/%s: %w", namespace, name, err)
 		}

@@ -12,15 +12,19 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	virtv1 "kubevirt.io/api/core/v1"
 
-	"kvlive/internal/kube"
+	"k8s.io/client-go/kubernetes"
+	"kubevirt.io/client-go/kubevirt"
 )
 
 // Config configures the stand-in controller.
 type Config struct {
-	// Cache is the process's informer cache; the stand-in reads VMs, VMIs
-	// and the KubeVirt CR from it and writes through its clients.
-	Cache *kube.Cache
-	Log   *slog.Logger
+	// Kube and Virt are the clients the stand-in writes through.
+	Kube kubernetes.Interface
+	Virt kubevirt.Interface
+	// VMs, VMIs and KubeVirts are informers (of the process's shared
+	// cache) the stand-in reads VMs, VMIs and the KubeVirt CR from.
+	VMs, VMIs, KubeVirts cache.SharedIndexInformer
+	Log                  *slog.Logger
 	// Workers is how many VMs are reconciled at once.
 	Workers int
 }
@@ -30,7 +34,6 @@ type Controller struct {
 	cfg   Config
 	vms   cache.SharedIndexInformer
 	vmis  cache.SharedIndexInformer
-	cache *kube.Cache
 	queue workqueue.TypedRateLimitingInterface[string]
 	// busy counts the VMs being reconciled; last is when the latest
 	// reconcile ended (Unix nanoseconds).
@@ -45,10 +48,9 @@ func New(cfg Config) *Controller {
 	}
 	cfg.Workers = max(cfg.Workers, 1)
 	c := &Controller{
-		cfg:   cfg,
-		vms:   cfg.Cache.VMInformer(),
-		vmis:  cfg.Cache.VMIInformer(),
-		cache: cfg.Cache,
+		cfg:  cfg,
+		vms:  cfg.VMs,
+		vmis: cfg.VMIs,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](20*time.Millisecond, 5*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kvlive-standin"}),
@@ -139,7 +141,10 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 
 // stageRollout reports whether the KubeVirt CR asks for the Stage strategy.
 func (c *Controller) stageRollout() bool {
-	kv := c.cache.KubeVirt()
+	var kv *virtv1.KubeVirt
+	for _, o := range c.cfg.KubeVirts.GetStore().List() {
+		kv = o.(*virtv1.KubeVirt)
+	}
 	if kv == nil {
 		return false
 	}

@@ -167,7 +167,7 @@ func (r *Running) abandon(runs []func() error) error {
 // returns their Run functions, which Start calls once the cache has synced.
 func addStages(ctx context.Context, cfg Config, fleet *kube.Cache, current *atomic.Pointer[watcher.Watcher]) (runs []func() error, _ error) {
 	if cfg.StandIn {
-		s := standin.New(standin.Config{Cache: fleet, Log: cfg.Log, Workers: 4})
+		s := standin.New(standin.Config{Kube: fleet.Clients.Kube, Virt: fleet.Clients.Virt, VMs: fleet.VMInformer(), VMIs: fleet.VMIInformer(), KubeVirts: fleet.KubeVirtInformer(), Log: cfg.Log, Workers: 4})
 		runs = append(runs, func() error { return s.Run(ctx) })
 	}
 	if slices.Contains(cfg.Stages, StageWatcher) {
