@@ -159,10 +159,11 @@ func TestLayerViolation(t *testing.T) {
 	}
 }
 
-// TestStagesLinkNoFakes: the stages talk to a real API server only; no
-// fake clientset (nor kvlive's in-memory cluster) is linked into them.
+// TestStagesLinkNoFakes: the stages and rollout control talk to a real API
+// server only, and offline planning reads a file into the cache's indexers;
+// no fake clientset (nor kvlive's in-memory cluster) is linked into them.
 func TestStagesLinkNoFakes(t *testing.T) {
-	args := []string{"list", "-deps"}
+	args := []string{"list", "-deps", "./rollout", "./planner/offline"}
 	for _, s := range stages {
 		args = append(args, "./"+s)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"kvlive/events"
 	"kvlive/internal/kube"
 	"kvlive/internal/printer"
 	"kvlive/planner/offline"
@@ -85,44 +86,50 @@ func (o *planOptions) Validate() error {
 
 // Run plans the VMs the flags select and prints the report.
 func (o *planOptions) Run(ctx context.Context) error {
-	clients, namespace, err := o.clients(ctx)
-	if err != nil {
-		return err
-	}
-	req, err := o.fleet.request(o.object, namespace)
-	if err != nil {
-		return err
-	}
-	plans, err := planCluster(ctx, clients, req)
-	if err != nil {
-		return err
+	var plans []events.Plan
+	if o.offline {
+		// All of the file, unless -n names a namespace.
+		req, err := o.fleet.request(o.object, o.fleet.kube.explicitNamespace())
+		if err != nil {
+			return err
+		}
+		if plans, err = o.planFile(ctx, req); err != nil {
+			return err
+		}
+	} else {
+		cfg, namespace, err := o.fleet.kube.load()
+		if err != nil {
+			return err
+		}
+		clients, err := kube.NewClients(cfg)
+		if err != nil {
+			return err
+		}
+		req, err := o.fleet.request(o.object, namespace)
+		if err != nil {
+			return err
+		}
+		if plans, err = planCluster(ctx, clients, req); err != nil {
+			return err
+		}
 	}
 	return offline.NewReport(plans).Print(o.out, o.output, printer.Width(o.out))
 }
 
-// clients reads the cluster (or the offline file) and resolves the
-// namespace the user means: kubectl's rules online, all of the file offline.
-func (o *planOptions) clients(ctx context.Context) (kube.Clients, string, error) {
-	if o.offline {
-		in := o.in
-		if o.file != "-" {
-			file, err := os.Open(o.file)
-			if err != nil {
-				return kube.Clients{}, "", err
-			}
-			defer func() { _ = file.Close() }()
-			in = file
-		}
-		clients, err := offline.Load(ctx, in)
+// planFile plans req over the objects of the offline file (- for stdin).
+func (o *planOptions) planFile(ctx context.Context, req offline.Request) ([]events.Plan, error) {
+	in := o.in
+	if o.file != "-" {
+		file, err := os.Open(o.file)
 		if err != nil {
-			return kube.Clients{}, "", fmt.Errorf("%s: %w", o.file, err)
+			return nil, err
 		}
-		return clients, o.fleet.kube.explicitNamespace(), nil
+		defer func() { _ = file.Close() }()
+		in = file
 	}
-	cfg, namespace, err := o.fleet.kube.load()
+	fleet, err := offline.Load(ctx, in)
 	if err != nil {
-		return kube.Clients{}, "", err
+		return nil, fmt.Errorf("%s: %w", o.file, err)
 	}
-	clients, err := kube.NewClients(cfg)
-	return clients, namespace, err
+	return offline.Plan(fleet, req)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -37,6 +38,9 @@ type Cache struct {
 	revisions cache.SharedIndexInformer
 	objects   ObjectInformers
 	started   startedSpecs
+	// readRevision reads a ControllerRevision: from the API server, or
+	// from the objects a CacheOf was given.
+	readRevision func(ctx context.Context, namespace, name string) (*appsv1.ControllerRevision, error)
 	// life is the context Start was given: the cache's reads of the API
 	// server (start revisions) end with it.
 	life atomic.Pointer[context.Context]
@@ -57,6 +61,9 @@ func NewCache(c Clients, namespace string) (*Cache, error) {
 	}
 	if err := ca.vms.AddIndexers(cache.Indexers{RefIndex: indexRefs}); err != nil {
 		return nil, fmt.Errorf("kube: VM index: %w", err)
+	}
+	ca.readRevision = func(ctx context.Context, namespace, name string) (*appsv1.ControllerRevision, error) {
+		return c.Kube.AppsV1().ControllerRevisions(namespace).Get(ctx, name, metav1.GetOptions{})
 	}
 	return ca, nil
 }

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -44,7 +43,7 @@ func (c *Cache) StartedSpec(vmi *virtv1.VirtualMachineInstance) (*virtv1.Virtual
 	}
 	ctx, cancel := context.WithTimeout(c.lifeContext(), startedTimeout)
 	defer cancel()
-	cr, err := c.Clients.Kube.AppsV1().ControllerRevisions(vmi.Namespace).Get(ctx, name, metav1.GetOptions{})
+	cr, err := c.readRevision(ctx, vmi.Namespace, name)
 	if err != nil {
 		return nil, fmt.Errorf("start revision %s: %w", key, err)
 	}

@@ -19,31 +19,30 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"kvlive/internal/kube"
-	"kvlive/internal/kube/inmemory"
 )
 
 // newObject maps the apiVersion/kind pairs an offline file may hold to
 // their Go types.
-func newObject(tm metav1.TypeMeta) (runtime.Object, bool, error) {
+func newObject(tm metav1.TypeMeta) (runtime.Object, error) {
 	switch tm.APIVersion + "/" + tm.Kind {
 	case "kubevirt.io/v1/VirtualMachine":
-		return &virtv1.VirtualMachine{}, true, nil
+		return &virtv1.VirtualMachine{}, nil
 	case "kubevirt.io/v1/VirtualMachineInstance":
-		return &virtv1.VirtualMachineInstance{}, true, nil
+		return &virtv1.VirtualMachineInstance{}, nil
 	case "kubevirt.io/v1/KubeVirt":
-		return &virtv1.KubeVirt{}, true, nil
+		return &virtv1.KubeVirt{}, nil
 	case "instancetype.kubevirt.io/v1beta1/VirtualMachineInstancetype":
-		return &v1beta1.VirtualMachineInstancetype{}, true, nil
+		return &v1beta1.VirtualMachineInstancetype{}, nil
 	case "instancetype.kubevirt.io/v1beta1/VirtualMachineClusterInstancetype":
-		return &v1beta1.VirtualMachineClusterInstancetype{}, true, nil
+		return &v1beta1.VirtualMachineClusterInstancetype{}, nil
 	case "instancetype.kubevirt.io/v1beta1/VirtualMachinePreference":
-		return &v1beta1.VirtualMachinePreference{}, true, nil
+		return &v1beta1.VirtualMachinePreference{}, nil
 	case "instancetype.kubevirt.io/v1beta1/VirtualMachineClusterPreference":
-		return &v1beta1.VirtualMachineClusterPreference{}, true, nil
+		return &v1beta1.VirtualMachineClusterPreference{}, nil
 	case "apps/v1/ControllerRevision":
-		return &appsv1.ControllerRevision{}, false, nil
+		return &appsv1.ControllerRevision{}, nil
 	}
-	return nil, false, fmt.Errorf("unsupported object %s %s: an offline file holds VMs, VMIs, instance types, preferences, ControllerRevisions and the KubeVirt CR", tm.APIVersion, tm.Kind)
+	return nil, fmt.Errorf("unsupported object %s %s: an offline file holds VMs, VMIs, instance types, preferences, ControllerRevisions and the KubeVirt CR", tm.APIVersion, tm.Kind)
 }
 
 // MaxInput bounds an offline file: more is refused with an error rather
@@ -75,13 +74,13 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Load reads a multi-document YAML (or JSON) file of cluster objects into
-// fake clientsets, and checks it as the API server would: a misspelt field,
+// Load reads a multi-document YAML (or JSON) file of cluster objects into a
+// cache planning reads (no client, nothing listed or watched), and checks it as the API server would: a misspelt field,
 // a document without kind and apiVersion, an invalid name, the same object
 // twice, an instance type without vCPUs or memory are errors naming the
 // document. It reads at most MaxInput bytes and stops when ctx ends.
-func Load(ctx context.Context, r io.Reader) (kube.Clients, error) {
-	var kubeObjs, virtObjs []runtime.Object
+func Load(ctx context.Context, r io.Reader) (*kube.Cache, error) {
+	var objs []runtime.Object
 	seen := map[string]int{}
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(&boundedReader{ctx: ctx, r: r}))
 	for doc := 1; ; doc++ {
@@ -90,41 +89,37 @@ func Load(ctx context.Context, r io.Reader) (kube.Clients, error) {
 			break
 		}
 		if err != nil {
-			return kube.Clients{}, fmt.Errorf("document %d: %w", doc, err)
+			return nil, fmt.Errorf("document %d: %w", doc, err)
 		}
 		var tm metav1.TypeMeta
 		if err := yaml.Unmarshal(raw, &tm); err != nil {
-			return kube.Clients{}, fmt.Errorf("document %d: %w", doc, err)
+			return nil, fmt.Errorf("document %d: %w", doc, err)
 		}
 		if tm.Kind == "" && tm.APIVersion == "" {
 			if empty(raw) {
 				continue // an empty document, e.g. after a trailing ---
 			}
-			return kube.Clients{}, fmt.Errorf("document %d: kind and apiVersion are required", doc)
+			return nil, fmt.Errorf("document %d: kind and apiVersion are required", doc)
 		}
-		obj, virt, err := newObject(tm)
+		obj, err := newObject(tm)
 		if err != nil {
-			return kube.Clients{}, fmt.Errorf("document %d: %w", doc, err)
+			return nil, fmt.Errorf("document %d: %w", doc, err)
 		}
 		if err := decodeStrict(raw, obj); err != nil {
-			return kube.Clients{}, fmt.Errorf("document %d (%s): %w", doc, tm.Kind, err)
+			return nil, fmt.Errorf("document %d (%s): %w", doc, tm.Kind, err)
 		}
 		m := obj.(metav1.Object)
 		key := tm.Kind + "/" + m.GetNamespace() + "/" + m.GetName()
 		if first, dup := seen[key]; dup {
-			return kube.Clients{}, fmt.Errorf("document %d (%s %s): the same object as document %d", doc, tm.Kind, m.GetName(), first)
+			return nil, fmt.Errorf("document %d (%s %s): the same object as document %d", doc, tm.Kind, m.GetName(), first)
 		}
 		seen[key] = doc
 		if err := validate(obj); err != nil {
-			return kube.Clients{}, fmt.Errorf("document %d (%s %s): %w", doc, tm.Kind, m.GetName(), err)
+			return nil, fmt.Errorf("document %d (%s %s): %w", doc, tm.Kind, m.GetName(), err)
 		}
-		if virt {
-			virtObjs = append(virtObjs, obj)
-		} else {
-			kubeObjs = append(kubeObjs, obj)
-		}
+		objs = append(objs, obj)
 	}
-	return inmemory.New(kubeObjs, virtObjs...), nil
+	return kube.CacheOf(objs...)
 }
 
 // empty reports whether a document holds only whitespace and comments.

@@ -13,7 +13,6 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/printer"
-	"kvlive/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -43,11 +42,11 @@ func tryPlanFile(t *testing.T, file string, req Request) ([]events.Plan, error) 
 		t.Fatal(err)
 	}
 	defer func() { _ = in.Close() }()
-	clients, err := Load(t.Context(), in)
+	fleet, err := Load(t.Context(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Plan(testenv.StartCache(t, clients), req)
+	return Plan(fleet, req)
 }
 
 // TestWorkedExamples checks the results the design's worked examples

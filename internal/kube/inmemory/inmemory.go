@@ -1,6 +1,6 @@
 // Package inmemory runs kvlive's clients over an in-memory cluster (the
-// client-go and KubeVirt fake clientsets): what kvlive demo and offline
-// planning run on, and what unit tests use. It lives apart from package
+// client-go and KubeVirt fake clientsets): what kvlive demo runs on, and
+// what unit tests use. It lives apart from package
 // kube so that the stages, which only ever talk to a real API server, do not
 // link the fake clientsets.
 package inmemory
@@ -21,8 +21,8 @@ import (
 var deepWatchBuffers sync.Once
 
 // New returns clients over an in-memory cluster (the client-go and
-// KubeVirt fake clientsets) holding kubeObjs and virtObjs: what the demo and
-// offline planning run on, and what unit tests use.
+// KubeVirt fake clientsets) holding kubeObjs and virtObjs: what the demo
+// runs on, and what unit tests use.
 func New(kubeObjs []runtime.Object, virtObjs ...runtime.Object) kube.Clients {
 	// The fake clientsets' watchers panic once 100 events are unread
 	// (apimachinery's watch.DefaultChanSize). A rollout writes faster than
