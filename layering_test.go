@@ -1,6 +1,7 @@
 package kvlive
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -179,5 +180,129 @@ func TestStagesLinkNoFakes(t *testing.T) {
 		if strings.HasSuffix(dep, "/fake") || strings.Contains(dep, "/fake/") || dep == module+"/internal/kube/inmemory" {
 			t.Errorf("a stage links %s", dep)
 		}
+	}
+}
+
+// TestNoDependencyGlobalWritten: no package's non-test code assigns to a
+// variable of a package it imports (apimachinery's watch.DefaultChanSize,
+// say): such a write changes the dependency for every other user in the
+// process, and tests that link it see a different library.
+func TestNoDependencyGlobalWritten(t *testing.T) {
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != "." && (strings.HasPrefix(name, ".") || name == "tools" || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		for _, w := range dependencyWrites(f) {
+			t.Errorf("%s: assigns %s, a variable of an imported package", fset.Position(w.Pos()), w.name)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// write is an assignment to an imported package's variable.
+type write struct {
+	ast.Node
+	name string
+}
+
+// dependencyWrites finds, in f, the assignments (=, op=, ++, --) whose
+// target is pkg.Name with pkg an import of f's (an identifier the parser
+// did not resolve to a declaration in the file).
+func dependencyWrites(f *ast.File) []write {
+	imported := map[string]bool{}
+	for _, spec := range f.Imports {
+		p, _ := strconv.Unquote(spec.Path.Value)
+		name := p[strings.LastIndex(p, "/")+1:]
+		if spec.Name != nil {
+			name = spec.Name.Name
+		}
+		imported[name] = true
+	}
+	var found []write
+	check := func(n ast.Node, target ast.Expr) {
+		// Down to the root of pkg.Var.Field[i]: the write lands in pkg.
+		var sel *ast.SelectorExpr
+		for e := target; ; {
+			switch x := e.(type) {
+			case *ast.SelectorExpr:
+				sel, e = x, x.X
+				continue
+			case *ast.IndexExpr:
+				e = x.X
+				continue
+			case *ast.StarExpr:
+				e = x.X
+				continue
+			case *ast.ParenExpr:
+				e = x.X
+				continue
+			case *ast.Ident:
+				if sel != nil && sel.X == x && x.Obj == nil && imported[x.Name] { //nolint:staticcheck // Obj is how the parser says an identifier is no local declaration
+					found = append(found, write{n, x.Name + "." + sel.Sel.Name})
+				}
+			}
+			return
+		}
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch s := n.(type) {
+		case *ast.AssignStmt:
+			for _, lhs := range s.Lhs {
+				check(s, lhs)
+			}
+		case *ast.IncDecStmt:
+			check(s, s.X)
+		}
+		return true
+	})
+	return found
+}
+
+func TestDependencyWrites(t *testing.T) {
+	src := `package p
+
+import (
+	"k8s.io/apimachinery/pkg/watch"
+	klog "k8s.io/klog/v2"
+	"net/http"
+)
+
+func f(s struct{ N int }) {
+	watch.DefaultChanSize = 1 << 20
+	klog.X++
+	http.DefaultClient.Timeout = 0
+	var local struct{ DefaultChanSize int32 }
+	local.DefaultChanSize = 1
+	s.N = 2
+	_ = watch.DefaultChanSize
+}
+`
+	f, err := parser.ParseFile(token.NewFileSet(), "p.go", src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range dependencyWrites(f) {
+		got = append(got, w.name)
+	}
+	if want := []string{"watch.DefaultChanSize", "klog.X", "http.DefaultClient"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("found %v, want %v", got, want)
 	}
 }
