@@ -94,6 +94,11 @@ func decideRunning(in Input, to view, changes []events.Change) Decision {
 	for i := range changes {
 		c := &changes[i]
 		class, why := classify(in, to, c)
+		if blocker == "" && in.Started != nil && !liveUpdatable(c.Field) && !nextBootOnly(c.Field) {
+			// Without a blocker, a non-live field that changes goes back
+			// to what the VMI runs: nothing to wait for.
+			class, why = ClassLive, ""
+		}
 		if blocker != "" && class == ClassLive {
 			class, why = ClassRestart, blocker
 		}
@@ -137,10 +142,29 @@ func fromVMI(v *view, vmi *virtv1.VirtualMachineInstance) {
 // VM asks for now. That check runs on every sync: a RestartRequired set
 // earlier is cleared when only live-updatable fields differ (the hotplug
 // handlers set it again while their cause holds), so an existing condition
-// holds a new change only where the VMI's start differs for good.
+// holds a new change only where the VMI's start differs for good, and a
+// non-live field set back to its start value holds nothing. Without the
+// start (a VM without RestartRequired, whose VMI runs what its pin says),
+// the pin stands for it.
 func restartBlocker(in Input, to view, changes []events.Change) string {
 	if !in.Cluster.LiveUpdate {
 		return "the KubeVirt vmRolloutStrategy is Stage: every change waits for a restart"
+	}
+	if in.Started != nil {
+		// What the VMI started from decides, not the pin the VM leaves: a
+		// non-live field the move sets back to its start value clears the
+		// condition it once set.
+		started := in.VM.DeepCopy()
+		started.Spec.Template = in.Started.Template
+		for _, c := range diff(expand(started, in.Started.Generation, in.Memo), to) {
+			if !liveUpdatable(c.Field) && !nextBootOnly(c.Field) {
+				return fmt.Sprintf("%s differs from what the VMI started with (%s → %s)", c.Field, c.From, c.To)
+			}
+		}
+		if !sameTemplateButLive(in.Started.Template, in.VM.Spec.Template) {
+			return "the VM template changed since the VMI started"
+		}
+		return ""
 	}
 	for _, c := range changes {
 		if !liveUpdatable(c.Field) && !nextBootOnly(c.Field) {
@@ -150,25 +174,12 @@ func restartBlocker(in Input, to view, changes []events.Change) string {
 	if !hasRestartRequired(in.VM) {
 		return ""
 	}
-	if in.Started == nil {
-		why := ""
-		if in.StartedErr != nil {
-			why = " (" + in.StartedErr.Error() + ")"
-		}
-		return "the VM already has RestartRequired and kvlive could not read what its VMI started from" + why +
-			", so it cannot tell whether KubeVirt clears it: every live change is taken as held until a restart"
+	why := ""
+	if in.StartedErr != nil {
+		why = " (" + in.StartedErr.Error() + ")"
 	}
-	started := in.VM.DeepCopy()
-	started.Spec.Template = in.Started.Template
-	for _, c := range diff(expand(started, in.Started.Generation, in.Memo), to) {
-		if !liveUpdatable(c.Field) && !nextBootOnly(c.Field) {
-			return fmt.Sprintf("%s differs from what the VMI started with (%s → %s)", c.Field, c.From, c.To)
-		}
-	}
-	if !sameTemplateButLive(in.Started.Template, in.VM.Spec.Template) {
-		return "the VM template changed since the VMI started"
-	}
-	return ""
+	return "the VM already has RestartRequired and kvlive could not read what its VMI started from" + why +
+		", so it cannot tell whether KubeVirt clears it: every live change is taken as held until a restart"
 }
 
 // nextBootOnly lists the fields that reach the VMI's metadata, which
