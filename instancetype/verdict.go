@@ -43,8 +43,9 @@ func Judge(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachi
 		return Judgement{Observed: events.ObservedNotObserved, Reason: "the VM never showed its pin at " + o.Revision}, true
 	}
 	since := metav1.NewTime(o.FinishedAt.Add(-time.Second).Truncate(time.Second))
-	if c, ok := RestartRequired(vm); ok && (!c.LastTransitionTime.Before(&since) || o.Result == events.ResultRestart) {
-		return Judgement{Observed: events.ObservedRestart, Reason: "KubeVirt set RestartRequired", Condition: c.Reason, Message: c.Message}, true
+	rr, flagged := RestartRequired(vm)
+	if flagged && (!rr.LastTransitionTime.Before(&since) || o.Result == events.ResultRestart) {
+		return Judgement{Observed: events.ObservedRestart, Reason: "KubeVirt set RestartRequired", Condition: rr.Reason, Message: rr.Message}, true
 	}
 	switch {
 	case vmi == nil:
@@ -54,7 +55,18 @@ func Judge(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachi
 		// move's says the VMI was created after it.
 		return Judgement{Observed: events.ObservedNextBoot, Reason: "the VM booted after the move, on its new pin"}, true
 	}
+	if flagged && due && !judgedLive(o, vm, vmi, since) {
+		// Set before the move, and the move did not clear it: KubeVirt
+		// recomputes the condition on every sync, so it still holds.
+		return Judgement{Observed: events.ObservedRestart, Reason: "RestartRequired, set before the move, still stands at the deadline", Condition: rr.Reason, Message: rr.Message}, true
+	}
 	return judgeRunning(o, vm, vmi, since, due)
+}
+
+// judgedLive reports whether the VMI shows the move's hotplug done.
+func judgedLive(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, since metav1.Time) bool {
+	j, final := judgeRunning(o, vm, vmi, since, false)
+	return final && j.Observed == events.ObservedLive
 }
 
 // judgeRunning reads the verdict on a running VM without RestartRequired.
