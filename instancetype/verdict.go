@@ -44,7 +44,7 @@ func Judge(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachi
 	}
 	since := metav1.NewTime(o.FinishedAt.Add(-time.Second).Truncate(time.Second))
 	rr, flagged := RestartRequired(vm)
-	if flagged && (!rr.LastTransitionTime.Before(&since) || o.Result == events.ResultRestart) {
+	if flagged && !rr.LastTransitionTime.Before(&since) {
 		return Judgement{Observed: events.ObservedRestart, Reason: "KubeVirt set RestartRequired", Condition: rr.Reason, Message: rr.Message}, true
 	}
 	switch {
@@ -55,18 +55,21 @@ func Judge(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachi
 		// move's says the VMI was created after it.
 		return Judgement{Observed: events.ObservedNextBoot, Reason: "the VM booted after the move, on its new pin"}, true
 	}
-	if flagged && due && !judgedLive(o, vm, vmi, since) {
-		// Set before the move, and the move did not clear it: KubeVirt
-		// recomputes the condition on every sync, so it still holds.
+	if flagged {
+		// Set before the move. virt-controller recomputes the condition on
+		// every sync but rewrites it only when its status changes, so
+		// nothing tells a sync that kept it from one yet to come: the
+		// move's hotplug done, or the condition gone, decides before the
+		// deadline; what still stands at the deadline holds.
+		if j, final := judgeRunning(o, vm, vmi, since, false); final && j.Observed == events.ObservedLive {
+			return j, true
+		}
+		if !due {
+			return Judgement{}, false
+		}
 		return Judgement{Observed: events.ObservedRestart, Reason: "RestartRequired, set before the move, still stands at the deadline", Condition: rr.Reason, Message: rr.Message}, true
 	}
 	return judgeRunning(o, vm, vmi, since, due)
-}
-
-// judgedLive reports whether the VMI shows the move's hotplug done.
-func judgedLive(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, since metav1.Time) bool {
-	j, final := judgeRunning(o, vm, vmi, since, false)
-	return final && j.Observed == events.ObservedLive
 }
 
 // judgeRunning reads the verdict on a running VM without RestartRequired.
@@ -85,8 +88,9 @@ func judgeRunning(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.Virtu
 	case !due:
 		return Judgement{}, false
 	case want.isZero() && o.Result == events.ResultLive:
-		// Nothing to hot-plug (a change KubeVirt takes without one): only
-		// the absence of RestartRequired over the whole wait tells.
+		// Nothing to hot-plug (a change KubeVirt takes without one, or one
+		// that sets a field back to what the VMI started with): only the
+		// absence of RestartRequired over the whole wait tells.
 		return Judgement{Observed: events.ObservedLive, Reason: "no RestartRequired by the deadline; nothing to hot-plug"}, true
 	case isRefused:
 		return Judgement{Observed: events.ObservedRefused, Reason: "KubeVirt refused the hotplug", Condition: refused.Reason, Message: refused.Message}, true
