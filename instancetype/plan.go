@@ -207,6 +207,11 @@ func sameTemplateButLive(a, b *virtv1.VirtualMachineInstanceTemplateSpec) bool {
 		}
 		if s.Domain.Firmware != nil {
 			s.Domain.Firmware.UUID = ""
+			if equality.Semantic.DeepEqual(*s.Domain.Firmware, virtv1.Firmware{}) {
+				// virt-controller's firmware synchroniser adds the UUID
+				// to a VM started without firmware.
+				s.Domain.Firmware = nil
+			}
 		}
 		return s
 	}
