@@ -312,6 +312,10 @@ func (v *Verifier) judge(ctx context.Context, key string) error {
 	for _, a := range pending {
 		j, final := instancetype.Judge(a.out, vm, vmi, now, a.out.VerdictDeadline)
 		if !final {
+			// The queue keeps one wake-up per VM, the earliest: this
+			// outcome's own deadline may be later than the one that woke
+			// it (a VM moved again while its last verdict was awaited).
+			v.queue.AddAfter(key, a.out.FinishedAt.Add(a.out.VerdictDeadline).Sub(now))
 			continue
 		}
 		if err := v.store(ctx, a, j, vm, now); err != nil {

@@ -33,15 +33,21 @@ func verifyVM(name string) *virtv1.VirtualMachine {
 // result none, did not need to).
 func moved(t *testing.T, js jetstream.JetStream, name string, result events.Result, attempt int, deadline time.Duration) {
 	t.Helper()
-	out := events.Outcome{EventID: verifyEvent, VM: events.VMRef{Namespace: "ns", Name: name, UID: "uid-" + name}, Result: result,
+	movedIn(t, js, verifyEvent, name, result, attempt, deadline)
+}
+
+// movedIn publishes the outcome of a VM the applier moved in event.
+func movedIn(t *testing.T, js jetstream.JetStream, event, name string, result events.Result, attempt int, deadline time.Duration) {
+	t.Helper()
+	out := events.Outcome{EventID: event, VM: events.VMRef{Namespace: "ns", Name: name, UID: "uid-" + name}, Result: result,
 		Revision: name + "-new", Wrote: attempt == 1, Attempt: attempt, FinishedAt: time.Now().UTC(), VerdictDeadline: deadline,
 		Changes: []events.Change{{Field: "cpu.sockets", From: "2", To: "4", Class: "live"}}}
-	id := events.OutcomeID(verifyEvent, out.VM.UID, attempt)
+	id := events.OutcomeID(event, out.VM.UID, attempt)
 	body, err := events.Encode(events.TypeOutcome, id, "kvlive/applier", out.VM.String(), out.FinishedAt, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.PublishMsg(t.Context(), events.NewMsg(events.OutcomeSubject("ns", verifyEvent), id, events.TypeOutcome, body)); err != nil {
+	if _, err := js.PublishMsg(t.Context(), events.NewMsg(events.OutcomeSubject("ns", event), id, events.TypeOutcome, body)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -49,7 +55,13 @@ func moved(t *testing.T, js jetstream.JetStream, name string, result events.Resu
 // verdictOf reads the verdicts stored on a VM: exactly one is expected.
 func verdictOf(t *testing.T, js jetstream.JetStream, name string) (events.Verdict, int) {
 	t.Helper()
-	subject := events.VerdictSubject("ns", "uid-"+name, verifyEvent)
+	return verdictIn(t, js, verifyEvent, name)
+}
+
+// verdictIn reads the verdicts stored on a VM for event.
+func verdictIn(t *testing.T, js jetstream.JetStream, event, name string) (events.Verdict, int) {
+	t.Helper()
+	subject := events.VerdictSubject("ns", "uid-"+name, event)
 	n, err := CountSubjects(t.Context(), js, events.StreamOutcomes, subject)
 	if err != nil || n == 0 {
 		return events.Verdict{}, n
@@ -137,6 +149,25 @@ func TestEveryMovedVMGetsOneVerdict(t *testing.T) {
 		}
 		info, err := c.Info(ctx)
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
+}
+
+// TestEachOutcomeOfAVMIsJudgedAtItsDeadline: a VM moved again while its
+// first verdict is awaited gets both verdicts, each at its own deadline,
+// though the first deadline's wake-up comes before the second is due.
+func TestEachOutcomeOfAVMIsJudgedAtItsDeadline(t *testing.T) {
+	js := testenv.JetStream(t)
+	clients := testenv.FakeClients(nil, verifyVM("again"), testenv.RunningVMI("ns", "again"))
+	cache := testenv.StartCache(t, clients)
+	stop := startVerifier(t, js, cache, time.Minute)
+	defer stop()
+	const second = "VirtualMachineClusterInstancetype/uid-u1/3"
+	moved(t, js, "again", events.ResultLive, 1, time.Second)
+	movedIn(t, js, second, "again", events.ResultLive, 1, 3*time.Second)
+	testenv.Eventually(t, 30*time.Second, "both verdicts", func() bool {
+		_, first := verdictOf(t, js, "again")
+		_, later := verdictIn(t, js, second, "again")
+		return first == 1 && later == 1
 	})
 }
 
