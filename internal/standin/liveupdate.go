@@ -97,7 +97,17 @@ func (c *Controller) liveUpdate(ctx context.Context, vm *virtv1.VirtualMachine, 
 	current := pinnedRevisions(vm)
 	boot := vmi.Annotations[AnnotationBootPins]
 	if boot == "" {
-		return c.patchVMI(ctx, vmi, map[string]any{"metadata": annotations(current, current)}, nil)
+		// The VMI's start: its pins, and (unless virt-controller started
+		// it) the start revision kvlive reads what it started from in.
+		var status map[string]any
+		if vmi.Status.VirtualMachineRevisionName == "" {
+			name, err := c.recordStart(ctx, vm)
+			if err != nil {
+				return err
+			}
+			status = map[string]any{"virtualMachineRevisionName": name}
+		}
+		return c.patchVMI(ctx, vmi, map[string]any{"metadata": annotations(current, current)}, status)
 	}
 	if vmi.Annotations[AnnotationHandledPins] == current {
 		return nil
