@@ -73,7 +73,7 @@ var conformanceTable = []conformanceRow{
 	{name: "memory needs a migratable VMI", it: *spec(2, "2Gi"), notMigratable: true,
 		steps: []step{{it: spec(4, "4Gi"), want: reaction{sockets: 4, memory: "2Gi", restart: true}}}},
 	{name: "a cpu model change needs a restart", it: *spec(2, "2Gi"),
-		steps: []step{{it: spec(4, "2Gi", func(s *v1beta1.VirtualMachineInstancetypeSpec) { model := "host-passthrough"; s.CPU.Model = &model }),
+		steps: []step{{it: spec(4, "2Gi", hostPassthrough),
 			want: reaction{sockets: 2, memory: "2Gi", restart: true}}}},
 	{name: "sockets beyond maxSockets", it: *spec(2, "2Gi"),
 		steps: []step{{it: spec(9, "2Gi"), want: reaction{sockets: 2, memory: "2Gi", restart: true}}}},
@@ -97,6 +97,31 @@ var conformanceTable = []conformanceRow{
 			{it: spec(2, "4Gi"), want: reaction{sockets: 2, memory: "2Gi", restart: true}},
 			{it: spec(4, "4Gi"), want: reaction{sockets: 4, memory: "2Gi", restart: true}},
 		}},
+	// virt-controller recomputes RestartRequired on every sync against the
+	// spec the VMI started from, and each hotplug handler judges its own
+	// change: a refused CPU change holds no memory hotplug, and undoing it
+	// clears the condition.
+	{name: "sockets beyond maxSockets hold no memory hotplug, and undone clear RestartRequired", it: *spec(2, "2Gi"),
+		steps: []step{
+			{it: spec(9, "2Gi"), want: reaction{sockets: 2, memory: "2Gi", restart: true}},
+			{it: spec(9, "4Gi"), want: reaction{sockets: 2, memory: "4Gi", restart: true}},
+			{it: spec(2, "4Gi"), want: reaction{sockets: 2, memory: "4Gi"}},
+		}},
+	{name: "a non-live change undone clears RestartRequired", it: *spec(2, "2Gi"),
+		steps: []step{
+			{it: spec(2, "2Gi", hostPassthrough), want: reaction{sockets: 2, memory: "2Gi", restart: true}},
+			{it: spec(2, "2Gi"), want: reaction{sockets: 2, memory: "2Gi"}},
+		}},
+	{name: "a non-live change undone lets a hotplug through", it: *spec(2, "2Gi"),
+		steps: []step{
+			{it: spec(2, "2Gi", hostPassthrough), want: reaction{sockets: 2, memory: "2Gi", restart: true}},
+			{it: spec(4, "2Gi"), want: reaction{sockets: 4, memory: "2Gi"}},
+		}},
+}
+
+func hostPassthrough(s *v1beta1.VirtualMachineInstancetypeSpec) {
+	model := "host-passthrough"
+	s.CPU.Model = &model
 }
 
 // conformanceWorld is a cluster with one of the two controllers.
@@ -107,6 +132,10 @@ type conformanceWorld struct {
 	// pinned it and its VMI runs.
 	boot func(row int, r conformanceRow)
 }
+
+// conformanceDeadline is kvlive's --observe-timeout in the conformance
+// runs: how long a VM's verdict is waited for.
+const conformanceDeadline = 20 * time.Second
 
 func rowName(i int) string { return fmt.Sprintf("row-%d", i) }
 
@@ -150,7 +179,10 @@ func runConformance(t *testing.T, w *conformanceWorld) {
 	for i, r := range conformanceTable {
 		w.boot(i, r)
 	}
-	w.runKvlive("all stages")
+	// Verdicts are checked too: a prediction the controller contradicts
+	// is a verdict that differs. Changes without a hotplug are judged at
+	// the deadline.
+	w.runKvlive("all stages", "--observe-timeout", conformanceDeadline.String())
 	(&kvEnv{env: w.env}).waitWatched(objects)
 
 	for round := 0; ; round++ {
@@ -171,6 +203,9 @@ func runConformance(t *testing.T, w *conformanceWorld) {
 			w.follow(id)
 		}
 		w.waitReactions(round, wants)
+		for _, id := range eventIDs {
+			w.checkVerdicts(id, conformanceDeadline+kvTimeout)
+		}
 	}
 }
 

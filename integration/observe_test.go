@@ -145,8 +145,9 @@ func plural(n int, noun string) string {
 
 // checkVerdicts waits until every VM the rollout of eventID moved has
 // KubeVirt's verdict stored, and checks there is exactly one per VM, that
-// it is what the VM's latest outcome predicted (the stand-in agrees with
-// kvlive's model), and that no VM that did not move got one.
+// it is what the VM's latest outcome predicted (the controller, KubeVirt's
+// or the stand-in, agrees with kvlive's model), and that no VM that did not
+// move got one.
 func (e *env) checkVerdicts(eventID string, within time.Duration) {
 	e.t.Helper()
 	moved := map[string]events.Outcome{}
@@ -175,8 +176,8 @@ func (e *env) checkVerdicts(eventID string, within time.Duration) {
 		case len(vs) != 1:
 			e.t.Errorf("VM %s has %d verdicts, want exactly one", o.VM, len(vs))
 		case !vs[0].Observed.Matches(o.Result):
-			e.t.Errorf("VM %s: KubeVirt's verdict %s (%s), kvlive predicted %s; the stand-in plays KubeVirt by kvlive's model",
-				o.VM, vs[0].Observed, vs[0].Reason, o.Result)
+			e.t.Errorf("VM %s: KubeVirt's verdict %s (%s; %s), kvlive predicted %s (%s)",
+				o.VM, vs[0].Observed, vs[0].Reason, vs[0].Message, o.Result, o.Reason)
 		}
 	}
 	e.t.Logf("%d verdicts, one per moved VM", len(verdicts))
