@@ -92,10 +92,15 @@ func judgeRunning(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.Virtu
 		// that sets a field back to what the VMI started with): only the
 		// absence of RestartRequired over the whole wait tells.
 		return Judgement{Observed: events.ObservedLive, Reason: "no RestartRequired by the deadline; nothing to hot-plug"}, true
-	case isRefused:
+	case isRefused && !seen:
+		// Not on the VMI: this move's hotplug is the one refused.
 		return Judgement{Observed: events.ObservedRefused, Reason: "KubeVirt refused the hotplug", Condition: refused.Reason, Message: refused.Message}, true
 	case len(pending) > 0:
+		// On the VMI and under way (a later move's refusal, "another
+		// hotplug is in progress", is about that move).
 		return Judgement{Observed: events.ObservedPending, Reason: "still in progress at the deadline: " + strings.Join(pending, ", ")}, true
+	case isRefused:
+		return Judgement{Observed: events.ObservedRefused, Reason: "KubeVirt refused the hotplug", Condition: refused.Reason, Message: refused.Message}, true
 	case o.Result == events.ResultRestart:
 		return Judgement{Observed: events.ObservedNotObserved, Reason: "RestartRequired was not set by the deadline, nor the change hot-plugged"}, true
 	case !seen:
