@@ -27,7 +27,8 @@ type Judgement struct {
 // not-observed, each saying what was waited for.
 //
 // A verdict rests only on state that follows the move: nothing is read
-// before the VM shows its pin moved to the outcome's revision, and a
+// before the VM shows its pin moved to the outcome's revision (or, at the
+// deadline, another pin: a later move's), and a
 // RestartRequired that was set before the move counts only for a VM
 // predicted to need a restart (KubeVirt keeps the condition it had).
 func Judge(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, now time.Time, deadline time.Duration) (j Judgement, final bool) {
@@ -37,11 +38,21 @@ func Judge(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachi
 		return Judgement{Observed: events.ObservedNotObserved, Reason: "the VM was deleted before KubeVirt's verdict"}, true
 	case string(vm.UID) != o.VM.UID:
 		return Judgement{Observed: events.ObservedNotObserved, Reason: "the VM was deleted and re-created before KubeVirt's verdict"}, true
-	case !pinnedTo(vm, o.Revision) && !due:
+	case pinnedTo(vm, o.Revision):
+		return judgePinned(o, vm, vmi, due)
+	case !due:
 		return Judgement{}, false
-	case !pinnedTo(vm, o.Revision):
-		return Judgement{Observed: events.ObservedNotObserved, Reason: "the VM never showed its pin at " + o.Revision}, true
 	}
+	// At the deadline the VM carries another pin: a later move (the
+	// cache lags the move by far less than a deadline). What the VMI
+	// shows still tells what became of this move's change.
+	j, final = judgePinned(o, vm, vmi, true)
+	j.Reason += "; by then the VM carried another pin than " + o.Revision
+	return j, final
+}
+
+// judgePinned reads the verdict on a VM the cache has seen moved.
+func judgePinned(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, due bool) (Judgement, bool) {
 	since := metav1.NewTime(o.FinishedAt.Add(-time.Second).Truncate(time.Second))
 	rr, flagged := RestartRequired(vm)
 	if flagged && !rr.LastTransitionTime.Before(&since) {

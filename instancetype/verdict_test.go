@@ -92,6 +92,7 @@ func TestJudge(t *testing.T) {
 		{"a VMI created in the move's second did not boot after it", out(events.ResultLive, sockets), vm("vm-new"), sameSecond, early, events.ObservedLive, true},
 		{"deleted", out(events.ResultLive, sockets), nil, nil, early, events.ObservedNotObserved, true},
 		{"re-created", out(events.ResultLive, sockets), recreated, nil, early, events.ObservedNotObserved, true},
+		{"moved on to a later pin by the deadline, its hotplug under way", out(events.ResultLive, sockets), vm("vm-later"), vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), late, events.ObservedPending, true},
 		{"the move never showed by the deadline", out(events.ResultLive, sockets), vm("vm-old"), vmi(2, "2Gi"), late, events.ObservedNotObserved, true},
 	}
 	for _, tt := range tests {
