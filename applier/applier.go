@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,10 +58,9 @@ type Config struct {
 	// Rate caps VM moves per second across workers; zero means no cap
 	// beyond the client's QPS and Burst.
 	Rate float64
-	// ObserveTimeout is how long each moved VM is watched for KubeVirt's
-	// reaction (the live change on the VMI, or RestartRequired), recorded as
-	// span events, and the verdict deadline its outcome carries (the
-	// verifier's, beside it); zero turns both off.
+	// ObserveTimeout is the verdict deadline a moved VM's outcome carries:
+	// how long the verifier (beside the applier) waits for KubeVirt's
+	// verdict; zero turns verdicts off.
 	ObserveTimeout time.Duration
 	Metrics        *telemetry.Metrics
 	// Grace is how long VMs being moved may finish after ctx ends.
@@ -78,10 +76,6 @@ type Applier struct {
 	tracer  trace.Tracer
 	prop    propagation.TextMapPropagator
 	limiter *rate.Limiter
-	// observers bounds the VMs watched at once; past it a VM's span ends
-	// unobserved rather than holding memory for a huge rollout.
-	observers chan struct{}
-	observing sync.WaitGroup
 	// watch is every rollout's pause/abort state, kept current by Run;
 	// control reads a record afresh where the watch may lag.
 	watch   *rollout.Watch
@@ -138,7 +132,7 @@ func New(cfg Config) (*Applier, error) {
 		limiter = rate.NewLimiter(rate.Limit(cfg.Rate), max(int(cfg.Rate), 1))
 	}
 	a := &Applier{cfg: cfg, tracer: cfg.Tracer.Tracer(tracerName), prop: propagation.TraceContext{}, limiter: limiter,
-		observers: make(chan struct{}, maxObservers), slots: newRolloutSlots(), knownVMsCap: maxKnownVMs}
+		slots: newRolloutSlots(), knownVMsCap: maxKnownVMs}
 	a.known = lru.NewWithEvictionFunc(maxKnownRollouts, func(_ lru.Key, v any) {
 		a.knownVMs.Add(-int64(len(v.(knownRollout).batchOf)))
 	})
@@ -168,9 +162,7 @@ func (a *Applier) Run(ctx context.Context) error {
 		return fmt.Errorf("applier: %w", err)
 	}
 	a.cfg.Log.Info("applier started", "workers", a.cfg.Workers)
-	err = rt.Run(ctx, a.handle)
-	a.observing.Wait()
-	return err
+	return rt.Run(ctx, a.handle)
 }
 
 // handle carries one plan out. The outcome is stored before the plan is
@@ -214,7 +206,7 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg, d consumer.Deli
 		return consumer.Retry(fmt.Errorf("outcome of %s not stored: %w", plan.VM.String(), err))
 	}
 	a.cfg.Metrics.Outcome(out.Result, a.cfg.Clock.Since(started))
-	a.observe(ctx, span, plan, out) // ends the span
+	span.End() // KubeVirt's verdict is the verifier's, on a span of its own under this one
 	if out.Result == events.ResultFailed && d.Last {
 		// Kept as a dead letter too, which `kvlive dlq retry` sends back
 		// once the cause is fixed.

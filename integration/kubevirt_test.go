@@ -304,10 +304,12 @@ func TestRealKubeVirtEditAndSwitch(t *testing.T) {
 		"local-0": events.ResultRestart, "stopped-0": events.ResultNextBoot, "stopped-1": events.ResultNextBoot}
 	e.checkResults(progress, want)
 	e.checkAgainstKubeVirt(progress, names)
-	for _, n := range []string{"live-0", "live-1", "late-0"} {
-		e.waitSpanEvents(eventID, n, "live change seen on the VMI")
+	// KubeVirt's verdict, one per moved VM, is what kvlive predicted,
+	// and each VM's trace carries it.
+	e.checkVerdicts(eventID, kvTimeout)
+	for _, n := range names {
+		e.waitVerdictSpan(eventID, n)
 	}
-	e.waitSpanEvents(eventID, "local-0", "RestartRequired seen")
 	for _, n := range []string{"live-0", "live-1", "late-0"} {
 		if got := e.kv.Handler.Finished(kvNamespace, n); !slices.Contains(got, "HotVCPUChange") || !slices.Contains(got, "HotMemoryChange") {
 			t.Errorf("%s: virt-controller asked for hotplugs %v, want HotVCPUChange and HotMemoryChange", n, got)
@@ -326,44 +328,29 @@ func TestRealKubeVirtEditAndSwitch(t *testing.T) {
 	e.checkAgainstKubeVirt(progress, names)
 }
 
-// waitSpanEvents waits until the VM's apply span in eventID's trace is
-// stored with the wanted events.
-func (e *kvEnv) waitSpanEvents(eventID, vm string, want ...string) {
+// waitVerdictSpan waits until eventID's trace holds the verdict span of
+// the VM, with what kvlive predicted and what KubeVirt did.
+func (e *kvEnv) waitVerdictSpan(eventID, vm string) {
 	e.t.Helper()
-	e.waitFor("the trace of "+eventID+" to show KubeVirt's reaction on "+vm, kvTimeout, func() (bool, string) {
-		got, err := e.spanEvents(eventID, "applier.apply "+kvNamespace+"/"+vm)
+	name := "verdict " + kvNamespace + "/" + vm
+	e.waitFor("the trace of "+eventID+" to show KubeVirt's verdict on "+vm, kvTimeout, func() (bool, string) {
+		out, _, err := e.kvliveOnce(time.Minute, "trace", eventID, "-o", "json", "--nats-url", e.natsURL)
 		if err != nil {
 			return false, err.Error()
 		}
-		for _, w := range want {
-			if !slices.Contains(got, w) {
-				return false, fmt.Sprintf("span events %q lack %q", got, w)
+		var spans []events.Span
+		if err := json.Unmarshal([]byte(out), &spans); err != nil {
+			return false, err.Error()
+		}
+		for _, s := range spans {
+			if s.Name == name {
+				_, predicted := s.Attributes["kvlive.predicted"]
+				_, observed := s.Attributes["kvlive.observed"]
+				return predicted && observed, fmt.Sprintf("span %s attributes %v", name, s.Attributes)
 			}
 		}
-		return true, ""
+		return false, "no span " + name
 	})
-}
-
-// spanEvents returns the events of the named span in eventID's trace, as
-// `kvlive trace -o json` prints them (an error until the spans are stored).
-func (e *kvEnv) spanEvents(eventID, span string) ([]string, error) {
-	out, _, err := e.kvliveOnce(time.Minute, "trace", eventID, "-o", "json", "--nats-url", e.natsURL)
-	if err != nil {
-		return nil, fmt.Errorf("kvlive trace: %w", err)
-	}
-	var spans []events.Span
-	if err := json.Unmarshal([]byte(out), &spans); err != nil {
-		return nil, fmt.Errorf("kvlive trace -o json: %w", err)
-	}
-	var names []string
-	for _, s := range spans {
-		if s.Name == span {
-			for _, ev := range s.Events {
-				names = append(names, ev.Name)
-			}
-		}
-	}
-	return names, nil
 }
 
 // checkResults fails when a VM's result is not the one wanted.
@@ -379,37 +366,90 @@ func (e *kvEnv) checkResults(p rollout.Progress, want map[string]events.Result) 
 	report(e.t, "results", problems)
 }
 
-// TestRealKubeVirtEditWhileAHotplugIsPending edits an instance type twice
-// while the first hotplug has not finished (virt-handler held): KubeVirt
-// refuses the second CPU hotplug while one is in progress and applies it once
-// the first is reported done. kvlive's outcome for the second edit must hold
-// once the held hotplug finishes, and its traces must say what KubeVirt did
-// (read from the conditions virt-controller sets).
-func TestRealKubeVirtEditWhileAHotplugIsPending(t *testing.T) {
+// TestRealKubeVirtVerdictsOfAHeldAndARefusedHotplug rolls two edits over a
+// running migratable, a running non-migratable and a stopped VM while
+// virt-handler holds every hotplug past the verdict deadline, and kills
+// kvlive with SIGKILL while the verdicts are awaited. KubeVirt asks for the
+// first hotplug and, while it is pending, refuses the second ("another CPU
+// hotplug is in progress"); it applies the second once the first is
+// reported done. Every moved VM gets exactly one verdict per edit from the
+// restarted kvlive, and each is what the VM and VMI showed: the held
+// hotplug pending (though the VM carries the second edit's pin by then),
+// the refused one refused with KubeVirt's reason, the non-migratable VM's
+// memory a restart with KubeVirt's message, the stopped VM's next boot.
+func TestRealKubeVirtVerdictsOfAHeldAndARefusedHotplug(t *testing.T) {
 	e := newKubeVirtEnv(t)
 	e.createInstancetype("u1.medium", 2, "2Gi")
-	e.createVMs("u1.medium", kvVM{name: "live-0", running: true})
-	e.runKvlive("all stages", "--observe-timeout", "20s")
+	e.createVMs("u1.medium", kvVM{name: "live-0", running: true}, kvVM{name: "local-0", running: true, notMigratable: true}, kvVM{name: "stopped-0"})
+	const deadline = "20s"
+	first := e.runKvlive("all stages", "--observe-timeout", deadline)
 	e.waitWatched(1)
 
 	e.kv.Handler.Hold()
-	first := e.follow(e.editInstancetypeTo("u1.medium", 4, "4Gi"))
+	held := e.follow(e.editInstancetypeTo("u1.medium", 4, "4Gi"))
 	e.waitFor("virt-controller to hot-plug the first edit into the VMI", kvTimeout, func() (bool, string) {
 		vmi := e.view().vmis[kvNamespace+"/live-0"]
 		got, _ := vmiValue(vmi, "cpu.sockets")
 		return got == "4", "sockets " + got
 	})
-	second := e.follow(e.editInstancetypeTo("u1.medium", 6, "6Gi"))
-	e.checkResults(first, map[string]events.Result{"live-0": events.ResultLive})
-	e.checkResults(second, map[string]events.Result{"live-0": events.ResultLive})
-	// While the hotplug stays pending, what kvlive's traces say KubeVirt
-	// did (each span ends when --observe-timeout lapses): it asked for the
-	// first hotplug, and refused the second while the first was pending.
-	e.waitSpanEvents(first.EventID, "live-0", "hotplug requested", "not observed")
-	e.waitSpanEvents(second.EventID, "live-0", "hotplug refused for now (KubeVirt retries)", "not observed")
+	refused := e.follow(e.editInstancetypeTo("u1.medium", 6, "6Gi"))
+	want := map[string]events.Result{"live-0": events.ResultLive, "local-0": events.ResultRestart, "stopped-0": events.ResultNextBoot}
+	e.checkResults(held, want)
+	e.checkResults(refused, want)
+	// Both hotplugs await their verdicts (the deadline has not passed):
+	// a crash now must lose none of them.
+	first.kill()
+	e.runKvlive("all stages, after a SIGKILL", "--observe-timeout", deadline)
+
+	e.checkVerdictsAre(held.EventID, map[string]verdictWant{
+		"live-0":    {events.ObservedPending, "HotVCPUChange"},
+		"local-0":   {events.ObservedRestart, "only available for migratable VMs"},
+		"stopped-0": {events.ObservedNextBoot, ""},
+	})
+	e.checkVerdictsAre(refused.EventID, map[string]verdictWant{
+		"live-0":    {events.ObservedRefused, "HotPlugCPUError"},
+		"local-0":   {events.ObservedRestart, "only available for migratable VMs"},
+		"stopped-0": {events.ObservedNextBoot, ""},
+	})
 	e.kv.Handler.Release()
-	e.checkAgainstKubeVirt(second, []string{"live-0"})
+	e.checkAgainstKubeVirt(refused, []string{"live-0"})
 	if q := e.view().vmis[kvNamespace+"/live-0"].Spec.Domain.Memory.Guest; q == nil || !q.Equal(resource.MustParse("6Gi")) {
 		t.Errorf("VMI memory %v, want 6Gi", q)
 	}
+}
+
+// verdictWant is the verdict a VM should get, and a word its reason or
+// KubeVirt's condition must carry.
+type verdictWant struct {
+	observed events.Observed
+	says     string
+}
+
+// checkVerdictsAre waits until every VM in want has its verdict on eventID
+// and checks each VM has exactly one, the wanted one.
+func (e *kvEnv) checkVerdictsAre(eventID string, want map[string]verdictWant) {
+	e.t.Helper()
+	var got map[string][]events.Verdict
+	e.waitFor("a verdict on "+strconv.Itoa(len(want))+" VMs of "+eventID, kvTimeout, func() (bool, string) {
+		got = map[string][]events.Verdict{}
+		for _, body := range e.streamBodies(events.StreamOutcomes, events.VerdictsOf(eventID)) {
+			var v events.Verdict
+			if _, err := events.Decode(body, events.TypeVerdict, &v); err != nil {
+				e.t.Fatalf("verdicts: %v", err)
+			}
+			got[v.VM.Name] = append(got[v.VM.Name], v)
+		}
+		return len(got) >= len(want), fmt.Sprintf("%d of %d VMs have a verdict", len(got), len(want))
+	})
+	var problems []string
+	for name, w := range want {
+		vs := got[name]
+		switch {
+		case len(vs) != 1:
+			problems = append(problems, fmt.Sprintf("%s: %d verdicts, want one", name, len(vs)))
+		case vs[0].Observed != w.observed || !strings.Contains(vs[0].Reason+" "+vs[0].Condition+" "+vs[0].Message, w.says):
+			problems = append(problems, fmt.Sprintf("%s: %s (%s; %s: %s), want %s saying %q", name, vs[0].Observed, vs[0].Reason, vs[0].Condition, vs[0].Message, w.observed, w.says))
+		}
+	}
+	report(e.t, "verdicts on "+eventID, problems)
 }

@@ -28,7 +28,6 @@ type Metrics struct {
 	released        prometheus.Counter
 	settled         *prometheus.CounterVec
 	deadFailed      *prometheus.CounterVec
-	observed        *prometheus.CounterVec
 	gates           *prometheus.CounterVec
 	batches         prometheus.Counter
 	batched         *prometheus.GaugeVec
@@ -72,10 +71,6 @@ func New() *Metrics {
 		deadFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvlive_dead_letters_failed_total", Help: "Dead letters that could not be stored; the message was nak'ed to try again.",
 		}, []string{"stage"}),
-		observed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvlive_observations_total",
-			Help: "Moved VMs watched for KubeVirt's reaction, by what was seen: live, restart, not-observed (the watch timed out), not-watched (too many watched at once).",
-		}, []string{"observed"}),
 		gates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvlive_rollout_gates_total",
 			Help: "Batch gates of batched rollouts decided, by result: passed, failed (failure threshold), deadline (progress deadline passed), and the phase it left the rollout in (running, waiting for promote, paused, aborted).",
@@ -109,7 +104,7 @@ func New() *Metrics {
 			Name: "kvlive_rollouts_kept_past_horizon", Help: "Rollouts older than the replay horizon whose records are kept because they have not settled (paused, waiting for a promote, plans in flight), as the last sweep found.",
 		}),
 	}
-	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.observed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.sweepsFailed, m.verdicts, m.verdictFailed,
+	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.sweepsFailed, m.verdicts, m.verdictFailed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -156,13 +151,6 @@ func (m *Metrics) Settled(stage, outcome string) {
 func (m *Metrics) DeadLetterFailed(stage string) {
 	if m != nil {
 		m.deadFailed.WithLabelValues(stage).Inc()
-	}
-}
-
-// Observed counts how one moved VM's watch for KubeVirt's reaction ended.
-func (m *Metrics) Observed(what string) {
-	if m != nil {
-		m.observed.WithLabelValues(what).Inc()
 	}
 }
 

@@ -32,8 +32,8 @@ func traced(t *testing.T, fanout int) ([]sdktrace.ReadOnlySpan, jetstream.JetStr
 	})
 	id := edit(t, clients)
 	p := follow(t, js, id)
-	testenv.Eventually(t, time.Minute, "every apply span ended after its observation", func() bool {
-		return len(byName(rec.Ended(), "applier.apply ")) == fleetSize
+	testenv.Eventually(t, time.Minute, "every apply span ended, and every moved VM's verdict span", func() bool {
+		return len(byName(rec.Ended(), "applier.apply ")) == fleetSize && len(byName(rec.Ended(), "verdict ")) == fleetSize
 	})
 	if err := tp.ForceFlush(context.Background()); err != nil {
 		t.Fatal(err)
@@ -98,19 +98,26 @@ func TestTraceFollowsTheEventAcrossNATS(t *testing.T) {
 	if len(applies) != fleetSize {
 		t.Fatalf("%d apply spans, want %d", len(applies), fleetSize)
 	}
-	seen := 0
+	parents := map[trace.SpanID]bool{}
 	for _, s := range applies {
 		if s.Parent().SpanID() != publish.SpanContext().SpanID() || s.SpanContext().TraceID() != observe.SpanContext().TraceID() {
 			t.Errorf("%s: parent %s, want the publish span", s.Name(), s.Parent().SpanID())
 		}
-		for _, ev := range s.Events() {
-			if ev.Name == "live change seen on the VMI" {
-				seen++
+		parents[s.SpanContext().SpanID()] = true
+	}
+	live := 0
+	for _, s := range byName(spans, "verdict ") {
+		if !parents[s.Parent().SpanID()] {
+			t.Errorf("%s: parent %s, want a VM's apply span", s.Name(), s.Parent().SpanID())
+		}
+		for _, a := range s.Attributes() {
+			if a.Key == "kvlive.observed" && a.Value.AsString() == string(events.ObservedLive) {
+				live++
 			}
 		}
 	}
-	if seen != fleetSize/2 {
-		t.Errorf("%d live changes seen, want %d (the running VMs)", seen, fleetSize/2)
+	if live != fleetSize/2 {
+		t.Errorf("%d verdict spans say live, want %d (the running VMs)", live, fleetSize/2)
 	}
 	for uid, o := range ids.outcomes {
 		if o.TraceID != observe.SpanContext().TraceID().String() {
