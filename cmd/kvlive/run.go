@@ -239,7 +239,7 @@ func (o *runOptions) openInfra(ctx context.Context, log *slog.Logger) (*infra, e
 		return nil, errors.Join(err, closeNATS())
 	}
 	m := telemetry.New()
-	m.ConsumerLag(js)
+	m.ConsumerLag(ctx, js)
 	m.NATSAsyncErrors(natsErrors.Load)
 	return &infra{js: js, natsReady: natsReady, tp: tp, metrics: m, closeNATS: closeNATS}, nil
 }

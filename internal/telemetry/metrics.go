@@ -281,14 +281,15 @@ func (m *Metrics) WatcherBacklog(n func() int) {
 }
 
 // ConsumerLag exports, per durable consumer, the messages not yet
-// delivered and those delivered but not acked, asked of JetStream at scrape time.
-func (m *Metrics) ConsumerLag(js jetstream.JetStream) {
+// delivered and those delivered but not acked, asked of JetStream at scrape
+// time (within 2s, and not once ctx ended).
+func (m *Metrics) ConsumerLag(ctx context.Context, js jetstream.JetStream) {
 	if m == nil {
 		return
 	}
 	for stream, consumer := range map[string]string{events.StreamEvents: events.ConsumerPlanner, events.StreamPlans: events.ConsumerApplier} {
 		info := func() *jetstream.ConsumerInfo {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			c, err := js.Consumer(ctx, stream, consumer)
 			if err != nil {
