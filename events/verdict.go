@@ -71,6 +71,17 @@ type Verdict struct {
 	Deadline   time.Duration `json:"deadline"`
 	TraceID    string        `json:"traceId,omitempty"`
 	SpanID     string        `json:"spanId,omitempty"`
+	// Reobserved marks a later look at a VM whose verdict was unsettled
+	// (pending, refused or not observed at the deadline), asked for with
+	// kvlive rollout verify: it follows the verdict, never replaces it.
+	Reobserved bool `json:"reobserved,omitempty"`
+}
+
+// Unsettled reports a verdict that says what stood at the deadline rather
+// than what KubeVirt did: pending, refused, not observed. Such a VM can be
+// observed again later.
+func (o Observed) Unsettled() bool {
+	return o == ObservedPending || o == ObservedRefused || o == ObservedNotObserved
 }
 
 // Validate checks a verdict names its event, VM and a known verdict.
@@ -101,6 +112,22 @@ func VerdictSubject(namespace, vmUID, eventID string) string {
 
 // VerdictsOf filters the verdicts of eventID.
 func VerdictsOf(eventID string) string { return subjectVerdicts + ".*.*." + EventToken(eventID) }
+
+// reobserved is the token that follows a verdict's subject for its
+// re-observations, which VerdictsOf and VerdictsIn therefore never match.
+const reobserved = "again"
+
+// ReobservedSubject is where the re-observations of one VM of one event
+// are kept, the latest last: the verdict's subject and "again".
+func ReobservedSubject(namespace, vmUID, eventID string) string {
+	return VerdictSubject(namespace, vmUID, eventID) + "." + reobserved
+}
+
+// ReobservedIn filters the re-observations in namespace ("" for all) of
+// eventID ("" for every event).
+func ReobservedIn(namespace, eventID string) string {
+	return VerdictsIn(namespace, eventID) + "." + reobserved
+}
 
 // VerdictID is the Nats-Msg-Id and CloudEvents id of a verdict.
 func VerdictID(eventID, vmUID string) string { return "verdict/" + eventID + "/" + vmUID }

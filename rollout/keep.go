@@ -270,6 +270,7 @@ func lastActivity(ctx context.Context, js jetstream.JetStream, a Account) (time.
 	for _, s := range []struct{ stream, filter string }{
 		{events.StreamOutcomes, events.OutcomesOf(a.EventID, "")},
 		{events.StreamOutcomes, events.VerdictsOf(a.EventID)},
+		{events.StreamOutcomes, events.ReobservedIn("", a.EventID)},
 		{events.StreamDLQ, events.DeadLettersOf(a.EventID)},
 	} {
 		st, err := js.Stream(ctx, s.stream)
@@ -322,6 +323,7 @@ func removeRollout(ctx context.Context, js jetstream.JetStream, rec events.Rollo
 	for _, s := range []struct{ stream, filter string }{
 		{events.StreamOutcomes, events.OutcomesOf(id, "")},
 		{events.StreamOutcomes, events.VerdictsOf(id)},
+		{events.StreamOutcomes, events.ReobservedIn("", id)},
 		{events.StreamDLQ, events.DeadLettersOf(id)},
 	} {
 		st, err := js.Stream(ctx, s.stream)

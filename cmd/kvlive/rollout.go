@@ -42,7 +42,9 @@ has an outcome, a dead letter, a held plan or a plan in flight): pending,
 running, paused, aborted, verifying (every VM has an outcome, KubeVirt's
 verdict on some moved VM is still awaited), complete, or incomplete with
 how many VMs are unaccounted for and since when; then KubeVirt's verdicts on
-the VMs moved, and how many differ from kvlive's prediction.`,
+the VMs moved, and how many differ from kvlive's prediction. verify looks
+again at the VMs whose verdict was pending, refused or not observed, and
+records what KubeVirt shows now beside the verdict.`,
 		Example: `  kvlive rollout pause VirtualMachineClusterInstancetype/2f6c…/5 --reason "checking the first VMs"
   kvlive rollout status VirtualMachineClusterInstancetype/2f6c…/5
   kvlive rollout resume VirtualMachineClusterInstancetype/2f6c…/5
@@ -51,7 +53,7 @@ the VMs moved, and how many differ from kvlive's prediction.`,
 	for _, action := range []events.ControlAction{events.ActionPause, events.ActionResume, events.ActionAbort} {
 		cmd.AddCommand(rolloutActionCmd(g, action))
 	}
-	cmd.AddCommand(rolloutStatusCmd(g), rolloutPromoteCmd(g), rolloutRetryCmd(g))
+	cmd.AddCommand(rolloutStatusCmd(g), rolloutPromoteCmd(g), rolloutRetryCmd(g), rolloutVerifyCmd(g))
 	return cmd
 }
 

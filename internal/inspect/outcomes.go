@@ -79,13 +79,19 @@ func (r *Reader) FindOutcomes(ctx context.Context, f OutcomeFilter) ([]events.Ou
 type Row struct {
 	events.Outcome
 	Verdict *events.Verdict `json:"verdict,omitempty"`
+	// Reobserved is the VM's latest re-observation (kvlive rollout
+	// verify) of an unsettled verdict, if any.
+	Reobserved *events.Verdict `json:"reobserved,omitempty"`
 }
 
-// Observed is the row's verdict in a word: KubeVirt's verdict, "awaited"
+// Observed is the row's verdict in a word: KubeVirt's verdict (and, after
+// an arrow, its latest re-observation), "awaited"
 // for a moved VM without one yet, "-" for a VM that did not move or moved
 // where verdicts are off.
 func (r Row) Observed() string {
 	switch {
+	case r.Verdict != nil && r.Reobserved != nil:
+		return string(r.Verdict.Observed) + "→" + string(r.Reobserved.Observed)
 	case r.Verdict != nil:
 		return string(r.Verdict.Observed)
 	case r.Result.Moves() && r.VerdictDeadline > 0:
@@ -106,7 +112,11 @@ func (r *Reader) OutcomeRows(ctx context.Context, f OutcomeFilter) ([]Row, error
 	if f.EventID != "" {
 		f.EventID = outs[0].EventID // resolved from a prefix
 	}
-	verdicts, err := r.verdicts(ctx, f)
+	verdicts, err := r.verdicts(ctx, f, events.VerdictsIn(f.Namespace, f.EventID))
+	if err != nil {
+		return nil, err
+	}
+	again, err := r.verdicts(ctx, f, events.ReobservedIn(f.Namespace, f.EventID))
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +126,9 @@ func (r *Reader) OutcomeRows(ctx context.Context, f OutcomeFilter) ([]Row, error
 		if v, ok := verdicts[outcomeKey{o.EventID, o.VM}]; ok {
 			row.Verdict = &v
 		}
+		if v, ok := again[outcomeKey{o.EventID, o.VM}]; ok && row.Verdict != nil {
+			row.Reobserved = &v
+		}
 		if !f.Differs || row.Differs() {
 			rows = append(rows, row)
 		}
@@ -123,9 +136,10 @@ func (r *Reader) OutcomeRows(ctx context.Context, f OutcomeFilter) ([]Row, error
 	return rows, nil
 }
 
-// verdicts reads the stored verdicts f selects, by event and VM.
-func (r *Reader) verdicts(ctx context.Context, f OutcomeFilter) (map[outcomeKey]events.Verdict, error) {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.VerdictsIn(f.Namespace, f.EventID)}}
+// verdicts reads the stored verdicts (or re-observations) under subject
+// that f selects, the latest by event and VM.
+func (r *Reader) verdicts(ctx context.Context, f OutcomeFilter, subject string) (map[outcomeKey]events.Verdict, error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}}
 	out := map[outcomeKey]events.Verdict{}
 	err := r.scan(ctx, events.StreamOutcomes, cfg, func(m jetstream.Msg) {
 		var v events.Verdict

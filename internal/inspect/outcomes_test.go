@@ -96,6 +96,37 @@ func TestOutcomeRowsJoinVerdicts(t *testing.T) {
 	}
 }
 
+// TestOutcomeRowsShowReobservations: a VM not observed at the deadline
+// and seen at its next boot since shows both, the verdict first.
+func TestOutcomeRowsShowReobservations(t *testing.T) {
+	f := newFixture(t)
+	seedOutcomes(f)
+	for _, v := range []events.Verdict{
+		{EventID: editID, VM: vm("batch", "job-7"), Predicted: events.ResultNextBoot, Observed: events.ObservedNotObserved, Reason: "at the deadline"},
+		{EventID: editID, VM: vm("batch", "job-7"), Predicted: events.ResultNextBoot, Observed: events.ObservedNextBoot, Reason: "later", Reobserved: true},
+	} {
+		v.MovedAt, v.ObservedAt = t0, t0
+		subject, id := events.VerdictSubject(v.VM.Namespace, v.VM.UID, v.EventID), events.VerdictID(v.EventID, v.VM.UID)
+		if v.Reobserved {
+			subject, id = events.ReobservedSubject(v.VM.Namespace, v.VM.UID, v.EventID), id+"/again"
+		}
+		body, err := events.Encode(events.TypeVerdict, id, "test", "", t0, &v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.js.PublishMsg(context.Background(), events.NewMsg(subject, id, events.TypeVerdict, body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := f.reader().OutcomeRows(context.Background(), OutcomeFilter{EventID: editID, Namespace: "batch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].Observed() != "not-observed→next-boot" || rows[0].Reobserved == nil || !rows[0].Differs() {
+		t.Fatalf("rows %+v: want job-7 not-observed→next-boot, differing (its verdict at the deadline stands)", rows)
+	}
+}
+
 func TestOutcomesFilters(t *testing.T) {
 	f := newFixture(t)
 	seedOutcomes(f)

@@ -1,0 +1,68 @@
+package rollout
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"kvlive/events"
+	"kvlive/internal/testenv"
+)
+
+// storeVerdict stores a verdict on the VM as the verifier would.
+func storeVerdict(t *testing.T, js jetstream.JetStream, name string, observed events.Observed) {
+	t.Helper()
+	v := events.Verdict{EventID: verifyEvent, VM: events.VMRef{Namespace: "ns", Name: name, UID: "uid-" + name},
+		Predicted: events.ResultLive, Observed: observed, Reason: "at the deadline", MovedAt: time.Now(), ObservedAt: time.Now()}
+	id := events.VerdictID(verifyEvent, v.VM.UID)
+	body, err := events.Encode(events.TypeVerdict, id, "kvlive/verifier", v.VM.String(), time.Now(), &v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(t.Context(), events.NewMsg(events.VerdictSubject("ns", v.VM.UID, verifyEvent), id, events.TypeVerdict, body)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReobserveLooksAgainAtUnsettledVerdicts: a VM pending at the deadline
+// is looked at again once its hotplug is done and recorded live beside its
+// verdict, which stays pending; it is not looked at again, and neither is a
+// VM whose verdict was settled.
+func TestReobserveLooksAgainAtUnsettledVerdicts(t *testing.T) {
+	js := testenv.JetStream(t)
+	held := testenv.RunningVMI("ns", "held")
+	clients := testenv.FakeClients(nil, verifyVM("held"), held, verifyVM("done"), testenv.RunningVMI("ns", "done"))
+	cache := testenv.StartCache(t, clients)
+	for name, observed := range map[string]events.Observed{"held": events.ObservedPending, "done": events.ObservedRestart} {
+		moved(t, js, name, events.ResultLive, 1, time.Second)
+		storeVerdict(t, js, name, observed)
+	}
+	ctx := t.Context()
+
+	seen, err := Reobserve(ctx, js, cache, verifyEvent, time.Now())
+	if err != nil || len(seen) != 1 || seen[0].Now.VM.Name != "held" || seen[0].Now.Observed != events.ObservedNotObserved {
+		t.Fatalf("before the hotplug: %+v, %v; want held not observed (its VMI still has 2 sockets)", seen, err)
+	}
+	held = held.DeepCopy()
+	held.Spec.Domain.CPU.Sockets, held.Status.CurrentCPUTopology = 4, &virtv1.CPUTopology{Sockets: 4}
+	if _, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Update(ctx, held, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the cache to show the hotplug", func() bool {
+		return cache.VMI("ns", "held").Spec.Domain.CPU.Sockets == 4
+	})
+	seen, err = Reobserve(ctx, js, cache, verifyEvent, time.Now())
+	if err != nil || len(seen) != 1 || seen[0].Before.Observed != events.ObservedNotObserved || seen[0].Now.Observed != events.ObservedLive || !seen[0].Now.Reobserved {
+		t.Fatalf("after the hotplug: %+v, %v; want held not observed → live", seen, err)
+	}
+	if seen, err = Reobserve(ctx, js, cache, verifyEvent, time.Now()); err != nil || len(seen) != 0 {
+		t.Fatalf("once settled: %+v, %v; want nothing looked at again", seen, err)
+	}
+	if v, n := verdictOf(t, js, "held"); n != 1 || v.Observed != events.ObservedPending {
+		t.Errorf("the verdict: %d stored, the last %s; want the one pending verdict, unchanged", n, v.Observed)
+	}
+}
