@@ -110,10 +110,12 @@ func (e *env) metricsAddr(p *kvliveProc) string {
 // TestRealKubeVirtGateHoldsOnAPendingHotplug rolls an edit out to three
 // running VMs one at a time on KubeVirt's real virt-controller, with the
 // hotplugs held as on a slow node: the first batch's VM never shows the
-// new sockets and memory, so its gate holds, the progress deadline passes
-// and the rollout pauses with the reason (in rollout status), the other
-// two VMs untouched. Once the hotplugs may finish, rollout promote
-// releases the next batch and the rollout completes, gate by gate.
+// new sockets and memory, so its gate holds until its verdict deadline
+// (before the progress deadline), where KubeVirt's verdict, pending,
+// differs from the prediction and fails the gate: the rollout pauses with
+// the reason (in rollout status), the other two VMs untouched. Once the
+// hotplugs may finish, rollout promote releases the next batch and the
+// rollout completes, gate by gate.
 func TestRealKubeVirtGateHoldsOnAPendingHotplug(t *testing.T) {
 	e := newKubeVirtEnv(t)
 	e.createInstancetype("u1.medium", 2, "2Gi")
@@ -129,7 +131,7 @@ func TestRealKubeVirtGateHoldsOnAPendingHotplug(t *testing.T) {
 		st = e.status(id)
 		return st.Phase == rollout.PhasePaused, string(st.Phase) + ": " + st.Control.Reason
 	})
-	for _, want := range []string{"batch 1 of 3: progress deadline 30s passed", "hotplug pending"} {
+	for _, want := range []string{"batch 1 of 3: 1 VMs failed", "KubeVirt's verdict differs", "predicted live, KubeVirt: pending", "HotVCPUChange"} {
 		if !strings.Contains(st.Control.Reason, want) {
 			t.Errorf("paused for %q, want it to say %q", st.Control.Reason, want)
 		}
