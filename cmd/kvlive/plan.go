@@ -34,7 +34,9 @@ VM: live, restart, next-boot, none or skip, with every changed field and the
 reason. It reads the cluster of the current kubeconfig, or with --offline a
 multi-document YAML file of VMs, VMIs, instance types, preferences,
 ControllerRevisions and the KubeVirt CR, whose objects are taken as the new
-generation. Nothing is written.
+generation. Nothing is written. A plan longer than the terminal is shown in
+brief: VMs by result, the fields that change and as many VMs as fit; -o wide,
+-o json|yaml or the output in a file has every VM.
 
 plan --from A --to B selects VMs exactly as kvlive switch --from A --to B does
 (-n, -A, -l and their defaults are the same), so it previews that switch. With
@@ -113,8 +115,16 @@ func (o *planOptions) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	return offline.NewReport(plans).Print(o.out, o.output, printer.Width(o.out))
+	report := offline.NewReport(plans)
+	if rows := printer.ScreenRows(o.out, briefReserved); rows > 0 && o.output == printer.FormatTable {
+		return report.PrintBrief(o.out, printer.Width(o.out), rows)
+	}
+	return report.Print(o.out, o.output, printer.Width(o.out))
 }
+
+// briefReserved is the screen lines a brief plan keeps for its summary,
+// its changes and the prompt after it.
+const briefReserved = 16
 
 // planFile plans req over the objects of the offline file (- for stdin).
 func (o *planOptions) planFile(ctx context.Context, req offline.Request) ([]events.Plan, error) {

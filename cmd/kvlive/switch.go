@@ -25,11 +25,18 @@ import (
 
 // switchOptions are kvlive switch's flags.
 type switchOptions struct {
-	g       *globals
-	fleet   *fleetFlags
-	auth    natsAuthFlags
-	policy  events.Policy
-	url     string
+	g      *globals
+	fleet  *fleetFlags
+	auth   natsAuthFlags
+	policy events.Policy
+	url    string
+	output printer.Format
+	// screenRows is how many VMs of the plan fit the screen before the
+	// question: 0 prints them all (a file, a pipe, or -o wide).
+	screenRows int
+	// say is where the switch's own lines go: standard output, or
+	// standard error when the plan is printed as data.
+	say     io.Writer
 	yes     bool
 	wait    bool
 	timeout time.Duration
@@ -47,7 +54,10 @@ func newSwitchCmd(g *globals) *cobra.Command {
 		Short: "Move VMs from one instance type (or preference) to another, after showing the plan",
 		Long: `switch plans, against the cluster, every VM referencing --from (in the
 context's namespace, -n NS, or every namespace with -A; matching -l) as
-kvlive plan --from --to would show it, prints that plan, asks for confirmation
+kvlive plan --from --to would show it, prints that plan (on a terminal, in
+brief: VMs by result, the fields that change and the first 20 VMs; -o wide,
+or the output in a file, lists every VM; -o json|yaml prints the plan as data
+and the switch's own lines on standard error), asks for confirmation
 when standard input is a terminal (--yes skips the question), then publishes a
 switch request that a running kvlive carries out. KIND is instancetype,
 clusterinstancetype, preference or clusterpreference; a namespaced KIND takes
@@ -62,6 +72,7 @@ of nothing.`,
 	f := cmd.Flags()
 	f.StringVar(&o.url, "nats-url", "nats://127.0.0.1:4222", "NATS server kvlive run uses")
 	o.auth.bind(f)
+	printer.AddFlag(cmd, &o.output, printer.Formats...)
 	f.BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
 	f.BoolVar(&o.wait, "wait", false, "wait for every VM's outcome and print the counts")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Minute, "with --wait, how long to wait before giving up (the switch itself goes on)")
@@ -75,8 +86,22 @@ of nothing.`,
 func (o *switchOptions) Complete(cmd *cobra.Command, _ []string) error {
 	o.take(cmd)
 	o.log, o.flags = o.g.logger(), cmd.Flags()
+	if rows := printer.ScreenRows(o.out, briefReserved); rows > 0 {
+		o.screenRows = min(rows, switchPreviewRows)
+	}
+	if !o.output.Human() {
+		// The plan as data on standard output, alone; what the switch
+		// says besides goes to standard error.
+		o.say = o.errOut
+	} else {
+		o.say = o.out
+	}
 	return nil
 }
+
+// switchPreviewRows bounds the VMs a switch's preview lists on a terminal
+// before it asks: the summary and the changes above them say the rest.
+const switchPreviewRows = 20
 
 // Validate checks the flags before anything is read.
 func (o *switchOptions) Validate() error {
@@ -100,7 +125,7 @@ func (o *switchOptions) Run(ctx context.Context) error {
 	req, plans, err := o.preview(ctx, policy)
 	if err != nil || len(plans) == 0 {
 		if err == nil {
-			fmt.Fprintf(o.out, "no VM %s references %s: nothing to switch\n", scope(req.Namespace), req.From)
+			fmt.Fprintf(o.say, "no VM %s references %s: nothing to switch\n", scope(req.Namespace), req.From)
 		}
 		return err
 	}
@@ -118,7 +143,7 @@ func (o *switchOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.out, "switch requested: %s\n", id)
+	fmt.Fprintf(o.say, "switch requested: %s\n", id)
 	if !o.wait {
 		return nil
 	}
@@ -154,7 +179,13 @@ func (o *switchOptions) preview(ctx context.Context, policy *events.Policy) (off
 // show prints the preview and, on a terminal without --yes, asks.
 func (o *switchOptions) show(req offline.Request, plans []events.Plan, policy *events.Policy) error {
 	out := o.out
-	if err := offline.NewReport(plans).Print(out, printer.FormatTable, printer.Width(out)); err != nil {
+	report, err := offline.NewReport(plans), error(nil)
+	if o.screenRows > 0 && o.output == printer.FormatTable {
+		err = report.PrintBrief(out, printer.Width(out), o.screenRows)
+	} else {
+		err = report.Print(out, o.output, printer.Width(out))
+	}
+	if err != nil {
 		return err
 	}
 	moving := 0
@@ -164,7 +195,7 @@ func (o *switchOptions) show(req offline.Request, plans []events.Plan, policy *e
 		}
 	}
 	if policy != nil && rollout.Batched(*policy, moving) {
-		fmt.Fprintf(out, "in %s\n", describeBatches(rollout.Batches(*policy, moving)))
+		fmt.Fprintf(o.say, "in %s\n", describeBatches(rollout.Batches(*policy, moving)))
 	}
 	if !o.yes && printer.IsTerminal(o.in) {
 		ok, err := confirm(o.in, o.errOut, fmt.Sprintf("Switch these %d VMs from %s to %s?", len(plans), req.From, req.Object))
@@ -213,7 +244,7 @@ func (o *switchOptions) follow(ctx context.Context, js jetstream.JetStream, id s
 		results = append(results, fmt.Sprintf("%s=%d", r, n))
 	}
 	sort.Strings(results)
-	fmt.Fprintf(o.out, "%d VMs: %v\n", len(p.Outcomes), results)
+	fmt.Fprintf(o.say, "%d VMs: %v\n", len(p.Outcomes), results)
 	return nil
 }
 

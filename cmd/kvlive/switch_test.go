@@ -2,8 +2,13 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
+
+	"kvlive/events"
+	"kvlive/internal/printer"
+	"kvlive/planner/offline"
 )
 
 // TestConfirmTakesOnlyYes: y or yes, in any case, goes ahead; anything
@@ -44,6 +49,35 @@ func TestSwitchChecksItsFlagsBeforeTheCluster(t *testing.T) {
 		out, err := kvlive(t, tt.args...)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("kvlive %s: %v, want %q\n%s", strings.Join(tt.args, " "), err, tt.want, out)
+		}
+	}
+}
+
+// TestSwitchPreviewIsBriefOnAScreen: on a terminal the preview is the
+// counts, the changes and the first VMs before the question; -o wide (or a
+// file, where there is no screen) lists every VM.
+func TestSwitchPreviewIsBriefOnAScreen(t *testing.T) {
+	var plans []events.Plan
+	for i := range 30 {
+		plans = append(plans, events.Plan{VM: events.VMRef{Namespace: "ns", Name: fmt.Sprintf("vm-%02d", i)}, Action: events.ResultLive,
+			Changes: []events.Change{{Field: "cpu.sockets", From: "2", To: "4", Class: "live"}}})
+	}
+	req := offline.Request{From: &events.Ref{Kind: events.KindClusterInstancetype, Name: "a"}, Object: events.Ref{Kind: events.KindClusterInstancetype, Name: "b"}}
+	for _, tt := range []struct {
+		rows   int
+		output printer.Format
+		last   string
+		more   bool
+	}{{3, printer.FormatTable, "vm-02", true}, {3, printer.FormatWide, "vm-29", false}, {0, printer.FormatTable, "vm-29", false}} {
+		var out bytes.Buffer
+		o := &switchOptions{yes: true, output: tt.output, screenRows: tt.rows}
+		o.say = &out
+		o.out = &out
+		if err := o.show(req, plans, nil); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), tt.last) || strings.Contains(out.String(), "… and 27 more VMs") != tt.more {
+			t.Errorf("%d rows, %s: want through %s, more %v:\n%s", tt.rows, tt.output, tt.last, tt.more, out.String())
 		}
 	}
 }

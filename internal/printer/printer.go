@@ -118,6 +118,22 @@ func Width(w io.Writer) int {
 	return 0
 }
 
+// ScreenRows is how many rows of a long table fit on w's screen besides
+// what precedes and follows them (reserved lines): when w is a terminal,
+// its height less reserved (at least 5); else 0, no limit: a file or a
+// pipe gets every row.
+func ScreenRows(w io.Writer, reserved int) int {
+	f, ok := w.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return 0
+	}
+	_, height, err := term.GetSize(int(f.Fd()))
+	if err != nil || height <= 0 {
+		return 0
+	}
+	return max(height-reserved, 5)
+}
+
 // IsTerminal reports whether f, a command's input or output, is a terminal.
 func IsTerminal(f any) bool {
 	file, ok := f.(*os.File)

@@ -3,6 +3,7 @@ package offline
 import (
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 
 	"kvlive/events"
@@ -65,6 +66,83 @@ func (r Report) Print(w io.Writer, f printer.Format, width int) error {
 		return err
 	}
 	return r.printSummary(w)
+}
+
+// PrintBrief writes the report for a person at a terminal: the whole table
+// when it has at most rows VMs; otherwise the count by result, each change
+// with how many VMs it reaches per class, the first rows VMs, and how to see
+// the rest (a table of 10,000 VMs before a prompt helps no one).
+func (r Report) PrintBrief(w io.Writer, width, rows int) error {
+	if len(r.VMs) <= rows {
+		return r.Print(w, printer.FormatTable, width)
+	}
+	if err := r.printSummary(w); err != nil {
+		return err
+	}
+	if err := r.printChanges(w); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	first := Report{VMs: r.VMs[:rows]}
+	t := printer.NewTable(
+		printer.Column{Name: "NAMESPACE"},
+		printer.Column{Name: "NAME"},
+		printer.Column{Name: "RESULT"},
+		printer.Column{Name: "CHANGES", Fit: true, Min: 16},
+		printer.Column{Name: "REASON", Fit: true},
+	)
+	for _, vm := range first.VMs {
+		t.Append(vm.Namespace, vm.Name, string(vm.Action), changeList(vm.Changes), vm.Reason)
+	}
+	if err := t.Write(w, printer.FormatTable, width); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "… and %d more VMs: -o wide shows every VM (or redirect the output to a file)\n", len(r.VMs)-rows)
+	return err
+}
+
+// printChanges writes each field change (from → to) with the VMs it
+// reaches, by class, most VMs first.
+func (r Report) printChanges(w io.Writer) error {
+	type change struct{ field, from, to string }
+	counts := map[change]map[string]int{}
+	total := map[change]int{}
+	for _, vm := range r.VMs {
+		for _, c := range vm.Changes {
+			k := change{c.Field, c.From, c.To}
+			if counts[k] == nil {
+				counts[k] = map[string]int{}
+			}
+			counts[k][c.Class]++
+			total[k]++
+		}
+	}
+	if len(total) == 0 {
+		_, err := fmt.Fprintln(w, "no field changes")
+		return err
+	}
+	keys := make([]change, 0, len(total))
+	for k := range total {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if total[keys[i]] != total[keys[j]] {
+			return total[keys[i]] > total[keys[j]]
+		}
+		return fmt.Sprint(keys[i]) < fmt.Sprint(keys[j])
+	})
+	fmt.Fprintln(w, "changes:")
+	for _, k := range keys {
+		classes := make([]string, 0, len(counts[k]))
+		for class, n := range counts[k] {
+			classes = append(classes, fmt.Sprintf("%d %s", n, class))
+		}
+		sort.Strings(classes)
+		if _, err := fmt.Fprintf(w, "  %s %s→%s: %d VMs (%s)\n", k.field, k.from, k.to, total[k], strings.Join(classes, ", ")); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // printSummary writes the one-line count a human reads first.
