@@ -43,3 +43,48 @@ func CheckEventID(id string) error {
 	}
 	return nil
 }
+
+// kubevirtShortNames are KubeVirt's short names of the four kinds (the
+// CRDs' shortNames), which an event id's short form begins with.
+var kubevirtShortNames = map[string]string{
+	KindInstancetype: "vmf", KindClusterInstancetype: "vmcf", KindPreference: "vmp", KindClusterPreference: "vmcp",
+}
+
+// shortUID is how many leading characters of a UUID the short form keeps.
+const shortUID = 8
+
+// ShortEventID is an event id as a person reads and copies it: its kind as
+// KubeVirt's short name and each UUID cut to its first 8 characters, as in
+// vmcf/2f6c1a3b/5 or switch/0b5c9e1d. Every command that takes an event id
+// takes this form too (MatchesShort), while it names one event.
+func ShortEventID(id string) string {
+	parts := strings.Split(id, "/")
+	for i, p := range parts {
+		if short, ok := kubevirtShortNames[p]; ok && i == 0 {
+			parts[i] = short
+		} else if _, err := uuid.Parse(p); err == nil && len(p) > shortUID {
+			parts[i] = p[:shortUID]
+		}
+	}
+	return strings.Join(parts, "/")
+}
+
+// MatchesShort reports whether short names id: segment by segment the same,
+// the kind's short name for the kind, or at least four leading characters
+// of a UUID.
+func MatchesShort(id, short string) bool {
+	full, cut := strings.Split(id, "/"), strings.Split(short, "/")
+	if len(full) != len(cut) {
+		return false
+	}
+	for i := range full {
+		switch {
+		case full[i] == cut[i]:
+		case i == 0 && kubevirtShortNames[full[i]] == cut[i]:
+		case len(cut[i]) >= 4 && strings.HasPrefix(full[i], cut[i]) && uuid.Validate(full[i]) == nil:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -133,7 +133,7 @@ func TestCorruptControlRecordConcernsOneEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := e.kvliveCommand(time.Minute, "events", "--nats-url", e.natsURL)
-	if !strings.Contains(out, medium) || !strings.Contains(out, small) || !strings.Contains(out, "control record unreadable") {
+	if !strings.Contains(out, events.ShortEventID(medium)) || !strings.Contains(out, events.ShortEventID(small)) || !strings.Contains(out, "control record unreadable") {
 		t.Fatalf("kvlive events with one corrupt control record:\n%s", out)
 	}
 	if st := e.status(small); st.ControlError != "" || st.Phase != rollout.PhaseComplete {

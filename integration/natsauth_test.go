@@ -47,7 +47,7 @@ func TestKvliveOnASecuredNATS(t *testing.T) {
 		t.Errorf("rollout status over TLS as kvlive:\n%s", out)
 	}
 	out = e.kvliveCommand(time.Minute, "events", "--nats-url", e.natsURL, "--nats-ca", e.nats.CAFile, "--nats-nkey", seedFile)
-	if !strings.Contains(out, eventID) {
+	if !strings.Contains(out, events.ShortEventID(eventID)) {
 		t.Errorf("kvlive events as an NKey user:\n%s", out)
 	}
 
@@ -75,7 +75,7 @@ func TestKvliveWithACredsFile(t *testing.T) {
 	it, eventID := e.editInstancetype(itMedium, 3, "6Gi")
 	edited := e.selectShapes(onInstancetype(itMedium))
 	e.checkRollout(e.follow(eventID), rolloutWant{eventID: eventID, shapes: edited, action: vmShape.expected, revision: revisionOf(it), clean: true})
-	if out := e.kvliveCommand(time.Minute, append([]string{"events", "--nats-url", e.natsURL}, e.natsArgs...)...); !strings.Contains(out, eventID) {
+	if out := e.kvliveCommand(time.Minute, append([]string{"events", "--nats-url", e.natsURL}, e.natsArgs...)...); !strings.Contains(out, events.ShortEventID(eventID)) {
 		t.Errorf("kvlive events with a creds file:\n%s", out)
 	}
 
@@ -108,7 +108,7 @@ func TestKvliveWithATokenOverMutualTLS(t *testing.T) {
 	it, eventID := e.editInstancetype(itMedium, 3, "6Gi")
 	edited := e.selectShapes(onInstancetype(itMedium))
 	e.checkRollout(e.follow(eventID), rolloutWant{eventID: eventID, shapes: edited, action: vmShape.expected, revision: revisionOf(it), clean: true})
-	if out := e.kvliveCommand(time.Minute, append([]string{"events", "--nats-url", e.natsURL}, e.natsArgs...)...); !strings.Contains(out, eventID) {
+	if out := e.kvliveCommand(time.Minute, append([]string{"events", "--nats-url", e.natsURL}, e.natsArgs...)...); !strings.Contains(out, events.ShortEventID(eventID)) {
 		t.Errorf("kvlive events with a token and a client certificate:\n%s", out)
 	}
 
@@ -286,7 +286,7 @@ func TestEmbeddedServerSharedBeyondLoopback(t *testing.T) {
 	// By URL, and by the store the process advertises (at loopback, which
 	// its certificate names, not 0.0.0.0).
 	for _, at := range [][]string{{"--nats-url", e.natsURL}, {"--data-dir", dataDir}} {
-		if out := e.kvliveCommand(time.Minute, append(append([]string{"events"}, at...), reader...)...); !strings.Contains(out, eventID) {
+		if out := e.kvliveCommand(time.Minute, append(append([]string{"events"}, at...), reader...)...); !strings.Contains(out, events.ShortEventID(eventID)) {
 			t.Errorf("kvlive events %s as the reader:\n%s", at[0], out)
 		}
 	}

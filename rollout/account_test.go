@@ -203,8 +203,9 @@ func TestCorruptControlRecordConcernsItsEventAlone(t *testing.T) {
 	}
 }
 
-// TestResolveEventID: an id is itself, a unique prefix its id, a shared
-// prefix an error naming the candidates, and no match the argument.
+// TestResolveEventID: an id is itself, a unique prefix or short form its
+// id, a shared prefix an error naming the candidates, and no match the
+// argument.
 func TestResolveEventID(t *testing.T) {
 	js := testenv.JetStream(t)
 	ctx := context.Background()
@@ -212,17 +213,21 @@ func TestResolveEventID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"switch/0b5c77", "switch/0b9a11", "VirtualMachineClusterInstancetype/6f1c/2"} {
+	const full = "VirtualMachineClusterInstancetype/2f6c1a3b-0d5e-4c1f-9a7b-1234567890ab/5"
+	for _, id := range []string{"switch/0b5c77", "switch/0b9a11", "VirtualMachineClusterInstancetype/6f1c/2", full} {
 		rec, _ := events.MarshalRollout(events.Rollout{EventID: id, Planned: 1})
 		if _, err := kv.Put(ctx, events.RolloutKey(id), rec); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for arg, want := range map[string]string{
-		"switch/0b5c77": "switch/0b5c77",
-		"switch/0b5":    "switch/0b5c77",
-		"Virtual":       "VirtualMachineClusterInstancetype/6f1c/2",
-		"nothing":       "nothing",
+		"switch/0b5c77":                       "switch/0b5c77",
+		"switch/0b5":                          "switch/0b5c77",
+		"VirtualMachineClusterInstancetype/6": "VirtualMachineClusterInstancetype/6f1c/2",
+		"vmcf/2f6c1a3b/5":                     full,
+		"vmcf/2f6c/5":                         full,
+		"vmcf/2f6c1a3b/4":                     "vmcf/2f6c1a3b/4",
+		"nothing":                             "nothing",
 	} {
 		if got, err := ResolveEventID(ctx, js, arg); err != nil || got != want {
 			t.Errorf("ResolveEventID(%q) = %q, %v; want %q", arg, got, err, want)

@@ -120,9 +120,10 @@ func PlannedVMs(ctx context.Context, js jetstream.JetStream, rec events.Rollout)
 
 // ResolveEventID expands a unique prefix of a recorded event id to the id,
 // so a user need not type 72 characters: an id with a rollout record is
-// itself, a prefix of exactly one recorded id is that id, a prefix of
-// several is an error listing some. Anything else comes back unchanged, for
-// the caller to report as unknown.
+// itself, a prefix of exactly one recorded id is that id, and so is the
+// short form tables show (vmcf/2f6c1a3b/5) of exactly one; a prefix or
+// short form of several is an error listing some. Anything else comes back
+// unchanged, for the caller to report as unknown.
 func ResolveEventID(ctx context.Context, js jetstream.JetStream, arg string) (string, error) {
 	if _, ok, err := Record(ctx, js, arg); err != nil || ok {
 		return arg, err
@@ -130,6 +131,18 @@ func ResolveEventID(ctx context.Context, js jetstream.JetStream, arg string) (st
 	matches, err := EventIDs(ctx, js, arg)
 	if err != nil {
 		return arg, err
+	}
+	if len(matches) == 0 && strings.Contains(arg, "/") {
+		// The short form tables show (events.ShortEventID).
+		all, err := EventIDs(ctx, js, "")
+		if err != nil {
+			return arg, err
+		}
+		for _, id := range all {
+			if events.MatchesShort(id, arg) {
+				matches = append(matches, id)
+			}
+		}
 	}
 	switch len(matches) {
 	case 0:

@@ -227,6 +227,29 @@ type Listing struct {
 	Now    time.Time
 }
 
+// shownIDs is how each event's id is shown: whole in a wide table, else
+// its short form (vmcf/2f6c1a3b/5, which every command takes), or whole
+// where two events of the list share one. The id is never cut: it is the
+// column a user copies.
+func (l Listing) shownIDs(list []EventSummary, f printer.Format) map[string]string {
+	ids := make(map[string]string, len(list))
+	uses := map[string]int{}
+	for _, e := range list {
+		short := e.ID
+		if f != printer.FormatWide {
+			short = events.ShortEventID(e.ID)
+		}
+		ids[e.ID] = short
+		uses[short]++
+	}
+	for id, short := range ids {
+		if uses[short] > 1 {
+			ids[id] = id
+		}
+	}
+	return ids
+}
+
 // WriteEvents writes list, newest last.
 func (l Listing) WriteEvents(w io.Writer, list []EventSummary) error {
 	f, width := l.Format, l.Width
@@ -238,7 +261,7 @@ func (l Listing) WriteEvents(w io.Writer, list []EventSummary) error {
 		return err
 	}
 	t := printer.NewTable(
-		printer.Column{Name: "ID", Fit: true, Min: 16},
+		printer.Column{Name: "ID"},
 		printer.Column{Name: "AGE"},
 		printer.Column{Name: "TYPE"},
 		printer.Column{Name: "OBJECT", Fit: true},
@@ -249,9 +272,9 @@ func (l Listing) WriteEvents(w io.Writer, list []EventSummary) error {
 		printer.Column{Name: "TIME", Wide: true},
 		printer.Column{Name: "TRACE", Wide: true},
 	)
-	at := l.Now
+	at, ids := l.Now, l.shownIDs(list, f)
 	for _, e := range list {
-		t.Append(e.ID, duration.HumanDuration(at.Sub(e.Time)), strings.TrimSuffix(e.Type, "-change"), e.Object,
+		t.Append(ids[e.ID], duration.HumanDuration(at.Sub(e.Time)), strings.TrimSuffix(e.Type, "-change"), e.Object,
 			generation(e), planned(e), tally(e.Outcomes)+stateNote(e), verdictTally(e), e.Time.UTC().Format(time.RFC3339), orDash(e.TraceID))
 	}
 	return t.Write(w, f, width)
@@ -271,7 +294,7 @@ func (l Listing) WriteRollouts(w io.Writer, list []EventSummary) error {
 		return err
 	}
 	t := printer.NewTable(
-		printer.Column{Name: "ID", Fit: true, Min: 16},
+		printer.Column{Name: "ID"},
 		printer.Column{Name: "AGE"},
 		printer.Column{Name: "OBJECT", Fit: true},
 		printer.Column{Name: "STATE"},
@@ -282,7 +305,7 @@ func (l Listing) WriteRollouts(w io.Writer, list []EventSummary) error {
 		printer.Column{Name: "TYPE", Wide: true},
 		printer.Column{Name: "TRACE", Wide: true},
 	)
-	at := l.Now
+	at, ids := l.Now, l.shownIDs(newest, f)
 	for _, e := range newest {
 		state, progress, batch := string(e.State), "-", "-"
 		if state == "" {
@@ -294,7 +317,7 @@ func (l Listing) WriteRollouts(w io.Writer, list []EventSummary) error {
 		if len(e.Batches) > 0 {
 			batch = fmt.Sprintf("%d/%d", e.Batch+1, len(e.Batches))
 		}
-		t.Append(e.ID, duration.HumanDuration(at.Sub(e.Time)), e.Object, state, progress, batch, tally(e.Outcomes), verdictTally(e),
+		t.Append(ids[e.ID], duration.HumanDuration(at.Sub(e.Time)), e.Object, state, progress, batch, tally(e.Outcomes), verdictTally(e),
 			strings.TrimSuffix(e.Type, "-change"), orDash(e.TraceID))
 	}
 	return t.Write(w, f, width)
