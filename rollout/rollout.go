@@ -98,6 +98,15 @@ func Follow(ctx context.Context, js jetstream.JetStream, eventID string, update 
 			if p.Planned > 0 {
 				if a, err := AccountOf(ctx, js, eventID); err == nil {
 					p.Account = &a
+					// An outcome stored after the quiet read and before
+					// the account's is in the account: take it, or a
+					// rollout the account finds complete would return
+					// without it.
+					for uid, o := range a.Latest {
+						if _, ok := p.Outcomes[uid]; !ok {
+							p.Outcomes[uid] = o
+						}
+					}
 				}
 			}
 			continue
