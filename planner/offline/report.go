@@ -52,17 +52,7 @@ func (r Report) Print(w io.Writer, f printer.Format, width int) error {
 	if !f.Human() {
 		return printer.WriteData(w, f, r)
 	}
-	t := printer.NewTable(
-		printer.Column{Name: "NAMESPACE"},
-		printer.Column{Name: "NAME"},
-		printer.Column{Name: "RESULT"},
-		printer.Column{Name: "CHANGES", Fit: true, Min: 16},
-		printer.Column{Name: "REASON", Fit: true},
-	)
-	for _, vm := range r.VMs {
-		t.Append(vm.Namespace, vm.Name, string(vm.Action), changeList(vm.Changes), vm.Reason)
-	}
-	if err := t.Write(w, f, width); err != nil {
+	if err := vmTable(r.VMs).Write(w, f, width); err != nil {
 		return err
 	}
 	return r.printSummary(w)
@@ -83,18 +73,7 @@ func (r Report) PrintBrief(w io.Writer, width, rows int) error {
 		return err
 	}
 	fmt.Fprintln(w)
-	first := Report{VMs: r.VMs[:rows]}
-	t := printer.NewTable(
-		printer.Column{Name: "NAMESPACE"},
-		printer.Column{Name: "NAME"},
-		printer.Column{Name: "RESULT"},
-		printer.Column{Name: "CHANGES", Fit: true, Min: 16},
-		printer.Column{Name: "REASON", Fit: true},
-	)
-	for _, vm := range first.VMs {
-		t.Append(vm.Namespace, vm.Name, string(vm.Action), changeList(vm.Changes), vm.Reason)
-	}
-	if err := t.Write(w, printer.FormatTable, width); err != nil {
+	if err := vmTable(r.VMs[:rows]).Write(w, printer.FormatTable, width); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintf(w, "… and %d more VMs: -o wide shows every VM (or redirect the output to a file)\n", len(r.VMs)-rows)
@@ -143,6 +122,21 @@ func (r Report) printChanges(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// vmTable is the per-VM table of a report.
+func vmTable(vms []VMReport) *printer.Table {
+	t := printer.NewTable(
+		printer.Column{Name: "NAMESPACE"},
+		printer.Column{Name: "NAME"},
+		printer.Column{Name: "RESULT"},
+		printer.Column{Name: "CHANGES", Fit: true, Min: 16},
+		printer.Column{Name: "REASON", Fit: true},
+	)
+	for _, vm := range vms {
+		t.Append(vm.Namespace, vm.Name, string(vm.Action), changeList(vm.Changes), vm.Reason)
+	}
+	return t
 }
 
 // printSummary writes the one-line count a human reads first.
