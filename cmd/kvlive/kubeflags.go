@@ -9,6 +9,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/homedir"
+
+	"kvlive/internal/kube"
 )
 
 // kubeFlags are kubectl's connection flags (--kubeconfig, --context, -n,
@@ -127,4 +129,13 @@ func (f *kubeFlags) contextNamespace() (string, error) {
 		return "", fmt.Errorf("kubeconfig namespace: %w", err)
 	}
 	return ns, nil
+}
+
+// clients are the clients of the kubeconfig the flags name.
+func (f *kubeFlags) clients() (kube.Clients, error) {
+	cfg, _, err := f.load()
+	if err != nil {
+		return kube.Clients{}, err
+	}
+	return kube.NewClients(cfg)
 }

@@ -83,7 +83,7 @@ func (o *replayOptions) Validate() error {
 // Run shows the selected events' plans today, or with --apply publishes
 // them again.
 func (o *replayOptions) Run(ctx context.Context) error {
-	clients, err := o.clients()
+	clients, err := o.kube.clients()
 	if err != nil {
 		return err
 	}
@@ -115,15 +115,6 @@ func (o *replayOptions) Run(ctx context.Context) error {
 		return printPreviews(o.out, previews, o.output)
 	}
 	return o.publish(ctx, o.out, js, f, stored)
-}
-
-// clients are the clients of the kubeconfig the flags name.
-func (o *replayOptions) clients() (kube.Clients, error) {
-	cfg, _, err := o.kube.load()
-	if err != nil {
-		return kube.Clients{}, err
-	}
-	return kube.NewClients(cfg)
 }
 
 // selection reads the selection flags.

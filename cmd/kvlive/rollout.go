@@ -91,11 +91,8 @@ a VM is retried once per rollout: retry the retry for those that fail again.`,
 func (o *rolloutRetryOptions) Complete(cmd *cobra.Command, args []string) error {
 	o.complete(cmd)
 	o.id = args[0]
-	cfg, _, err := o.kube.load()
-	if err != nil {
-		return err
-	}
-	o.clients, err = kube.NewClients(cfg)
+	var err error
+	o.clients, err = o.kube.clients()
 	return err
 }
 

@@ -47,11 +47,8 @@ at again.`,
 func (o *rolloutVerifyOptions) Complete(cmd *cobra.Command, args []string) error {
 	o.complete(cmd)
 	o.id = args[0]
-	cfg, _, err := o.kube.load()
-	if err != nil {
-		return err
-	}
-	o.clients, err = kube.NewClients(cfg)
+	var err error
+	o.clients, err = o.kube.clients()
 	return err
 }
 
