@@ -41,6 +41,8 @@ type Cache struct {
 	// readRevision reads a ControllerRevision: from the API server, or
 	// from the objects a CacheOf was given.
 	readRevision func(ctx context.Context, namespace, name string) (*appsv1.ControllerRevision, error)
+	// static is a CacheOf's: its indexers were filled, nothing lists.
+	static bool
 	// life is the context Start was given: the cache's reads of the API
 	// server (start revisions) end with it.
 	life atomic.Pointer[context.Context]
@@ -155,6 +157,40 @@ func (c *Cache) Referencing(ref events.Ref, namespace string, selector labels.Se
 		vms = append(vms, vm)
 	}
 	return vms, nil
+}
+
+// VMs lists the cached VMs of namespace ("" for all) that selector (nil
+// for all) matches. The objects are the informer's: callers must not
+// mutate them.
+func (c *Cache) VMs(namespace string, selector labels.Selector) []*virtv1.VirtualMachine {
+	var objs []any
+	if namespace == "" {
+		objs = c.vms.GetIndexer().List()
+	} else {
+		objs, _ = c.vms.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+	}
+	vms := make([]*virtv1.VirtualMachine, 0, len(objs))
+	for _, o := range objs {
+		vm := o.(*virtv1.VirtualMachine)
+		if selector == nil || selector.Matches(labels.Set(vm.Labels)) {
+			vms = append(vms, vm)
+		}
+	}
+	return vms
+}
+
+// HasSynced reports whether every informer has listed once: before that
+// the cache holds part of the cluster. A CacheOf holds all it was given.
+func (c *Cache) HasSynced() bool {
+	if c.static {
+		return true
+	}
+	for _, inf := range []cache.SharedIndexInformer{c.vms, c.vmis, c.kubevirts, c.revisions} {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return c.objects.HasSynced()
 }
 
 // VM returns the cached VM, or nil.

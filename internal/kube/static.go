@@ -25,6 +25,7 @@ func CacheOf(objs ...runtime.Object) (*Cache, error) {
 		return cache.NewSharedIndexInformer(&cache.ListWatch{}, obj, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	}
 	ca := &Cache{
+		static:    true,
 		vms:       static(&virtv1.VirtualMachine{}),
 		vmis:      static(&virtv1.VirtualMachineInstance{}),
 		kubevirts: static(&virtv1.KubeVirt{}),
