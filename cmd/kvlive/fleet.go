@@ -30,30 +30,47 @@ func newFleetFlags() *fleetFlags { return &fleetFlags{kube: newKubeFlags()} }
 
 // bind adds the connection flags, -A, -l, and --from/--to with their help.
 func (s *fleetFlags) bind(cmd *cobra.Command, fromUsage, toUsage string) {
+	s.bindScope(cmd)
+	f := cmd.Flags()
+	f.StringVar(&s.from, "from", "", fromUsage)
+	f.StringVar(&s.to, "to", "", toUsage)
+	for _, name := range []string{"from", "to"} {
+		_ = cmd.RegisterFlagCompletionFunc(name, completeKinds)
+	}
+}
+
+// bindScope adds the connection flags, -A and -l: which VMs a command
+// reads.
+func (s *fleetFlags) bindScope(cmd *cobra.Command) {
 	f := cmd.Flags()
 	s.kube.addFlags(f, "only VMs in this namespace (default: the kubeconfig context's namespace)")
 	f.BoolVarP(&s.allNamespaces, "all-namespaces", "A", false, "VMs in all namespaces")
 	f.StringVarP(&s.selector, "selector", "l", "", "only VMs matching this label selector")
-	f.StringVar(&s.from, "from", "", fromUsage)
-	f.StringVar(&s.to, "to", "", toUsage)
 	cmd.MarkFlagsMutuallyExclusive("namespace", "all-namespaces")
-	for _, name := range []string{"from", "to"} {
-		_ = cmd.RegisterFlagCompletionFunc(name, completeKinds)
+}
+
+// scope resolves -A, -n and -l: the namespace ("" for all; the
+// kubeconfig's by default) and the selector of the VMs.
+func (s *fleetFlags) scope(namespace string) (string, labels.Selector, error) {
+	selector, err := labels.Parse(s.selector)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: -l %q: %w", errUsage, s.selector, err)
 	}
+	if s.allNamespaces {
+		namespace = ""
+	}
+	return namespace, selector, nil
 }
 
 // request resolves the flags into what offline.Plan (and the planner, for
 // a switch) selects: object is the instance type or preference the VMs go
 // to (--to for a switch); namespace is the one the user means by default.
 func (s *fleetFlags) request(object, namespace string) (offline.Request, error) {
-	selector, err := labels.Parse(s.selector)
+	scoped, selector, err := s.scope(namespace)
 	if err != nil {
-		return offline.Request{}, fmt.Errorf("%w: -l %q: %w", errUsage, s.selector, err)
+		return offline.Request{}, err
 	}
-	req := offline.Request{Namespace: namespace, Selector: selector}
-	if s.allNamespaces {
-		req.Namespace = ""
-	}
+	req := offline.Request{Namespace: scoped, Selector: selector}
 	if s.from != "" {
 		from, err := events.ParseRef(s.from, namespace)
 		if err != nil {

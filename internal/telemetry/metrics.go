@@ -354,3 +354,36 @@ func (m *Metrics) Serve(ctx context.Context, ln net.Listener, ready func() error
 	}
 	return nil
 }
+
+// VMsBehind exports kvlive_vms_behind{object}: per instance type and
+// preference, the VMs not known to be on its latest generation, counted by
+// behind at scrape time from the process's cache (no API calls). While
+// the cache has not synced (ok false) nothing is exported rather than a
+// count of part of the fleet.
+func (m *Metrics) VMsBehind(behind func() (counts map[string]int, ok bool)) {
+	if m == nil {
+		return
+	}
+	m.Registry.MustRegister(&behindCollector{behind: behind, desc: prometheus.NewDesc("kvlive_vms_behind",
+		"VMs referencing an instance type or preference that are pinned to an older generation of it or to one kvlive cannot compare (revision gone, object re-created), from the cache at scrape time; kvlive drift shows which.",
+		[]string{"object"}, nil)})
+}
+
+// behindCollector turns one count per object into one gauge per object at
+// each scrape; objects no VM references any more have no series.
+type behindCollector struct {
+	behind func() (map[string]int, bool)
+	desc   *prometheus.Desc
+}
+
+func (c *behindCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *behindCollector) Collect(ch chan<- prometheus.Metric) {
+	counts, ok := c.behind()
+	if !ok {
+		return
+	}
+	for object, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), object)
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"kvlive/applier"
+	"kvlive/drift"
 	"kvlive/events"
 	"kvlive/internal/kube"
 	"kvlive/internal/standin"
@@ -124,6 +125,16 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.Metrics.VMsBehind(func() (map[string]int, bool) {
+		if !fleet.HasSynced() {
+			return nil, false
+		}
+		counts := map[string]int{}
+		for _, row := range drift.Measure(fleet, drift.Filter{}) {
+			counts[row.Object.String()] = row.NotLatest()
+		}
+		return counts, true
+	})
 	ctx, cancel := context.WithCancel(ctx)
 	group, ctx := errgroup.WithContext(ctx)
 	r := &Running{group: group, cancel: cancel}
