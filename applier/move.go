@@ -291,11 +291,14 @@ func (a *Applier) targetObject(t events.Target) (runtime.Object, string, error) 
 	return live.(runtime.Object), "", nil
 }
 
-// ensureRevision creates the snapshot; finding it already there with the
+// ensureRevision creates the snapshot, labelled as kvlive's (so the
+// pruner may delete it once superseded); finding it already there with the
 // same data (an earlier attempt, or KubeVirt itself) is success.
 func (a *Applier) ensureRevision(ctx context.Context, want *appsv1.ControllerRevision) error {
 	crs := a.cfg.Clients.Kube.AppsV1().ControllerRevisions(want.Namespace)
-	_, err := crs.Create(ctx, want, metav1.CreateOptions{})
+	ours := want.DeepCopy()
+	ours.Labels[instancetype.CreatedByLabel] = instancetype.CreatedBy
+	_, err := crs.Create(ctx, ours, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
 		if err != nil {
 			return fmt.Errorf("create ControllerRevision %s/%s: %w", want.Namespace, want.Name, err)

@@ -14,6 +14,19 @@ import (
 	"kubevirt.io/api/instancetype/v1beta1"
 )
 
+// CreatedByLabel marks the ControllerRevisions kvlive created (value
+// CreatedBy), the only ones it ever deletes (pruner). KubeVirt compares
+// revisions by their data, so the label changes nothing for it.
+const (
+	CreatedByLabel = "kvlive.io/created-by"
+	CreatedBy      = "kvlive"
+)
+
+// CreatedByKvlive reports whether kvlive created cr.
+func CreatedByKvlive(cr *appsv1.ControllerRevision) bool {
+	return cr.Labels[CreatedByLabel] == CreatedBy
+}
+
 // RevisionName is KubeVirt's name for a VM's snapshot of one object
 // generation (pkg/instancetype/revision/store.go GenerateName).
 func RevisionName(vmName string, obj metav1.Object) string {

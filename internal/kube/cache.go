@@ -23,6 +23,10 @@ import (
 // events.Ref.Key: `<kind>/<namespace|_>/<name>`.
 const RefIndex = "kvlive.io/referenced"
 
+// OwnerIndex is the revision informer index by the UID of the revision's
+// controller (the VM that owns it).
+const OwnerIndex = "kvlive.io/owner"
+
 // Cache is the process's informer cache: VMs (indexed by the instance types
 // and preferences they reference), VMIs, the KubeVirt CR, instancetype
 // ControllerRevisions and the four instancetype/preference kinds, all from
@@ -63,6 +67,9 @@ func NewCache(c Clients, namespace string) (*Cache, error) {
 	}
 	if err := ca.vms.AddIndexers(cache.Indexers{RefIndex: indexRefs}); err != nil {
 		return nil, fmt.Errorf("kube: VM index: %w", err)
+	}
+	if err := ca.revisions.AddIndexers(cache.Indexers{OwnerIndex: indexOwner}); err != nil {
+		return nil, fmt.Errorf("kube: revision index: %w", err)
 	}
 	ca.readRevision = func(ctx context.Context, namespace, name string) (*appsv1.ControllerRevision, error) {
 		return c.Kube.AppsV1().ControllerRevisions(namespace).Get(ctx, name, metav1.GetOptions{})
@@ -136,6 +143,31 @@ func indexRefs(obj any) ([]string, error) {
 	}
 	return instancetype.RefKeys(vm), nil
 }
+
+func indexOwner(obj any) ([]string, error) {
+	cr, ok := obj.(*appsv1.ControllerRevision)
+	if !ok {
+		return nil, nil
+	}
+	if owner := metav1.GetControllerOf(cr); owner != nil {
+		return []string{string(owner.UID)}, nil
+	}
+	return nil, nil
+}
+
+// OwnedRevisions returns the cached instancetype ControllerRevisions whose
+// controller is the object of uid (a VM). The objects are the informer's.
+func (c *Cache) OwnedRevisions(uid string) []*appsv1.ControllerRevision {
+	objs, _ := c.revisions.GetIndexer().ByIndex(OwnerIndex, uid)
+	out := make([]*appsv1.ControllerRevision, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, o.(*appsv1.ControllerRevision))
+	}
+	return out
+}
+
+// RevisionInformer exposes the instancetype ControllerRevision informer.
+func (c *Cache) RevisionInformer() cache.SharedIndexInformer { return c.revisions }
 
 // Referencing returns the VMs that reference ref, optionally narrowed to a
 // namespace and a label selector. The objects are the informer's: callers

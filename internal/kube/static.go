@@ -40,6 +40,9 @@ func CacheOf(objs ...runtime.Object) (*Cache, error) {
 	if err := ca.vms.AddIndexers(cache.Indexers{RefIndex: indexRefs}); err != nil {
 		return nil, fmt.Errorf("kube: VM index: %w", err)
 	}
+	if err := ca.revisions.AddIndexers(cache.Indexers{OwnerIndex: indexOwner}); err != nil {
+		return nil, fmt.Errorf("kube: revision index: %w", err)
+	}
 	all := map[string]*appsv1.ControllerRevision{}
 	for _, obj := range objs {
 		var into cache.SharedIndexInformer
