@@ -67,6 +67,13 @@ func (w vmWrites) applied() int {
 // from the audit log, in the order the API server logged them.
 func (e *env) kvlivePatches() []auditEvent {
 	e.t.Helper()
+	return e.kvliveRequests("patch", "virtualmachines")
+}
+
+// kvliveRequests reads kvlive's answered requests of verb on resource from
+// the audit log, in the order the API server logged them.
+func (e *env) kvliveRequests(verb, resource string) []auditEvent {
+	e.t.Helper()
 	f, err := os.Open(e.auditLog)
 	if err != nil {
 		e.t.Fatalf("audit log: %v", err)
@@ -80,7 +87,7 @@ func (e *env) kvlivePatches() []auditEvent {
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			continue // the last line may be half written while the server runs
 		}
-		if ev.Stage == "ResponseComplete" && ev.Verb == "patch" && ev.ObjectRef.Resource == "virtualmachines" &&
+		if ev.Stage == "ResponseComplete" && ev.Verb == verb && ev.ObjectRef.Resource == resource &&
 			ev.ResponseStatus != nil && strings.HasPrefix(ev.UserAgent, kvliveUserAgent) {
 			patches = append(patches, ev)
 		}

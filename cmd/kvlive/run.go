@@ -28,6 +28,7 @@ import (
 	"kvlive/internal/kube"
 	"kvlive/internal/telemetry"
 	"kvlive/planner"
+	"kvlive/pruner"
 )
 
 // natsFlags are how a command reaches NATS.
@@ -70,6 +71,7 @@ type runOptions struct {
 	profiling      bool
 	observeTimeout time.Duration
 	traceFanout    int
+	retention      int
 	leaderElect    bool
 	leader         pipeline.LeaderElection
 	policy         events.Policy
@@ -104,6 +106,7 @@ subset, so planners and appliers can scale out as replicas on a NATS cluster.`,
 	f.BoolVar(&o.profiling, "profiling", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr")
 	f.DurationVar(&o.observeTimeout, "observe-timeout", 2*time.Minute, "how long after its move a VM's verdict (KubeVirt's reaction: the hotplug, RestartRequired) is waited for; what stands then is the verdict; 0 turns verdicts off")
 	f.IntVar(&o.traceFanout, "trace-fanout-limit", planner.DefaultTraceFanout, "above this many VMs, each VM's span roots its own trace, linked to the plan span")
+	f.IntVar(&o.retention, "revision-retention", pruner.DefaultRetention, "superseded ControllerRevisions kvlive created kept per VM and reference, newest first (the previous one is what undo moves back to); older ones are deleted; negative keeps all")
 	bindPolicyFlags(f, &o.policy)
 	o.leader = pipeline.DefaultLeaderElection()
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "run the watcher only while holding a Lease, for several replicas with the watcher stage")
@@ -184,7 +187,7 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 		Clients: clients, JetStream: js, Namespace: o.kube.explicitNamespace(), Stages: o.stages,
 		Log: log, Tracer: tp, ApplierWorkers: o.workers, PlannerWorkers: o.plannerWorkers, Rate: o.rate,
 		ObserveTimeout: o.observeTimeout, TraceFanout: o.traceFanout, Metrics: m, LeaderElection: leader, Policy: o.policy,
-		Horizon: o.nats.maxAge,
+		Horizon: o.nats.maxAge, RevisionRetention: &o.retention,
 	})
 	if err != nil {
 		return err

@@ -23,11 +23,11 @@ var crdDir = filepath.Join("deploy", "crds")
 // stack trace warning into the test output after 30 seconds.
 var silenceOnce sync.Once
 
-// auditPolicy records every patch of a VirtualMachine and of its status:
-// the writes that move a VM's pin or reference. Request level keeps the
-// patch itself (the request body; no response bodies), so a test can tell
-// what a write tested and replaced. Nothing else is logged, so the log
-// stays small on large fleets.
+// auditPolicy records every patch of a VirtualMachine and of its status,
+// the writes that move a VM's pin or reference, and every delete of a
+// ControllerRevision. Request level keeps the patch itself (the request
+// body; no response bodies), so a test can tell what a write tested and
+// replaced. Nothing else is logged, so the log stays small on large fleets.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
@@ -37,6 +37,11 @@ rules:
   resources:
   - group: kubevirt.io
     resources: ["virtualmachines", "virtualmachines/status"]
+- level: Metadata
+  verbs: ["delete"]
+  resources:
+  - group: apps
+    resources: ["controllerrevisions"]
 - level: None
 `
 

@@ -38,6 +38,8 @@ type Metrics struct {
 	sweepsFailed    prometheus.Counter
 	verdicts        *prometheus.CounterVec
 	verdictFailed   prometheus.Counter
+	pruned          prometheus.Counter
+	pruneFailed     prometheus.Counter
 }
 
 // New registers kvlive's metrics, and the Go and process collectors, in a
@@ -100,11 +102,17 @@ func New() *Metrics {
 		verdictFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvlive_verdict_store_failures_total", Help: "Verdicts the verifier judged but could not store; each is tried again, and an outcome still unacked when its ack wait ends goes to another replica.",
 		}),
+		pruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvlive_revisions_pruned_total", Help: "Superseded instancetype ControllerRevisions kvlive created and deleted (--revision-retention).",
+		}),
+		pruneFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvlive_revision_prunes_failed_total", Help: "VMs whose superseded revisions could not be pruned after retries; each is looked at again at its next change or resync.",
+		}),
 		keptPastHorizon: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvlive_rollouts_kept_past_horizon", Help: "Rollouts older than the replay horizon whose records are kept because they have not settled (paused, waiting for a promote, plans in flight), as the last sweep found.",
 		}),
 	}
-	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.sweepsFailed, m.verdicts, m.verdictFailed,
+	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.sweepsFailed, m.verdicts, m.verdictFailed, m.pruned, m.pruneFailed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -385,5 +393,20 @@ func (c *behindCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for object, n := range counts {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), object)
+	}
+}
+
+// Pruned counts superseded ControllerRevisions the pruner deleted.
+func (m *Metrics) Pruned(n int) {
+	if m != nil && n > 0 {
+		m.pruned.Add(float64(n))
+	}
+}
+
+// PruneFailed counts a VM whose revisions the pruner gave up on until its
+// next change or resync.
+func (m *Metrics) PruneFailed() {
+	if m != nil {
+		m.pruneFailed.Inc()
 	}
 }

@@ -153,7 +153,7 @@ func (l *acquiredLock) note(r resourcelock.LeaderElectionRecord, err error) {
 	}
 }
 
-// runTerm runs one term's watcher until ctx ends.
+// runTerm runs one term's watcher (and pruner) until ctx ends.
 func runTerm(ctx context.Context, cfg Config, fleet *kube.Cache, current *atomic.Pointer[watcher.Watcher]) error {
 	w, err := newWatcher(cfg, fleet)
 	if err != nil {
@@ -161,7 +161,7 @@ func runTerm(ctx context.Context, cfg Config, fleet *kube.Cache, current *atomic
 	}
 	current.Store(w)
 	defer current.Store(nil)
-	return w.Run(ctx)
+	return runWatcher(ctx, cfg, fleet, w)
 }
 
 func newWatcher(cfg Config, fleet *kube.Cache) (*watcher.Watcher, error) {

@@ -26,6 +26,7 @@ import (
 	"kvlive/internal/standin"
 	"kvlive/internal/telemetry"
 	"kvlive/planner"
+	"kvlive/pruner"
 	"kvlive/rollout"
 	"kvlive/watcher"
 )
@@ -65,8 +66,11 @@ type Config struct {
 	// (rollout.Keeper). Zero keeps them.
 	Horizon time.Duration
 	Metrics *telemetry.Metrics
-	// LeaderElection, when set, runs the watcher only while this replica
-	// holds the Lease it names.
+	// RevisionRetention, when set, runs the revision pruner beside the
+	// watcher (pruner.Config.Retention; negative turns it off).
+	RevisionRetention *int
+	// LeaderElection, when set, runs the watcher (and the pruner) only
+	// while this replica holds the Lease it names.
 	LeaderElection *LeaderElection
 	// SyncTimeout bounds the wait for the informer caches' first list; zero
 	// waits until the context ends.
@@ -275,5 +279,21 @@ func addWatcher(ctx context.Context, cfg Config, fleet *kube.Cache, current *ato
 		return nil, err
 	}
 	current.Store(w)
-	return func() error { return w.Run(ctx) }, nil
+	return func() error { return runWatcher(ctx, cfg, fleet, w) }, nil
+}
+
+// runWatcher runs w and, if cfg asks for it, the revision pruner, which
+// like the watcher is one per fleet: until ctx ends or either fails.
+func runWatcher(ctx context.Context, cfg Config, fleet *kube.Cache, w *watcher.Watcher) error {
+	if cfg.RevisionRetention == nil {
+		return w.Run(ctx)
+	}
+	p, err := pruner.New(pruner.Config{Fleet: fleet, Retention: *cfg.RevisionRetention, Log: cfg.Log, Metrics: cfg.Metrics})
+	if err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return w.Run(ctx) })
+	g.Go(func() error { return p.Run(ctx) })
+	return g.Wait()
 }

@@ -1,0 +1,171 @@
+package pruner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/instancetype"
+	"kvlive/internal/kube"
+	"kvlive/internal/telemetry"
+)
+
+// maxRetries is how often a VM whose pruning failed is retried at once;
+// past it the failure is logged and counted, and the VM is looked at again
+// at its next change or the informers' resync.
+const maxRetries = 5
+
+// Config configures a Pruner.
+type Config struct {
+	Fleet *kube.Cache
+	// Retention is how many superseded revisions per VM and reference are
+	// kept (DefaultRetention); negative turns pruning off.
+	Retention int
+	Log       *slog.Logger
+	Metrics   *telemetry.Metrics
+}
+
+// Pruner deletes, VM by VM as the cache sees them change, the revisions
+// kvlive created and then superseded.
+type Pruner struct {
+	cfg   Config
+	queue workqueue.TypedRateLimitingInterface[string]
+	regs  []registration
+}
+
+type registration struct {
+	inf cache.SharedIndexInformer
+	reg cache.ResourceEventHandlerRegistration
+}
+
+// New returns a pruner; nothing is read or deleted until Run.
+func New(cfg Config) (*Pruner, error) {
+	if cfg.Fleet == nil {
+		return nil, errors.New("pruner: no fleet")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Pruner{cfg: cfg, queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "kvlive-pruner"})}, nil
+}
+
+// Run prunes until ctx ends. VMs are queued when the cache sees them (and
+// at each resync), when their VMI goes (it no longer holds its start
+// revisions), and when kvlive creates a revision they own.
+func (p *Pruner) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrashWithContext(ctx)
+	defer p.queue.ShutDown()
+	if p.cfg.Retention < 0 {
+		p.cfg.Log.Info("revision pruning off (--revision-retention < 0)")
+		<-ctx.Done()
+		return nil
+	}
+	defer p.removeHandlers()
+	f := p.cfg.Fleet
+	if err := p.handle(f.VMInformer(), cache.ResourceEventHandlerFuncs{
+		AddFunc: p.enqueue, UpdateFunc: func(_, obj any) { p.enqueue(obj) },
+	}); err != nil {
+		return err
+	}
+	if err := p.handle(f.VMIInformer(), cache.ResourceEventHandlerFuncs{DeleteFunc: p.enqueue}); err != nil {
+		return err
+	}
+	if err := p.handle(f.RevisionInformer(), cache.ResourceEventHandlerFuncs{AddFunc: p.enqueueOwner}); err != nil {
+		return err
+	}
+	p.cfg.Log.Info("revision pruner started", "retention", p.cfg.Retention)
+	go func() {
+		<-ctx.Done()
+		p.queue.ShutDown()
+	}()
+	for p.next(ctx) {
+	}
+	return nil
+}
+
+func (p *Pruner) handle(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) error {
+	reg, err := inf.AddEventHandler(h)
+	if err != nil {
+		return fmt.Errorf("pruner: handler: %w", err)
+	}
+	p.regs = append(p.regs, registration{inf, reg})
+	return nil
+}
+
+func (p *Pruner) removeHandlers() {
+	for _, r := range p.regs {
+		_ = r.inf.RemoveEventHandler(r.reg)
+	}
+}
+
+func (p *Pruner) enqueue(obj any) {
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		p.queue.Add(key)
+	}
+}
+
+// enqueueOwner queues the VM that owns a revision kvlive created.
+func (p *Pruner) enqueueOwner(obj any) {
+	cr, ok := obj.(*appsv1.ControllerRevision)
+	if !ok || !instancetype.CreatedByKvlive(cr) {
+		return
+	}
+	if owner := metav1.GetControllerOf(cr); owner != nil && owner.Kind == virtv1.VirtualMachineGroupVersionKind.Kind {
+		p.queue.Add(cr.Namespace + "/" + owner.Name)
+	}
+}
+
+func (p *Pruner) next(ctx context.Context) bool {
+	key, quit := p.queue.Get()
+	if quit {
+		return false
+	}
+	defer p.queue.Done(key)
+	err := p.sync(ctx, key)
+	switch {
+	case err == nil:
+		p.queue.Forget(key)
+	case ctx.Err() != nil:
+	case p.queue.NumRequeues(key) < maxRetries:
+		p.queue.AddRateLimited(key)
+	default:
+		p.queue.Forget(key)
+		p.cfg.Metrics.PruneFailed()
+		p.cfg.Log.Warn("pruner: gave up on a VM's revisions until its next change or resync", "vm", key, "attempts", maxRetries+1, "err", err)
+	}
+	return true
+}
+
+func (p *Pruner) sync(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	vm := p.cfg.Fleet.VM(ns, name)
+	if vm == nil {
+		return nil
+	}
+	in, err := InputOf(p.cfg.Fleet, vm, p.cfg.Retention)
+	if err != nil {
+		return err
+	}
+	cands := Superseded(in)
+	if len(cands) == 0 {
+		return nil
+	}
+	d, err := Prune(ctx, p.cfg.Fleet.Clients, p.cfg.Fleet, cands, p.cfg.Retention)
+	p.cfg.Metrics.Pruned(len(d.Revisions))
+	for _, c := range d.Revisions {
+		p.cfg.Log.Debug("pruned a superseded revision", "vm", key, "revision", c.Revision, "object", c.Object, "generation", c.Generation)
+	}
+	return err
+}
