@@ -1,10 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/spf13/cobra"
 
@@ -27,6 +32,7 @@ type pruneOptions struct {
 	fleet *fleetFlags
 	streams
 	retention int
+	workers   int
 	dryRun    bool
 	output    printer.Format
 }
@@ -53,6 +59,9 @@ resourceVersion. --dry-run shows what would go and deletes nothing.`,
 	o.fleet.bindScope(cmd)
 	f := cmd.Flags()
 	f.IntVar(&o.retention, "revision-retention", pruner.DefaultRetention, "superseded revisions kept per VM and reference, newest first")
+	f.Float32Var(&o.fleet.kube.QPS, "qps", 200, "Kubernetes client queries per second (the API server's own priority and fairness still queues them)")
+	f.IntVar(&o.fleet.kube.Burst, "burst", 400, "Kubernetes client burst")
+	f.IntVar(&o.workers, "workers", 16, "VMs pruned at once")
 	f.BoolVar(&o.dryRun, "dry-run", false, "show what would be deleted; delete nothing")
 	printer.AddFlag(cmd, &o.output, printer.Formats...)
 	return cmd
@@ -70,6 +79,8 @@ func (o *pruneOptions) Validate() error {
 	switch {
 	case o.retention < 0:
 		return fmt.Errorf("%w: --revision-retention %d: want 0 or more", errUsage, o.retention)
+	case o.workers < 1:
+		return fmt.Errorf("%w: --workers %d: want at least 1", errUsage, o.workers)
 	case o.fleet.selector != "":
 		return fmt.Errorf("%w: -l: prune judges every VM of the namespace", errUsage)
 	}
@@ -105,17 +116,31 @@ func (o *pruneOptions) Run(ctx context.Context) error {
 		fmt.Fprintf(o.errOut, "dry run: %d revisions would be deleted\n", len(cands))
 		return nil
 	}
-	var deleted, kept []pruner.Candidate
-	var errs []error
+	var (
+		mu            sync.Mutex
+		deleted, kept []pruner.Candidate
+		errs          []error
+		g             errgroup.Group
+	)
+	g.SetLimit(o.workers)
 	for _, vm := range byVM(cands) {
-		d, err := pruner.Prune(ctx, clients, c, vm, o.retention)
-		deleted, kept = append(deleted, d.Revisions...), append(kept, d.Kept...)
-		errs = append(errs, err)
+		g.Go(func() error {
+			d, err := pruner.Prune(ctx, clients, c, vm, o.retention)
+			mu.Lock()
+			defer mu.Unlock()
+			deleted, kept = append(deleted, d.Revisions...), append(kept, d.Kept...)
+			errs = append(errs, err)
+			return nil
+		})
 	}
+	_ = g.Wait()
+	slices.SortFunc(deleted, func(a, b pruner.Candidate) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.VM, b.VM), a.Created.Compare(b.Created))
+	})
 	if err := pruner.Print(o.out, deleted, o.output, printer.Width(o.out), time.Now()); err != nil {
 		return err
 	}
-	fmt.Fprintf(o.errOut, "deleted %d revisions; %d kept because their VM changed since it was read\n", len(deleted), len(kept))
+	fmt.Fprintf(o.errOut, "deleted %d revisions; %d kept (their VM or revision changed, or the VM went, since it was read)\n", len(deleted), len(kept))
 	return errors.Join(errs...)
 }
 
