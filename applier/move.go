@@ -104,6 +104,12 @@ func (a *Applier) atTarget(ctx context.Context, plan events.Plan) (*events.Outco
 		}
 		return nil, nil
 	}
+	if t.Move == events.MoveRevert {
+		if pin, err := instancetype.PinOf(vm, preference); err == nil && pin.Revision == t.Revision {
+			return &events.Outcome{Result: plan.Action, Reason: joinReason(note, plan.Reason), Revision: t.Revision, From: t.FromRevision, Changes: plan.Changes}, nil
+		}
+		return nil, nil
+	}
 	obj, _, err := a.targetObject(t)
 	if obj == nil || err != nil {
 		return nil, err
@@ -167,8 +173,12 @@ func (a *Applier) revisionBehind(ctx context.Context, vm *virtv1.VirtualMachine,
 // move performs one attempt. moved reports that the VM no longer matches
 // what the plan tested against, so the caller re-plans.
 func (a *Applier) move(ctx context.Context, plan events.Plan, vm *virtv1.VirtualMachine) (events.Outcome, bool, error) {
-	if plan.Target.Move == events.MoveSwitch {
+	switch plan.Target.Move {
+	case events.MoveSwitch:
 		return a.switchVM(ctx, plan, vm)
+	case events.MoveRevert:
+		out, err := a.revert(ctx, plan, vm, false)
+		return out, false, err
 	}
 	return a.repin(ctx, plan, vm)
 }
@@ -189,7 +199,7 @@ func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.Virtua
 		return events.Outcome{}, true, nil
 	}
 	if pin.Revision == want.Name {
-		return events.Outcome{Result: plan.Action, Reason: joinReason("already pinned to the target (an earlier attempt moved it)", plan.Reason), Revision: want.Name, Changes: plan.Changes}, false, nil
+		return events.Outcome{Result: plan.Action, Reason: joinReason("already pinned to the target (an earlier attempt moved it)", plan.Reason), Revision: want.Name, From: t.FromRevision, Changes: plan.Changes}, false, nil
 	}
 	if pin.Revision != t.FromRevision || pin.Field != t.Pin || !references(vm, t.Object) {
 		return events.Outcome{}, true, nil
@@ -208,7 +218,106 @@ func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.Virtua
 		})
 	}
 	trace.SpanFromContext(ctx).AddEvent("pin moved", trace.WithAttributes(attribute.String("kvlive.revision", want.Name)))
-	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Revision: want.Name, Wrote: true, Changes: plan.Changes}, false, nil
+	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Revision: want.Name, From: pin.Revision, Wrote: true, Changes: plan.Changes}, false, nil
+}
+
+// revert moves an undo's VM back to the revision it was pinned to before
+// the rollout undone, re-creating the revision from the plan's snapshot if
+// it is gone. A VM someone changed since (another pin or object), as the
+// API server has it (fresh), is not moved: its outcome is a skip that says
+// what it is on now.
+func (a *Applier) revert(ctx context.Context, plan events.Plan, vm *virtv1.VirtualMachine, fresh bool) (events.Outcome, error) {
+	t := plan.Target
+	preference := t.Object.IsPreference()
+	pin, err := instancetype.PinOf(vm, preference)
+	if err == nil && pin.Revision == t.Revision {
+		return events.Outcome{Result: plan.Action, Reason: joinReason("already back on the revision (an earlier attempt moved it)", plan.Reason),
+			Revision: t.Revision, From: t.FromRevision, Changes: plan.Changes}, nil
+	}
+	if changed := changedSince(vm, t, pin, err); changed != "" {
+		if !fresh {
+			return a.revertFresh(ctx, plan)
+		}
+		return events.Outcome{Result: events.ResultSkip, Reason: "changed since the rollout moved it: " + changed}, nil
+	}
+	if err := a.takeTurn(ctx, plan); err != nil {
+		return events.Outcome{}, err
+	}
+	if skip, err := a.ensureReverted(ctx, vm, t); skip != "" || err != nil {
+		out, _, err := classify(err)
+		if skip != "" {
+			out = events.Outcome{Result: events.ResultSkip, Reason: skip}
+		}
+		return out, err
+	}
+	patch, sub := RepinPatch(vm, pin.Field, preference, pin.Revision, t.Revision)
+	if _, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, sub...); err != nil {
+		out, moved, err := a.patchFailed(ctx, plan, err, func(fresh *virtv1.VirtualMachine) bool {
+			p, perr := instancetype.PinOf(fresh, preference)
+			return perr != nil || p.Revision != pin.Revision || p.Field != pin.Field || !references(fresh, t.Object)
+		})
+		if moved && !fresh {
+			return a.revertFresh(ctx, plan)
+		}
+		if moved {
+			return events.Outcome{}, fmt.Errorf("%w: VM %s kept changing while being moved back", errTransient, plan.VM)
+		}
+		return out, err
+	}
+	trace.SpanFromContext(ctx).AddEvent("pin moved back", trace.WithAttributes(attribute.String("kvlive.revision", t.Revision)))
+	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Revision: t.Revision, From: pin.Revision, Wrote: true, Changes: plan.Changes}, nil
+}
+
+// revertFresh reverts the VM as the API server has it.
+func (a *Applier) revertFresh(ctx context.Context, plan events.Plan) (events.Outcome, error) {
+	vm, err := a.currentVM(ctx, plan.VM, true)
+	if vm == nil || err != nil {
+		return a.vmGone(plan, err)
+	}
+	return a.revert(ctx, plan, vm, true)
+}
+
+// changedSince says how vm left where the rollout undone put it, "" when
+// it did not: another object, another pin.
+func changedSince(vm *virtv1.VirtualMachine, t events.Target, pin instancetype.Pin, pinErr error) string {
+	if !references(vm, t.Object) {
+		ref, ok := instancetype.RefOf(vm, t.Object.IsPreference())
+		if !ok {
+			return "it references no " + t.Object.Kind
+		}
+		return "it references " + ref.String()
+	}
+	switch {
+	case pinErr != nil:
+		return pinErr.Error()
+	case pin.Revision != t.FromRevision || pin.Field != t.Pin:
+		return "it is pinned to " + pin.Revision + ", not " + t.FromRevision
+	}
+	return ""
+}
+
+// ensureReverted makes sure the revision a revert pins exists: the cache
+// or the API server has it, or it is re-created from the plan's snapshot.
+// Without either, skip says why the VM stays.
+func (a *Applier) ensureReverted(ctx context.Context, vm *virtv1.VirtualMachine, t events.Target) (skip string, _ error) {
+	if _, ok := a.cfg.Fleet.Revision(vm.Namespace, t.Revision); ok {
+		return "", nil
+	}
+	if len(t.Snapshot) > 0 {
+		want, err := instancetype.RevisionFromSnapshot(vm, t.Snapshot)
+		if err != nil {
+			return fmt.Sprintf("revision %s is gone and its snapshot does not decode: %v", t.Revision, err), nil
+		}
+		if want.Name != t.Revision {
+			return fmt.Sprintf("revision %s is gone and the snapshot kept is of %s", t.Revision, want.Name), nil
+		}
+		return "", a.ensureRevision(ctx, want)
+	}
+	_, err := a.cfg.Clients.Kube.AppsV1().ControllerRevisions(vm.Namespace).Get(ctx, t.Revision, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Sprintf("revision %s is gone and the rollout's record holds no snapshot of it", t.Revision), nil
+	}
+	return "", err
 }
 
 func (a *Applier) switchVM(ctx context.Context, plan events.Plan, vm *virtv1.VirtualMachine) (events.Outcome, bool, error) {

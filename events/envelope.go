@@ -34,6 +34,7 @@ var knownTypes = map[string]bool{
 	TypeInstancetypeChanged: true,
 	TypePreferenceChanged:   true,
 	TypeSwitchRequested:     true,
+	TypeUndoRequested:       true,
 	TypePlan:                true,
 	TypeOutcome:             true,
 	TypeVerdict:             true,

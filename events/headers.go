@@ -29,6 +29,8 @@ const (
 	HeaderReplayOf = "Kvlive-Replay-Of"
 	// HeaderRetryOf on a retry names the event whose failed VMs it retries.
 	HeaderRetryOf = "Kvlive-Retry-Of"
+	// HeaderUndoOf on an undo request names the rollout it undoes.
+	HeaderUndoOf = "Kvlive-Undo-Of"
 	// HeaderDeadStream and HeaderDeadSequence locate the original message.
 	HeaderDeadStream   = "Kvlive-Dead-Stream"
 	HeaderDeadSequence = "Kvlive-Dead-Sequence"

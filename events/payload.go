@@ -161,6 +161,9 @@ const (
 	MoveRepin Move = "repin"
 	// MoveSwitch points spec.instancetype (or spec.preference) at another object.
 	MoveSwitch Move = "switch"
+	// MoveRevert moves the pin back to a revision the VM was pinned to
+	// before (an undo), re-creating it from Snapshot if it is gone.
+	MoveRevert Move = "revert"
 )
 
 // PinField says where a VM's pin lives.
@@ -187,6 +190,10 @@ type Target struct {
 	// From is the object a switch moves VMs away from; spec.*.name is tested
 	// against its name.
 	From *Ref `json:"from,omitempty"`
+	// Revision is the revision a revert pins (Generation is its object
+	// generation); Snapshot, when set, is its data, for re-creating it.
+	Revision string          `json:"revision,omitempty"`
+	Snapshot json.RawMessage `json:"snapshot,omitempty"`
 }
 
 // Plan is one VM's live-update plan for one event.
@@ -215,8 +222,10 @@ func (p *Plan) Validate() error {
 		return errors.New("vm namespace, name and uid are required")
 	case !p.Action.valid(false):
 		return fmt.Errorf("unknown action %q", p.Action)
-	case p.Target.Move != MoveRepin && p.Target.Move != MoveSwitch:
+	case p.Target.Move != MoveRepin && p.Target.Move != MoveSwitch && p.Target.Move != MoveRevert:
 		return fmt.Errorf("unknown move %q", p.Target.Move)
+	case p.Target.Move == MoveRevert && p.Action.Moves() && p.Target.Revision == "":
+		return errors.New("a revert names the revision it pins")
 	case p.Target.Object.Kind == "" || p.Target.Object.Name == "":
 		return errors.New("target object kind and name are required")
 	}
@@ -231,8 +240,11 @@ type Outcome struct {
 	Reason  string   `json:"reason,omitempty"`
 	Error   string   `json:"error,omitempty"`
 	Changes []Change `json:"changes,omitempty"`
-	// Revision is the ControllerRevision the VM is pinned to afterwards.
+	// Revision is the ControllerRevision the VM is pinned to afterwards;
+	// From, on a re-pin or revert that wrote, the one it was pinned to
+	// before (what an undo moves it back to).
 	Revision string `json:"revision,omitempty"`
+	From     string `json:"from,omitempty"`
 	// Wrote is true when this attempt wrote to the API server.
 	Wrote   bool `json:"wrote"`
 	Attempt int  `json:"attempt"`

@@ -133,3 +133,44 @@ func IsSnapshot(cr *appsv1.ControllerRevision) bool {
 	_, ok := cr.Labels[instancetypeapi.ControllerRevisionObjectKindLabel]
 	return ok
 }
+
+// Snapshot is what a revision of obj holds as data: the object with its
+// kind and none of the metadata KubeVirt strips (NewRevision), kept in a
+// rollout's record so an undo can re-create a revision that is gone.
+func Snapshot(vm *virtv1.VirtualMachine, obj runtime.Object) (json.RawMessage, error) {
+	cr, err := NewRevision(vm, obj)
+	if err != nil {
+		return nil, err
+	}
+	return cr.Data.Raw, nil
+}
+
+// RevisionFromSnapshot re-creates vm's revision of the object raw (a
+// revision's data) holds: KubeVirt's name, labels and owner, as NewRevision
+// builds them.
+func RevisionFromSnapshot(vm *virtv1.VirtualMachine, raw json.RawMessage) (*appsv1.ControllerRevision, error) {
+	var meta metav1.TypeMeta
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	var obj runtime.Object
+	switch meta.Kind {
+	case "VirtualMachineInstancetype":
+		obj = &v1beta1.VirtualMachineInstancetype{}
+	case "VirtualMachineClusterInstancetype":
+		obj = &v1beta1.VirtualMachineClusterInstancetype{}
+	case "VirtualMachinePreference":
+		obj = &v1beta1.VirtualMachinePreference{}
+	case "VirtualMachineClusterPreference":
+		obj = &v1beta1.VirtualMachineClusterPreference{}
+	default:
+		return nil, fmt.Errorf("snapshot of a %q: not an instancetype.kubevirt.io kind", meta.Kind)
+	}
+	if meta.APIVersion != v1beta1.SchemeGroupVersion.String() {
+		return nil, fmt.Errorf("snapshot holds %q; kvlive re-creates %s", meta.APIVersion, v1beta1.SchemeGroupVersion)
+	}
+	if err := json.Unmarshal(raw, obj); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	return NewRevision(vm, obj)
+}

@@ -49,7 +49,7 @@ func PlanVM(l Lookup, eventID string, t Target, vm *virtv1.VirtualMachine) event
 		return skip(events.ResultNone, "already references %s", t.Object)
 	case t.Move == events.MoveSwitch && (!ok || t.From == nil || ref != *t.From):
 		return skip(events.ResultSkip, "no longer references %s%s", refString(t.From), referencesNow(ref, ok))
-	case t.Move == events.MoveRepin && (!ok || ref != t.Object):
+	case t.Move != events.MoveSwitch && (!ok || ref != t.Object):
 		return skip(events.ResultSkip, "no longer references %s%s", t.Object, referencesNow(ref, ok))
 	case t.Move == events.MoveSwitch && !t.Object.IsClusterScoped() && t.Object.Namespace != vm.Namespace:
 		return skip(events.ResultSkip, "%s lives in another namespace than the VM", t.Object)
@@ -64,6 +64,9 @@ func PlanVM(l Lookup, eventID string, t Target, vm *virtv1.VirtualMachine) event
 		return skip(events.ResultSkip, "%v", err)
 	}
 	p.Target.Pin, p.Target.FromRevision = pin.Field, pin.Revision
+	if t.Move == events.MoveRevert && pin.Revision == t.Revision {
+		return skip(events.ResultNone, "already pinned to %s", t.Revision)
+	}
 	if t.Move == events.MoveRepin && pin.UID == t.UID && pin.Generation >= t.Generation {
 		if pin.Generation == t.Generation {
 			return skip(events.ResultNone, "already pinned to generation %d", t.Generation)
