@@ -30,6 +30,7 @@ import (
 	"kvlive/internal/consumer"
 	"kvlive/internal/telemetry"
 	"kvlive/rollout"
+	"kvlive/undo"
 )
 
 const tracerName = "kvlive/planner"
@@ -43,6 +44,8 @@ type Fleet interface {
 	Referencing(ref events.Ref, namespace string, selector labels.Selector) ([]*virtv1.VirtualMachine, error)
 	// Cluster is the KubeVirt CR's live-update configuration.
 	Cluster() instancetype.Cluster
+	// VM returns the cached VM namespace/name, or nil (an undo's VMs).
+	VM(namespace, name string) *virtv1.VirtualMachine
 }
 
 // Config configures a Planner.
@@ -123,7 +126,7 @@ func (p *Planner) Run(ctx context.Context) error {
 // done; a transient failure is retried; what cannot decode is poison.
 func (p *Planner) handle(ctx context.Context, msg jetstream.Msg, _ consumer.Delivery) consumer.Fate {
 	ctx = p.prop.Extract(ctx, events.HeaderCarrier(msg.Headers()))
-	w, err := p.resolve(msg)
+	w, err := p.resolve(ctx, msg)
 	if events.IsDecodeError(err) {
 		return consumer.Poison(err.Error())
 	}
@@ -175,23 +178,25 @@ type work struct {
 	// parked: the rollout is paused before its plans exist (its policy
 	// refused, or paused ahead), so its first batch is parked as held.
 	parked bool
+	// plans, for an undo, are its plans as undo.Plan made them.
+	plans []events.Plan
 	// generation is a change's; supersedes, the older rollouts it took over.
 	generation int64
 	supersedes []string
 }
 
 // resolve decodes an event into its work.
-func (p *Planner) resolve(msg jetstream.Msg) (work, error) {
+func (p *Planner) resolve(ctx context.Context, msg jetstream.Msg) (work, error) {
 	env, err := events.Parse(msg.Data())
 	if err != nil {
 		return work{}, err
 	}
-	w, err := p.resolveEnvelope(env)
+	w, err := p.resolveEnvelope(ctx, env)
 	w.typ = env.Type
 	return w, err
 }
 
-func (p *Planner) resolveEnvelope(env *events.Envelope) (work, error) {
+func (p *Planner) resolveEnvelope(ctx context.Context, env *events.Envelope) (work, error) {
 	w := work{eventID: env.ID}
 	switch env.Type {
 	case events.TypeInstancetypeChanged, events.TypePreferenceChanged:
@@ -225,6 +230,21 @@ func (p *Planner) resolveEnvelope(env *events.Envelope) (work, error) {
 		w.vms, err = p.cfg.Fleet.Referencing(s.From, s.Namespace, sel)
 		w.vms = only(w.vms, s.Only)
 		return w, err
+	case events.TypeUndoRequested:
+		var u events.UndoRequest
+		if err := env.Into(&u); err != nil {
+			return w, err
+		}
+		o, err := undo.Read(ctx, p.cfg.JetStream, u.Of)
+		if errors.Is(err, undo.ErrCannotUndo) {
+			return w, &events.DecodeError{Reason: events.ReasonInvalid, Err: err}
+		}
+		if err != nil {
+			return w, err
+		}
+		w.target.Target, w.vms, w.plans = undo.Plan(p.cfg.Fleet, env.ID, o)
+		w.policy, w.policyError = p.policyOf(u.Policy, w.target.Object)
+		return w, nil
 	}
 	return w, &events.DecodeError{Reason: events.ReasonUnknownType, Err: fmt.Errorf("%s is not an event the planner handles", env.Type)}
 }

@@ -25,9 +25,15 @@ type rolloutPlan struct {
 // planAll plans every VM and splits the VMs that move into the policy's
 // batches, in its order.
 func (p *Planner) planAll(w work) ([]events.Plan, rolloutPlan) {
-	plans := make([]events.Plan, 0, len(w.vms))
-	for _, vm := range w.vms {
-		plans = append(plans, rollout.WithPolicy(instancetype.PlanVM(p.cfg.Fleet, w.eventID, w.target, vm), w.policy))
+	plans := w.plans
+	if plans == nil {
+		plans = make([]events.Plan, 0, len(w.vms))
+		for _, vm := range w.vms {
+			plans = append(plans, instancetype.PlanVM(p.cfg.Fleet, w.eventID, w.target, vm))
+		}
+	}
+	for i := range plans {
+		plans[i] = rollout.WithPolicy(plans[i], w.policy)
 	}
 	r := rolloutPlan{counts: map[events.Result]int{}, batches: rollout.AssignBatches(plans, w.vms, w.policy)}
 	for _, plan := range plans {

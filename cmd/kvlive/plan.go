@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"kvlive/events"
@@ -21,10 +23,15 @@ type planOptions struct {
 	output  printer.Format
 	offline bool
 	file    string
+	// undo is the rollout whose undo to preview, read from store.
+	undo  string
+	store storeFlags
+	log   *slog.Logger
+	g     *globals
 }
 
-func newPlanCmd() *cobra.Command {
-	o := &planOptions{fleet: newFleetFlags()}
+func newPlanCmd(g *globals) *cobra.Command {
+	o := &planOptions{fleet: newFleetFlags(), g: g}
 	cmd := &cobra.Command{
 		Use:   "plan [KIND/NAME | --instancetype KIND/[NS/]NAME | --from FROM --to TO]",
 		Short: "Predict, per VM and per field, what a change would do, without writing anything",
@@ -40,10 +47,14 @@ brief: VMs by result, the fields that change and as many VMs as fit; -o wide,
 
 plan --from A --to B selects VMs exactly as kvlive switch --from A --to B does
 (-n, -A, -l and their defaults are the same), so it previews that switch. With
---offline, VMs in every namespace of the file are planned unless -n is given.`,
+--offline, VMs in every namespace of the file are planned unless -n is given.
+
+plan --undo EVENT-ID previews kvlive rollout undo EVENT-ID: every VM the
+rollout moved, moved back (reading the rollout's records from --nats-url).`,
 		Example: `  kvlive plan clusterinstancetype/u1.large -A
   kvlive plan --from clusterinstancetype/u1.small --to clusterinstancetype/u1.large -n shop -l tier=web
-  kvlive plan --offline -f fleet.yaml --instancetype clusterinstancetype/u1.large -o json`,
+  kvlive plan --offline -f fleet.yaml --instancetype clusterinstancetype/u1.large -o json
+  kvlive plan --undo vmcf/2f6c1a3b/5`,
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: completeKinds,
 		RunE:              runE(o),
@@ -59,12 +70,15 @@ plan --from A --to B selects VMs exactly as kvlive switch --from A --to B does
 	printer.AddFlag(cmd, &o.output, printer.Formats...)
 	f.BoolVar(&o.offline, "offline", false, "read the cluster from -f instead of the kubeconfig")
 	f.StringVarP(&o.file, "filename", "f", "", "multi-document YAML file for --offline; - reads standard input")
+	f.StringVar(&o.undo, "undo", "", "EVENT-ID of a finished rollout: preview its undo (kvlive rollout undo)")
+	o.store.bind(cmd)
 	return cmd
 }
 
 // Complete takes the object from the argument, if given.
 func (o *planOptions) Complete(cmd *cobra.Command, args []string) error {
 	o.take(cmd)
+	o.log = o.g.logger()
 	if len(args) == 1 {
 		if o.object != "" {
 			return fmt.Errorf("%w: give the object as an argument or --instancetype, not both", errUsage)
@@ -77,6 +91,12 @@ func (o *planOptions) Complete(cmd *cobra.Command, args []string) error {
 // Validate wants one object, or --from and --to; and -f with --offline.
 func (o *planOptions) Validate() error {
 	from, to := o.fleet.from, o.fleet.to
+	if o.undo != "" {
+		if o.object != "" || from != "" || to != "" || o.offline {
+			return fmt.Errorf("%w: --undo previews an undo alone: no object, --from/--to or --offline with it", errUsage)
+		}
+		return nil
+	}
 	if (o.object == "") == (from == "") || (from != "") != (to != "") {
 		return fmt.Errorf("%w: name one object to evaluate (KIND/NAME or --instancetype), or --from FROM --to TO", errUsage)
 	}
@@ -89,7 +109,12 @@ func (o *planOptions) Validate() error {
 // Run plans the VMs the flags select and prints the report.
 func (o *planOptions) Run(ctx context.Context) error {
 	var plans []events.Plan
-	if o.offline {
+	if o.undo != "" {
+		var err error
+		if plans, err = o.planUndo(ctx); err != nil {
+			return err
+		}
+	} else if o.offline {
 		// All of the file, unless -n names a namespace.
 		req, err := o.fleet.request(o.object, o.fleet.kube.explicitNamespace())
 		if err != nil {
@@ -120,6 +145,20 @@ func (o *planOptions) Run(ctx context.Context) error {
 		return report.PrintBrief(o.out, printer.Width(o.out), rows)
 	}
 	return report.Print(o.out, o.output, printer.Width(o.out))
+}
+
+// planUndo plans the undo of --undo's rollout over the cluster.
+func (o *planOptions) planUndo(ctx context.Context) ([]events.Plan, error) {
+	clients, err := o.fleet.kube.clients()
+	if err != nil {
+		return nil, err
+	}
+	var plans []events.Plan
+	err = o.store.with(ctx, o.log, func(ctx context.Context, js jetstream.JetStream) error {
+		_, _, plans, err = previewUndo(ctx, js, clients, o.undo)
+		return err
+	})
+	return plans, err
 }
 
 // briefReserved is the screen lines a brief plan keeps for its summary,

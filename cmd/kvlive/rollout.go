@@ -53,7 +53,7 @@ records what KubeVirt shows now beside the verdict.`,
 	for _, action := range []events.ControlAction{events.ActionPause, events.ActionResume, events.ActionAbort} {
 		cmd.AddCommand(rolloutActionCmd(g, action))
 	}
-	cmd.AddCommand(rolloutStatusCmd(g), rolloutPromoteCmd(g), rolloutRetryCmd(g), rolloutVerifyCmd(g))
+	cmd.AddCommand(rolloutStatusCmd(g), rolloutPromoteCmd(g), rolloutRetryCmd(g), rolloutVerifyCmd(g), rolloutUndoCmd(g))
 	return cmd
 }
 

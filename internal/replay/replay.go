@@ -151,6 +151,22 @@ func (p Publisher) RetryFailed(ctx context.Context, eventID, by string) (Replaye
 // apply publishes s as a new event with id: a replay, or a retry (kind) of
 // the VMs only names.
 func (p Publisher) apply(ctx context.Context, s Stored, kind, id string, only []string) (Replayed, error) {
+	return p.publish(ctx, s, kind, id, func() (string, string, events.Payload, string, error) { return p.payload(s, id, only) })
+}
+
+// Undo publishes the undo request id (undo/<uuid>) of s's rollout, with
+// policy (nil: the planner's default): the Kvlive-Undo-Of header names s,
+// and its trace links to s's. undo.Read says whether s can be undone.
+func (p Publisher) Undo(ctx context.Context, s Stored, id string, policy *events.Policy) (Replayed, error) {
+	return p.publish(ctx, s, "undo", id, func() (string, string, events.Payload, string, error) {
+		req := &events.UndoRequest{ID: id[strings.IndexByte(id, '/')+1:], Of: s.ID, RequestedAt: p.now(), Policy: policy}
+		return events.TypeUndoRequested, events.UndoSubject(), req, "", nil
+	})
+}
+
+// publish publishes what payload builds as event id, a replay, retry or
+// undo (kind) of s: the header naming s, and a new trace linked to s's.
+func (p Publisher) publish(ctx context.Context, s Stored, kind, id string, payload func() (string, string, events.Payload, string, error)) (Replayed, error) {
 	r := Replayed{Original: s.ID, EventID: id}
 	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("kvlive.event.id", id), attribute.String("kvlive."+kind+".of", s.ID))}
@@ -160,19 +176,23 @@ func (p Publisher) apply(ctx context.Context, s Stored, kind, id string, only []
 	ctx, span := p.Tracer.Tracer(tracerName).Start(ctx, kind+" "+s.ID, opts...)
 	defer span.End()
 
-	typ, subject, payload, note, err := p.payload(s, id, only)
+	typ, subject, body, note, err := payload()
 	if err != nil {
 		return r, err
 	}
 	r.Note = note
-	body, err := events.Encode(typ, id, "kvlive/replay", s.Object().String(), p.now(), payload)
+	source := "kvlive/replay"
+	if kind == "undo" {
+		source = "kvlive/undo"
+	}
+	encoded, err := events.Encode(typ, id, source, s.Object().String(), p.now(), body)
 	if err != nil {
 		return r, err
 	}
-	msg := events.NewMsg(subject, id, typ, body)
-	header := events.HeaderReplayOf
-	if kind == "retry" {
-		header = events.HeaderRetryOf
+	msg := events.NewMsg(subject, id, typ, encoded)
+	header := map[string]string{"retry": events.HeaderRetryOf, "undo": events.HeaderUndoOf}[kind]
+	if header == "" {
+		header = events.HeaderReplayOf
 	}
 	msg.Header.Set(header, s.ID)
 	propagation.TraceContext{}.Inject(ctx, events.HeaderCarrier(msg.Header))
@@ -185,6 +205,9 @@ func (p Publisher) apply(ctx context.Context, s Stored, kind, id string, only []
 // payload builds the replayed event's body: a switch as it was, a change
 // as its object's current generation.
 func (p Publisher) payload(s Stored, id string, only []string) (string, string, events.Payload, string, error) {
+	if s.Undo != nil {
+		return "", "", nil, "", fmt.Errorf("replay: %s is an undo of %s; an undo is not replayed", s.ID, s.Undo.Of)
+	}
 	if s.Switch != nil {
 		req := *s.Switch
 		req.ID, req.RequestedAt, req.Only = id[strings.IndexByte(id, '/')+1:], p.now(), only

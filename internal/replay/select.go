@@ -30,17 +30,21 @@ type Stored struct {
 	ID      string
 	Type    string
 	Headers nats.Header
-	// Exactly one of Change and Switch is set.
+	// Exactly one of Change, Switch and Undo is set.
 	Change *events.Changed
 	Switch *events.SwitchRequest
+	Undo   *events.UndoRequest
 }
 
-// Object is what the event moves VMs to.
+// Object is what the event moves VMs to (an undo: none).
 func (s Stored) Object() events.Ref {
-	if s.Change != nil {
+	switch {
+	case s.Change != nil:
 		return s.Change.Object
+	case s.Switch != nil:
+		return s.Switch.To
 	}
-	return s.Switch.To
+	return events.Ref{}
 }
 
 // Select reads the events stream from the selection's start and returns the
@@ -99,6 +103,9 @@ func decode(msg jetstream.Msg, md *jetstream.MsgMetadata) (Stored, bool) {
 	case events.TypeSwitchRequested:
 		s.Switch = &events.SwitchRequest{}
 		err = env.Into(s.Switch)
+	case events.TypeUndoRequested:
+		s.Undo = &events.UndoRequest{}
+		err = env.Into(s.Undo)
 	default:
 		return s, false
 	}
@@ -109,13 +116,16 @@ func (sel Selection) matches(s Stored) bool {
 	switch {
 	case sel.EventID != "" && s.ID != sel.EventID:
 		return false
+	case s.Undo != nil && sel.EventID == "":
+		return false // an undo is read by its id alone; it is never replayed
 	case !sel.Since.IsZero() && s.Time.Before(sel.Since):
 		return false
-	case sel.Object != nil:
-		if s.Change != nil {
-			return s.Change.Object == *sel.Object
-		}
+	case sel.Object != nil && s.Change != nil:
+		return s.Change.Object == *sel.Object
+	case sel.Object != nil && s.Switch != nil:
 		return s.Switch.From == *sel.Object || s.Switch.To == *sel.Object
+	case sel.Object != nil:
+		return false
 	}
 	return true
 }
