@@ -15,6 +15,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/planner/offline"
+	"kvlive/rollout"
 )
 
 // undoRequested and switched find the event ids in kvlive rollout undo's
@@ -30,10 +31,11 @@ var (
 // was pinned to before (naming the two it skips and why), and the undo, a
 // rollout of its own, pins each back: one more write per VM (audit log),
 // none for the VM the user moved. An undo of the undo is refused, naming
-// the original. A switch undone switches its VMs back.
+// the original. kvlive is killed mid-undo and another process finishes
+// it: still one write per VM. A switch undone switches its VMs back.
 func TestUndoMovesBackWhatTheRolloutMoved(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 2, perIT: map[string]int{itMedium: 12, itSmall: 4}})
-	e.runKvlive("all stages")
+	first := e.runKvlive("first", "--rate", "4")
 	e.waitGenerations()
 	edited := e.selectShapes(onInstancetype(itMedium))
 	before := e.view()
@@ -94,8 +96,16 @@ func TestUndoMovesBackWhatTheRolloutMoved(t *testing.T) {
 		t.Fatalf("rollout undo printed no undo id:\n%s", stderr.String())
 	}
 	undoID := m[1]
+	// kvlive dies a few VMs into the undo; another finishes it.
+	if at := e.followUntil(undoID, func(p rollout.Progress) bool { return len(p.Outcomes) >= 3 }); at.Done() {
+		t.Fatalf("the undo finished before kvlive was killed (%d outcomes); the test proves nothing", len(at.Outcomes))
+	}
+	first.kill()
+	e.runKvlive("after the kill")
 	progress := e.follow(undoID)
-	back := e.selectShapes(func(s vmShape) bool { return s.instancetype == itMedium && s.key() != moved.key() && s.key() != deleted.key() })
+	back := e.selectShapes(func(s vmShape) bool {
+		return s.instancetype == itMedium && s.key() != moved.key() && s.key() != deleted.key()
+	})
 	for _, s := range back {
 		if o := progress.Outcomes[e.uids[s.key()]]; !o.Result.Moves() || o.Revision != pinOf(before, s) {
 			t.Errorf("%s: undo outcome %s (%s) revision %s, want it moved back to %s", s.key(), o.Result, o.Reason, o.Revision, pinOf(before, s))
@@ -112,8 +122,10 @@ func TestUndoMovesBackWhatTheRolloutMoved(t *testing.T) {
 	})
 	writes := e.kvliveWrites()
 	for _, s := range back {
-		if w := writes[s.key()]; w.applied() != 2 || len(w.untested) > 0 {
-			t.Errorf("%s: kvlive patched it %d times (%+v), want twice: the edit and the undo, each testing what it replaced", s.key(), w.applied(), w)
+		// A patch cut off by the kill may have taken effect; a later one
+		// then fails its test op, so at most two are carried out.
+		if w := writes[s.key()]; w.ok > 2 || w.ok+w.cutOff < 2 || len(w.untested) > 0 {
+			t.Errorf("%s: kvlive's patches %+v, want two in effect: the edit and the undo, each testing what it replaced", s.key(), w)
 		}
 	}
 	if w := writes[moved.key()]; w.applied() != 1 {
