@@ -53,7 +53,7 @@ var (
 	benchMemory     = flag.String("bench.memory", "10000", "fleet sizes (comma separated) whose kvlive run RSS is read")
 	benchRollouts   = flag.Int("bench.store-rollouts", 100, "rollouts the store holds for the per-event commands")
 	benchPlans      = flag.Int("bench.plans", 20000, "plans sent through each bus")
-	benchSections   = flag.String("bench.sections", "apply,planner,memory,bus", "sections to run (apply includes latency and store; latency alone is quicker; revisions, not run by default, counts ControllerRevisions after 10 edits)")
+	benchSections   = flag.String("bench.sections", "apply,planner,memory,bus", "sections to run (apply includes latency and store; latency alone is quicker; revisions, not run by default, counts ControllerRevisions after 10 edits; switch, not by default, times a switch's preview among 100,000 unrelated revisions)")
 	benchCached     = flag.String("bench.cached", "10000,100000", "cached fleet sizes (comma separated) the planner plans against")
 )
 
@@ -128,7 +128,7 @@ func TestBench(t *testing.T) {
 	for _, s := range []struct {
 		name string
 		run  func(*testing.T, *benchTable)
-	}{{"apply", benchApply}, {"latency", benchLatencyAlone}, {"planner", benchPlanner}, {"memory", benchRSS}, {"bus", benchBus}, {"revisions", benchRevisions}} {
+	}{{"apply", benchApply}, {"latency", benchLatencyAlone}, {"planner", benchPlanner}, {"memory", benchRSS}, {"bus", benchBus}, {"revisions", benchRevisions}, {"switch", benchSwitchPlan}} {
 		if slices.Contains(strings.Split(*benchSections, ","), s.name) {
 			t.Run(s.name, func(t *testing.T) { s.run(t, tab) })
 		}

@@ -96,9 +96,10 @@ func (s *fleetFlags) request(object, namespace string) (offline.Request, error) 
 
 // planCluster plans req against the cluster's current state, read into a
 // cache that is synced (or refused within the sync timeout) and stopped
-// again.
+// again; of the ControllerRevisions, it reads only those of the objects
+// involved (offline.Involved).
 func planCluster(ctx context.Context, clients kube.Clients, req offline.Request) ([]events.Plan, error) {
-	f, stop, err := kube.StartCache(ctx, clients, req.Namespace, kube.DefaultSyncTimeout)
+	f, stop, err := kube.StartCacheFor(ctx, clients, req.Namespace, kube.DefaultSyncTimeout, func(f *kube.Cache) []string { return offline.Involved(f, req) })
 	if err != nil {
 		return nil, err
 	}

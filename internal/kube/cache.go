@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +48,9 @@ type Cache struct {
 	readRevision func(ctx context.Context, namespace, name string) (*appsv1.ControllerRevision, error)
 	// static is a CacheOf's: its indexers were filled, nothing lists.
 	static bool
+	// selected runs a revision informer StartCacheFor made outside the
+	// factory.
+	selected sync.WaitGroup
 	// life is the context Start was given: the cache's reads of the API
 	// server (start revisions) end with it.
 	life atomic.Pointer[context.Context]
@@ -55,6 +59,16 @@ type Cache struct {
 // NewCache registers the informers over namespace ("" for all); nothing
 // lists or watches until Start.
 func NewCache(c Clients, namespace string) (*Cache, error) {
+	ca, err := newCache(c, namespace, true)
+	if err != nil {
+		return nil, err
+	}
+	return ca, ca.indexRevisions()
+}
+
+// newCache registers the informers; the revision informer only with
+// revisions (StartCacheFor adds its own once it knows what to select).
+func newCache(c Clients, namespace string, revisions bool) (*Cache, error) {
 	f := informers.NewSharedInformerFactoryWithOptions(c.Kube, ResyncPeriod, informers.WithNamespace(namespace), informers.WithTransform(StripUnread))
 	ca := &Cache{
 		Clients:   c,
@@ -62,19 +76,25 @@ func NewCache(c Clients, namespace string) (*Cache, error) {
 		vms:       vmInformer(f, c, namespace),
 		vmis:      vmiInformer(f, c, namespace),
 		kubevirts: kubeVirtInformer(f, c),
-		revisions: revisionInformer(f, c, namespace),
 		objects:   objectInformers(f, c, namespace),
+	}
+	if revisions {
+		ca.revisions = revisionInformer(f, c, namespace)
 	}
 	if err := ca.vms.AddIndexers(cache.Indexers{RefIndex: indexRefs}); err != nil {
 		return nil, fmt.Errorf("kube: VM index: %w", err)
-	}
-	if err := ca.revisions.AddIndexers(cache.Indexers{OwnerIndex: indexOwner}); err != nil {
-		return nil, fmt.Errorf("kube: revision index: %w", err)
 	}
 	ca.readRevision = func(ctx context.Context, namespace, name string) (*appsv1.ControllerRevision, error) {
 		return c.Kube.AppsV1().ControllerRevisions(namespace).Get(ctx, name, metav1.GetOptions{})
 	}
 	return ca, nil
+}
+
+func (c *Cache) indexRevisions() error {
+	if err := c.revisions.AddIndexers(cache.Indexers{OwnerIndex: indexOwner}); err != nil {
+		return fmt.Errorf("kube: revision index: %w", err)
+	}
+	return nil
 }
 
 // Start starts every informer; they stop when ctx ends, and Shutdown waits
@@ -114,7 +134,10 @@ func (c *Cache) WaitForSync(ctx context.Context, timeout time.Duration) error {
 
 // Shutdown waits for every informer goroutine to end; call it after the
 // context given to Start ended.
-func (c *Cache) Shutdown() { c.factory.Shutdown() }
+func (c *Cache) Shutdown() {
+	c.factory.Shutdown()
+	c.selected.Wait()
+}
 
 func typeName(t reflect.Type) string {
 	if t.Kind() == reflect.Pointer {
@@ -285,6 +308,57 @@ func (c *Cache) Object(ref events.Ref) any {
 // DefaultSyncTimeout bounds how long a one-shot command waits for the
 // caches' first list before it says which kinds did not arrive.
 const DefaultSyncTimeout = time.Minute
+
+// StartCacheFor is StartCache for planning a few objects' VMs: its revision
+// informer holds only the revisions of the objects involved names, asked
+// once the other informers have synced (from the VMs they hold), so the
+// time to plan does not grow with the cluster's other revisions.
+func StartCacheFor(ctx context.Context, c Clients, namespace string, timeout time.Duration, involved func(*Cache) []string) (_ *Cache, stop func(), _ error) {
+	if err := Preflight(ctx, c, namespace); err != nil {
+		return nil, nil, err
+	}
+	ca, err := newCache(c, namespace, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop = func() { cancel(); ca.Shutdown() }
+	ca.Start(ctx)
+	if err := ca.WaitForSync(ctx, timeout); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	list, w := revisionListWatch(c, namespace, revisionsOf(involved(ca)))
+	ca.revisions = newInformer(&appsv1.ControllerRevision{}, list, w, ResyncPeriod)
+	if err := ca.revisions.SetTransform(StripUnread); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("kube: revision transform: %w", err)
+	}
+	if err := ca.indexRevisions(); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	ca.selected.Go(func() { ca.revisions.RunWithContext(ctx) })
+	if err := waitSynced(ctx, timeout, ca.revisions); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return ca, stop, nil
+}
+
+// waitSynced waits until inf has listed once, or timeout passes, or ctx
+// ends.
+func waitSynced(ctx context.Context, timeout time.Duration, inf cache.SharedIndexInformer) error {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return fmt.Errorf("kube: the cache of ControllerRevisions did not sync: %w", context.Cause(ctx))
+	}
+	return nil
+}
 
 // StartCache checks the API server answers and lets kvlive read every kind
 // (Preflight), builds a Cache over namespace, starts it and waits for it to

@@ -6,7 +6,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -64,19 +66,45 @@ func kubeVirtInformer(f informers.SharedInformerFactory, c Clients) cache.Shared
 // instancetype and preference snapshots in (those carrying the object-kind
 // label), not every revision of every StatefulSet and DaemonSet.
 func revisionInformer(f informers.SharedInformerFactory, c Clients, namespace string) cache.SharedIndexInformer {
+	list, w := revisionListWatch(c, namespace, instancetypeapi.ControllerRevisionObjectKindLabel)
+	return informerFor(f, &appsv1.ControllerRevision{}, list, w)
+}
+
+// revisionListWatch lists and watches the ControllerRevisions selector
+// selects.
+func revisionListWatch(c Clients, namespace, selector string) (listFunc[*appsv1.ControllerRevisionList], cache.WatchFuncWithContext) {
 	crs := c.Kube.AppsV1().ControllerRevisions(namespace)
 	selected := func(o metav1.ListOptions) metav1.ListOptions {
-		o.LabelSelector = instancetypeapi.ControllerRevisionObjectKindLabel
+		o.LabelSelector = selector
 		return o
 	}
-	return informerFor(f, &appsv1.ControllerRevision{},
-		func(ctx context.Context, o metav1.ListOptions) (*appsv1.ControllerRevisionList, error) {
+	return func(ctx context.Context, o metav1.ListOptions) (*appsv1.ControllerRevisionList, error) {
 			return crs.List(ctx, selected(o))
 		},
 		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return crs.Watch(ctx, selected(o))
-		})
+		}
 }
+
+// revisionsOf is the selector of the instancetype revisions of the objects
+// named names (of any kind: a name shared by an instance type and a
+// preference selects both), or of every object when names cannot be put
+// in one selector.
+func revisionsOf(names []string) string {
+	all := instancetypeapi.ControllerRevisionObjectKindLabel
+	if len(names) == 0 || len(names) > maxSelectedObjects {
+		return all
+	}
+	req, err := labels.NewRequirement(instancetypeapi.ControllerRevisionObjectNameLabel, selection.In, names)
+	if err != nil {
+		return all // a name no label value can hold: no revision carries it either way
+	}
+	return all + "," + req.String()
+}
+
+// maxSelectedObjects bounds the names one revision selector lists; past it
+// the selector would outgrow a request line, and every revision is read.
+const maxSelectedObjects = 200
 
 // ObjectInformers are informers over the four instancetype.kubevirt.io kinds,
 // keyed by Kind.

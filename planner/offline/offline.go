@@ -2,6 +2,8 @@ package offline
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -34,6 +36,26 @@ type Request struct {
 	// Namespace limits the VMs to one namespace; "" means all.
 	Namespace string
 	Selector  labels.Selector
+}
+
+// Involved names the objects planning req reads revisions of: the one the
+// VMs are moved from (or re-pinned on), and every instance type and
+// preference those VMs reference, whose snapshots their plans decode.
+func Involved(f Fleet, req Request) []string {
+	source := req.Object
+	if req.From != nil {
+		source = *req.From
+	}
+	vms, _ := f.Referencing(source, req.Namespace, req.Selector)
+	seen := map[string]bool{source.Name: true}
+	for _, vm := range vms {
+		for _, preference := range []bool{false, true} {
+			if ref, ok := instancetype.RefOf(vm, preference); ok {
+				seen[ref.Name] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
 }
 
 // Plan decides, for every VM the request reaches, what KubeVirt would do.
