@@ -23,13 +23,15 @@ const (
 	EventInstancetypeChange = "instancetype-change"
 	EventPreferenceChange   = "preference-change"
 	EventSwitch             = "switch"
+	EventUndo               = "undo"
 )
 
 // EventSummary is one event and how far its rollout got.
 type EventSummary struct {
 	ID   string    `json:"id"`
 	Time time.Time `json:"time"`
-	// Type is EventInstancetypeChange, EventPreferenceChange or EventSwitch.
+	// Type is EventInstancetypeChange, EventPreferenceChange, EventSwitch
+	// or EventUndo.
 	Type string `json:"type"`
 	// Object is the changed object, or "from → to" for a switch.
 	Object        string `json:"object"`
@@ -212,6 +214,12 @@ func summarize(body []byte) (EventSummary, bool) {
 			return e, false
 		}
 		e.Type, e.Object = EventSwitch, s.From.String()+" → "+s.To.String()
+	case events.TypeUndoRequested:
+		var u events.UndoRequest
+		if env.Into(&u) != nil {
+			return e, false
+		}
+		e.Type, e.Object = EventUndo, "undo of "+events.ShortEventID(u.Of)
 	default:
 		return e, false
 	}

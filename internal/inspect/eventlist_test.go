@@ -174,3 +174,23 @@ func TestAnEventThePlannerRefusedIsShownAsSuch(t *testing.T) {
 		t.Errorf("kvlive events -o wide:\n%s", out.String())
 	}
 }
+
+// TestEventsListUndos: an undo request is listed as an undo of the
+// rollout it undoes, by that rollout's short id.
+func TestEventsListUndos(t *testing.T) {
+	f := newFixture(t)
+	edit, _, _ := seedEvents(f)
+	u := events.UndoRequest{ID: "5e0c9d1a-0000-4000-8000-000000000001", Of: edit, RequestedAt: ms(180_000)}
+	id := events.UndoEventID(u.ID)
+	body, err := events.Encode(events.TypeUndoRequested, id, "kvlive/undo", "", u.RequestedAt, &u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.js.PublishMsg(context.Background(), events.NewMsg(events.UndoSubject(), id, events.TypeUndoRequested, body)); err != nil {
+		t.Fatal(err)
+	}
+	list, err := f.reader().Events(context.Background(), 1)
+	if err != nil || len(list) != 1 || list[0].ID != id || list[0].Type != EventUndo || list[0].Object != "undo of "+events.ShortEventID(edit) {
+		t.Errorf("events: %+v, %v; want the undo of %s", list, err, edit)
+	}
+}
