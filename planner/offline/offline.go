@@ -39,8 +39,10 @@ type Request struct {
 }
 
 // Involved names the objects planning req reads revisions of: the one the
-// VMs are moved from (or re-pinned on), and every instance type and
-// preference those VMs reference, whose snapshots their plans decode.
+// VMs are moved from (or re-pinned on), every instance type and preference
+// those VMs reference, whose snapshots their plans decode, and, for a
+// running VM with RestartRequired, those its VMI started from (its start
+// revision, read once).
 func Involved(f Fleet, req Request) []string {
 	source := req.Object
 	if req.From != nil {
@@ -48,10 +50,24 @@ func Involved(f Fleet, req Request) []string {
 	}
 	vms, _ := f.Referencing(source, req.Namespace, req.Selector)
 	seen := map[string]bool{source.Name: true}
+	starts, _ := f.(instancetype.StartLookup)
 	for _, vm := range vms {
 		for _, preference := range []bool{false, true} {
 			if ref, ok := instancetype.RefOf(vm, preference); ok {
 				seen[ref.Name] = true
+			}
+		}
+		if _, ok := instancetype.RestartRequired(vm); !ok || starts == nil {
+			continue
+		}
+		if vmi := f.VMI(vm.Namespace, vm.Name); vmi != nil && !vmi.IsFinal() {
+			if spec, err := starts.StartedSpec(vmi); err == nil {
+				if spec.Instancetype != nil {
+					seen[spec.Instancetype.Name] = true
+				}
+				if spec.Preference != nil {
+					seen[spec.Preference.Name] = true
+				}
 			}
 		}
 	}
