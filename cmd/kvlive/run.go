@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -163,6 +164,9 @@ func (o *runOptions) Validate() error {
 // Run runs the stages until ctx ends.
 func (o *runOptions) Run(ctx context.Context) (err error) {
 	log := o.log
+	if _, err := setMemoryLimit(log, memlimit.FromCgroup); err != nil {
+		log.Warn("the Go runtime's memory limit stays as it was", "err", err)
+	}
 	clients, leader, err := o.cluster()
 	if err != nil {
 		return err
