@@ -50,11 +50,14 @@ func Find(src Source, namespace string, retention int) ([]Candidate, []Problem) 
 }
 
 // InputOf gathers what Superseded needs about vm from src: the revisions it
-// owns and, while its VMI runs, the revisions it started from.
+// owns and, while its VMI runs and some revision could go, the revisions it
+// started from.
 func InputOf(src Source, vm *virtv1.VirtualMachine, retention int) (Input, error) {
 	in := Input{VM: vm, Owned: src.OwnedRevisions(string(vm.UID)), Retention: retention}
-	if !slices.ContainsFunc(in.Owned, instancetype.CreatedByKvlive) {
-		return Input{VM: vm, Retention: retention}, nil // nothing to delete, nothing more to read
+	if !slices.ContainsFunc(in.Owned, instancetype.CreatedByKvlive) || len(Superseded(in)) == 0 {
+		// Nothing could go, whatever the VMI started from: nothing more
+		// to read (a start revision is a read of the API server).
+		return Input{VM: vm, Retention: retention}, nil
 	}
 	vmi := src.VMI(vm.Namespace, vm.Name)
 	if vmi == nil || vmi.IsFinal() {
