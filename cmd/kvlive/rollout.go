@@ -57,16 +57,42 @@ records what KubeVirt shows now beside the verdict.`,
 	return cmd
 }
 
-// rolloutRetryOptions are kvlive rollout retry's flags and argument.
-type rolloutRetryOptions struct {
+// clusterRolloutOptions are the flags and argument of the rollout commands
+// that read both kvlive's records and the cluster (retry, verify, undo):
+// the store's flags, the kubeconfig's and the event id.
+type clusterRolloutOptions struct {
 	storeOptions
 	kube    *kubeFlags
 	id      string
 	clients kube.Clients
 }
 
+func newClusterRolloutOptions(g *globals) clusterRolloutOptions {
+	return clusterRolloutOptions{storeOptions: newStoreOptions(g), kube: newKubeFlags()}
+}
+
+// bind adds the kubeconfig's and the store's flags, and completes the
+// event id from the store.
+func (o *clusterRolloutOptions) bind(cmd *cobra.Command) {
+	o.kube.addFlags(cmd.Flags(), "")
+	o.store.bind(cmd)
+	cmd.ValidArgsFunction = o.store.completeEventIDs
+}
+
+// Complete takes the id and the clients of the kubeconfig the flags name.
+func (o *clusterRolloutOptions) Complete(cmd *cobra.Command, args []string) error {
+	o.complete(cmd)
+	o.id = args[0]
+	var err error
+	o.clients, err = o.kube.clients()
+	return err
+}
+
+// rolloutRetryOptions are kvlive rollout retry's flags and argument.
+type rolloutRetryOptions struct{ clusterRolloutOptions }
+
 func rolloutRetryCmd(g *globals) *cobra.Command {
-	o := &rolloutRetryOptions{storeOptions: newStoreOptions(g), kube: newKubeFlags()}
+	o := &rolloutRetryOptions{newClusterRolloutOptions(g)}
 	cmd := &cobra.Command{
 		Use:   "retry EVENT-ID",
 		Short: "Roll a finished rollout's failed VMs out again, as a new event linked to it",
@@ -81,19 +107,8 @@ a VM is retried once per rollout: retry the retry for those that fail again.`,
 		Args: cobra.ExactArgs(1),
 		RunE: runE(o),
 	}
-	o.kube.addFlags(cmd.Flags(), "")
-	o.store.bind(cmd)
-	cmd.ValidArgsFunction = o.store.completeEventIDs
+	o.bind(cmd)
 	return cmd
-}
-
-// Complete takes the id and the clients of the kubeconfig the flags name.
-func (o *rolloutRetryOptions) Complete(cmd *cobra.Command, args []string) error {
-	o.complete(cmd)
-	o.id = args[0]
-	var err error
-	o.clients, err = o.kube.clients()
-	return err
 }
 
 func (o *rolloutRetryOptions) Validate() error { return nil }

@@ -21,20 +21,17 @@ import (
 
 // rolloutUndoOptions are kvlive rollout undo's flags and argument.
 type rolloutUndoOptions struct {
-	storeOptions
-	kube       *kubeFlags
-	id         string
+	clusterRolloutOptions
 	policy     events.Policy
 	output     printer.Format
 	screenRows int
 	say        io.Writer
 	yes, wait  bool
 	timeout    time.Duration
-	clients    kube.Clients
 }
 
 func rolloutUndoCmd(g *globals) *cobra.Command {
-	o := &rolloutUndoOptions{storeOptions: newStoreOptions(g), kube: newKubeFlags()}
+	o := &rolloutUndoOptions{clusterRolloutOptions: newClusterRolloutOptions(g)}
 	cmd := &cobra.Command{
 		Use:   "undo EVENT-ID",
 		Short: "Move every VM a finished rollout moved back where it was, as a rollout of its own",
@@ -55,9 +52,7 @@ kvlive plan --undo EVENT-ID previews it alone.`,
 		Args: cobra.ExactArgs(1),
 		RunE: runE(o),
 	}
-	o.kube.addFlags(cmd.Flags(), "")
-	o.store.bind(cmd)
-	cmd.ValidArgsFunction = o.store.completeEventIDs
+	o.bind(cmd)
 	f := cmd.Flags()
 	printer.AddFlag(cmd, &o.output, printer.Formats...)
 	f.BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
@@ -69,8 +64,9 @@ kvlive plan --undo EVENT-ID previews it alone.`,
 
 // Complete takes the id, the streams and the kubeconfig's clients.
 func (o *rolloutUndoOptions) Complete(cmd *cobra.Command, args []string) error {
-	o.complete(cmd)
-	o.id = args[0]
+	if err := o.clusterRolloutOptions.Complete(cmd, args); err != nil {
+		return err
+	}
 	if rows := printer.ScreenRows(o.out, briefReserved); rows > 0 {
 		o.screenRows = min(rows, switchPreviewRows)
 	}
@@ -78,9 +74,7 @@ func (o *rolloutUndoOptions) Complete(cmd *cobra.Command, args []string) error {
 	if !o.output.Human() {
 		o.say = o.errOut
 	}
-	var err error
-	o.clients, err = o.kube.clients()
-	return err
+	return nil
 }
 
 // Validate checks the flags before anything is read.

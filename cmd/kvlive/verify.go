@@ -15,15 +15,10 @@ import (
 )
 
 // rolloutVerifyOptions are kvlive rollout verify's flags and argument.
-type rolloutVerifyOptions struct {
-	storeOptions
-	kube    *kubeFlags
-	id      string
-	clients kube.Clients
-}
+type rolloutVerifyOptions struct{ clusterRolloutOptions }
 
 func rolloutVerifyCmd(g *globals) *cobra.Command {
-	o := &rolloutVerifyOptions{storeOptions: newStoreOptions(g), kube: newKubeFlags()}
+	o := &rolloutVerifyOptions{newClusterRolloutOptions(g)}
 	cmd := &cobra.Command{
 		Use:   "verify EVENT-ID",
 		Short: "Look again at the VMs whose verdict was pending, refused or not observed, and record what KubeVirt shows now",
@@ -37,19 +32,8 @@ at again.`,
 		Args:    cobra.ExactArgs(1),
 		RunE:    runE(o),
 	}
-	o.kube.addFlags(cmd.Flags(), "")
-	o.store.bind(cmd)
-	cmd.ValidArgsFunction = o.store.completeEventIDs
+	o.bind(cmd)
 	return cmd
-}
-
-// Complete takes the id and the clients of the kubeconfig the flags name.
-func (o *rolloutVerifyOptions) Complete(cmd *cobra.Command, args []string) error {
-	o.complete(cmd)
-	o.id = args[0]
-	var err error
-	o.clients, err = o.kube.clients()
-	return err
 }
 
 func (o *rolloutVerifyOptions) Validate() error { return nil }
