@@ -163,32 +163,43 @@ func revertPlan(src Source, eventID string, o Original, out events.Outcome, vm *
 	return plan
 }
 
-// before is the spec the VM was pinned to before: the revision's, or, if
-// the revision is gone, the change's old spec when it is that generation,
-// with the snapshot to re-create the revision from.
+// before is the spec the VM was pinned to before, from the revision, and
+// the snapshot to re-create the revision from should it be gone by the
+// time the VM moves (pruned meanwhile): the change's old spec, when it is
+// that generation. With neither, why says so.
 func before(src Source, o Original, vm *virtv1.VirtualMachine, revision string, ref events.Ref) (spec any, snapshot []byte, why string) {
+	snapshot, recorded := recordedSnapshot(o, vm, revision, ref)
 	if cr, ok := src.Revision(vm.Namespace, revision); ok {
 		spec, err := instancetype.DecodeRevision(cr, ref.IsPreference())
 		if err != nil {
 			return nil, nil, err.Error()
 		}
-		return spec, nil, ""
+		return spec, snapshot, ""
 	}
+	if snapshot == nil {
+		return nil, nil, fmt.Sprintf("revision %s is gone and the rollout's record holds no snapshot of it", revision)
+	}
+	return recorded, snapshot, ""
+}
+
+// recordedSnapshot is vm's revision of the change's old generation, built
+// from the spec the change recorded, with that spec; nil when the change
+// recorded none or revision is of another generation.
+func recordedSnapshot(o Original, vm *virtv1.VirtualMachine, revision string, ref events.Ref) ([]byte, any) {
 	c := o.Event.Change
 	uid, generation := uidAndGeneration(vm.Name, ref, revision)
 	if c == nil || len(c.OldSpec) == 0 || c.UID != uid || c.OldGeneration != generation {
-		return nil, nil, fmt.Sprintf("revision %s is gone and the rollout's record holds no snapshot of it", revision)
+		return nil, nil
 	}
 	spec, err := instancetype.DecodeSpec(c.OldSpec, ref.IsPreference())
 	if err != nil {
-		return nil, nil, err.Error()
+		return nil, nil
 	}
-	obj := objectAt(ref, types.UID(uid), generation, spec)
-	raw, err := instancetype.Snapshot(vm, obj)
+	raw, err := instancetype.Snapshot(vm, objectAt(ref, types.UID(uid), generation, spec))
 	if err != nil {
-		return nil, nil, err.Error()
+		return nil, nil
 	}
-	return spec, raw, ""
+	return raw, spec
 }
 
 // uidAndGeneration reads the object UID and generation from the name of

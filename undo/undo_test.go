@@ -75,8 +75,9 @@ func TestPlanMovesEachVMBackOrSaysWhyNot(t *testing.T) {
 		byName[p.VM.Name] = p
 	}
 	gen1Of := func(vm *virtv1.VirtualMachine) string { return instancetype.RevisionName(vm.Name, it) }
-	if p := byName["kept"]; p.Action != events.ResultNextBoot || p.Target.Revision != gen1Of(kept) || p.Target.Generation != 1 || p.Target.Snapshot != nil {
-		t.Errorf("kept: %s (%s) to %s gen %d, snapshot %t; want next-boot back to %s, no snapshot", p.Action, p.Reason, p.Target.Revision, p.Target.Generation, p.Target.Snapshot != nil, gen1Of(kept))
+	if p := byName["kept"]; p.Action != events.ResultNextBoot || p.Target.Revision != gen1Of(kept) || p.Target.Generation != 1 || p.Target.Snapshot == nil {
+		t.Errorf("kept: %s (%s) to %s gen %d, snapshot %t; want next-boot back to %s, with a snapshot should it be pruned before it moves",
+			p.Action, p.Reason, p.Target.Revision, p.Target.Generation, p.Target.Snapshot != nil, gen1Of(kept))
 	}
 	p := byName["gone"]
 	if p.Action != events.ResultNextBoot || p.Target.Revision != gen1Of(gone) || p.Target.Snapshot == nil {
