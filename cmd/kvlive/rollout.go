@@ -24,7 +24,7 @@ import (
 func newRolloutCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rollout",
-		Short: "Pause, resume or abort an event's rollout, or show where it stands",
+		Short: "Pause, resume, abort, retry or undo an event's rollout, or show where it stands",
 		Long: `rollout controls one event's rollout while the applier carries it out.
 
 pause holds the event's plans: VMs already being moved finish, every other
@@ -44,7 +44,8 @@ verdict on some moved VM is still awaited), complete, or incomplete with
 how many VMs are unaccounted for and since when; then KubeVirt's verdicts on
 the VMs moved, and how many differ from kvlive's prediction. verify looks
 again at the VMs whose verdict was pending, refused or not observed, and
-records what KubeVirt shows now beside the verdict.`,
+records what KubeVirt shows now beside the verdict. undo moves every VM a
+finished rollout moved back where it was, as a rollout of its own.`,
 		Example: `  kvlive rollout pause VirtualMachineClusterInstancetype/2f6c…/5 --reason "checking the first VMs"
   kvlive rollout status VirtualMachineClusterInstancetype/2f6c…/5
   kvlive rollout resume VirtualMachineClusterInstancetype/2f6c…/5
