@@ -27,7 +27,7 @@ var (
 
 // TestUndoMovesBackWhatTheRolloutMoved edits an instance type, then a user
 // switches one VM to another instance type by hand and deletes another;
-// `kvlive rollout undo` previews moving the rest back to the revision each
+// `kvlive rollout undo` asks on a terminal (no: nothing requested) and previews moving the rest back to the revision each
 // was pinned to before (naming the two it skips and why), and the undo, a
 // rollout of its own, pins each back: one more write per VM (audit log),
 // none for the VM the user moved. An undo of the undo is refused, naming
@@ -64,6 +64,13 @@ func TestUndoMovesBackWhatTheRolloutMoved(t *testing.T) {
 		return v.vms[deleted.key()] == nil && v.vms[moved.key()].Spec.Instancetype.Name == itLarge, "not yet"
 	})
 
+	// On a terminal, undo shows its plan in brief and asks; "n" requests
+	// nothing.
+	screen, err := e.kvliveOnTerminal("n", 100, "rollout", "undo", eventID, "--kubeconfig", e.kubeconfig, "--nats-url", e.natsURL)
+	if err == nil || !strings.Contains(screen, "not confirmed: nothing was requested") ||
+		!strings.Contains(screen, fmt.Sprintf("Undo %s for these %d VMs? [y/N]", eventID, len(edited))) {
+		t.Errorf("rollout undo on a terminal answered n: %v\n%s", err, screen)
+	}
 	var planned offline.Report
 	out := e.kvliveCommand(time.Minute, "plan", "--undo", eventID, "-o", "json", "--kubeconfig", e.kubeconfig, "--nats-url", e.natsURL)
 	if err := json.Unmarshal([]byte(out), &planned); err != nil {
