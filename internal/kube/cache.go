@@ -312,38 +312,47 @@ const DefaultSyncTimeout = time.Minute
 // StartCacheFor is StartCache for planning a few objects' VMs: its revision
 // informer holds only the revisions of the objects involved names, asked
 // once the other informers have synced (from the VMs they hold), so the
-// time to plan does not grow with the cluster's other revisions.
+// time to plan does not grow with the cluster's other revisions. A nil
+// involved caches every instancetype revision (StartCache).
 func StartCacheFor(ctx context.Context, c Clients, namespace string, timeout time.Duration, involved func(*Cache) []string) (_ *Cache, stop func(), _ error) {
 	if err := Preflight(ctx, c, namespace); err != nil {
 		return nil, nil, err
 	}
-	ca, err := newCache(c, namespace, false)
+	ca, err := newCache(c, namespace, involved == nil)
+	if err == nil && involved == nil {
+		err = ca.indexRevisions()
+	}
 	if err != nil {
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	stop = func() { cancel(); ca.Shutdown() }
 	ca.Start(ctx)
-	if err := ca.WaitForSync(ctx, timeout); err != nil {
-		stop()
-		return nil, nil, err
+	err = ca.WaitForSync(ctx, timeout)
+	if err == nil && involved != nil {
+		err = ca.selectRevisions(ctx, namespace, timeout, involved(ca))
 	}
-	list, w := revisionListWatch(c, namespace, revisionsOf(involved(ca)))
-	ca.revisions = newInformer(&appsv1.ControllerRevision{}, list, w, ResyncPeriod)
-	if err := ca.revisions.SetTransform(StripUnread); err != nil {
-		stop()
-		return nil, nil, fmt.Errorf("kube: revision transform: %w", err)
-	}
-	if err := ca.indexRevisions(); err != nil {
-		stop()
-		return nil, nil, err
-	}
-	ca.selected.Go(func() { ca.revisions.RunWithContext(ctx) })
-	if err := waitSynced(ctx, timeout, ca.revisions); err != nil {
+	if err != nil {
 		stop()
 		return nil, nil, err
 	}
 	return ca, stop, nil
+}
+
+// selectRevisions runs, until ctx ends, an informer of namespace's
+// revisions of the objects names, outside the factory, and waits for its
+// first list.
+func (c *Cache) selectRevisions(ctx context.Context, namespace string, timeout time.Duration, names []string) error {
+	list, w := revisionListWatch(c.Clients, namespace, revisionsOf(names))
+	c.revisions = newInformer(&appsv1.ControllerRevision{}, list, w, ResyncPeriod)
+	if err := c.revisions.SetTransform(StripUnread); err != nil {
+		return fmt.Errorf("kube: revision transform: %w", err)
+	}
+	if err := c.indexRevisions(); err != nil {
+		return err
+	}
+	c.selected.Go(func() { c.revisions.RunWithContext(ctx) })
+	return waitSynced(ctx, timeout, c.revisions)
 }
 
 // waitSynced waits until inf has listed once, or timeout passes, or ctx
@@ -364,19 +373,5 @@ func waitSynced(ctx context.Context, timeout time.Duration, inf cache.SharedInde
 // (Preflight), builds a Cache over namespace, starts it and waits for it to
 // sync within timeout. stop ends the informers and waits for them.
 func StartCache(ctx context.Context, c Clients, namespace string, timeout time.Duration) (_ *Cache, stop func(), _ error) {
-	if err := Preflight(ctx, c, namespace); err != nil {
-		return nil, nil, err
-	}
-	ca, err := NewCache(c, namespace)
-	if err != nil {
-		return nil, nil, err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	stop = func() { cancel(); ca.Shutdown() }
-	ca.Start(ctx)
-	if err := ca.WaitForSync(ctx, timeout); err != nil {
-		stop()
-		return nil, nil, err
-	}
-	return ca, stop, nil
+	return StartCacheFor(ctx, c, namespace, timeout, nil)
 }
