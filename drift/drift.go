@@ -37,6 +37,9 @@ type Filter struct {
 	// Namespace ("" for all) and Selector (nil for all) choose the VMs.
 	Namespace string
 	Selector  labels.Selector
+	// CountsOnly leaves each row's Members empty: what a metrics scrape
+	// needs, without a VM struct per VM.
+	CountsOnly bool
 }
 
 // State is where one VM's pin stands against its object's latest
@@ -116,6 +119,7 @@ func Measure(src Source, f Filter) []Row {
 			t := tallies[ref.Key()]
 			if t == nil {
 				t = newTally(src, ref)
+				t.countsOnly = f.CountsOnly
 				tallies[ref.Key()] = t
 			}
 			t.add(standing(src, vm, vmi, preference, t))
@@ -136,7 +140,8 @@ func Measure(src Source, f Filter) []Row {
 // reports ("" when missing).
 type tally struct {
 	Row
-	uid string
+	uid        string
+	countsOnly bool
 }
 
 func newTally(src Source, ref events.Ref) *tally {
@@ -185,7 +190,9 @@ func standing(src Source, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineI
 
 func (r *tally) add(v VM) {
 	r.Total++
-	r.Members = append(r.Members, v)
+	if !r.countsOnly {
+		r.Members = append(r.Members, v)
+	}
 	if v.RestartRequired {
 		r.RestartRequired++
 	}

@@ -104,6 +104,10 @@ func TestMeasureFilters(t *testing.T) {
 	if len(rows) != 1 || rows[0].Object != it || rows[0].Total != 4 {
 		t.Fatalf("Measure of %s in team-a = %+v, want one row of its 4 VMs there", it, rows)
 	}
+	counts := drift.Measure(c, drift.Filter{CountsOnly: true})
+	if len(counts) != 2 || counts[0].Total != 7 || counts[0].NotLatest() != 4 || counts[0].Members != nil {
+		t.Errorf("Measure, counts only: %+v; want the same counts and no VMs", counts)
+	}
 	none := drift.Measure(c, drift.Filter{Selector: labels.SelectorFromSet(labels.Set{"tier": "web"})})
 	if len(none) != 0 {
 		t.Errorf("Measure of tier=web = %+v, want no rows: no VM has the label", none)

@@ -134,7 +134,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 			return nil, false
 		}
 		counts := map[string]int{}
-		for _, row := range drift.Measure(fleet, drift.Filter{}) {
+		for _, row := range drift.Measure(fleet, drift.Filter{CountsOnly: true}) {
 			counts[row.Object.String()] = row.NotLatest()
 		}
 		return counts, true
