@@ -1,10 +1,14 @@
 package pruner
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
+	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -130,4 +134,49 @@ func Prune(ctx context.Context, c kube.Clients, src Source, cands []Candidate, r
 		}
 	}
 	return d, nil
+}
+
+// PruneAll prunes cands, as Find lists them, VM by VM (Prune), workers VMs
+// at once. It returns every VM's deleted and kept revisions, the deleted
+// ones by namespace, VM and age, and the VMs' errors joined.
+func PruneAll(ctx context.Context, c kube.Clients, src Source, cands []Candidate, retention, workers int) (Deleted, error) {
+	var (
+		mu   sync.Mutex
+		all  Deleted
+		errs []error
+		g    errgroup.Group
+	)
+	g.SetLimit(max(workers, 1))
+	for _, vm := range byVM(cands) {
+		g.Go(func() error {
+			d, err := Prune(ctx, c, src, vm, retention)
+			mu.Lock()
+			defer mu.Unlock()
+			all.Revisions, all.Kept = append(all.Revisions, d.Revisions...), append(all.Kept, d.Kept...)
+			errs = append(errs, err)
+			return nil
+		})
+	}
+	_ = g.Wait() // every VM's error is in errs
+	slices.SortFunc(all.Revisions, func(a, b Candidate) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.VM, b.VM), a.Created.Compare(b.Created))
+	})
+	return all, errors.Join(errs...)
+}
+
+// byVM groups candidates by VM, in the order they came.
+func byVM(cands []Candidate) [][]Candidate {
+	var out [][]Candidate
+	index := map[string]int{}
+	for _, c := range cands {
+		key := c.Namespace + "/" + c.VM
+		i, ok := index[key]
+		if !ok {
+			i = len(out)
+			index[key] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], c)
+	}
+	return out
 }

@@ -1,15 +1,10 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/spf13/cobra"
 
@@ -116,47 +111,10 @@ func (o *pruneOptions) Run(ctx context.Context) error {
 		fmt.Fprintf(o.errOut, "dry run: %d revisions would be deleted\n", len(cands))
 		return nil
 	}
-	var (
-		mu            sync.Mutex
-		deleted, kept []pruner.Candidate
-		errs          []error
-		g             errgroup.Group
-	)
-	g.SetLimit(o.workers)
-	for _, vm := range byVM(cands) {
-		g.Go(func() error {
-			d, err := pruner.Prune(ctx, clients, c, vm, o.retention)
-			mu.Lock()
-			defer mu.Unlock()
-			deleted, kept = append(deleted, d.Revisions...), append(kept, d.Kept...)
-			errs = append(errs, err)
-			return nil
-		})
+	d, err := pruner.PruneAll(ctx, clients, c, cands, o.retention, o.workers)
+	if perr := pruner.Print(o.out, d.Revisions, o.output, printer.Width(o.out), time.Now()); perr != nil {
+		return errors.Join(err, perr)
 	}
-	_ = g.Wait()
-	slices.SortFunc(deleted, func(a, b pruner.Candidate) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.VM, b.VM), a.Created.Compare(b.Created))
-	})
-	if err := pruner.Print(o.out, deleted, o.output, printer.Width(o.out), time.Now()); err != nil {
-		return err
-	}
-	fmt.Fprintf(o.errOut, "deleted %d revisions; %d kept (their VM or revision changed, or the VM went, since it was read)\n", len(deleted), len(kept))
-	return errors.Join(errs...)
-}
-
-// byVM groups candidates by VM, in the order they came.
-func byVM(cands []pruner.Candidate) [][]pruner.Candidate {
-	var out [][]pruner.Candidate
-	index := map[string]int{}
-	for _, c := range cands {
-		key := c.Namespace + "/" + c.VM
-		i, ok := index[key]
-		if !ok {
-			i = len(out)
-			index[key] = i
-			out = append(out, nil)
-		}
-		out[i] = append(out[i], c)
-	}
-	return out
+	fmt.Fprintf(o.errOut, "deleted %d revisions; %d kept (their VM or revision changed, or the VM went, since it was read)\n", len(d.Revisions), len(d.Kept))
+	return err
 }
