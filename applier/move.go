@@ -40,6 +40,9 @@ func (a *Applier) apply(ctx context.Context, plan events.Plan) (events.Outcome, 
 	if !plan.Action.Moves() {
 		return events.Outcome{Result: plan.Action, Reason: plan.Reason, Changes: plan.Changes}, nil
 	}
+	if plan.Target.Move == events.MoveRestart {
+		return a.restartVM(ctx, plan)
+	}
 	if vm == nil {
 		if vm, err = a.currentVM(ctx, plan.VM, false); vm == nil || err != nil {
 			return a.vmGone(plan, err)
@@ -98,6 +101,17 @@ func (a *Applier) atTarget(ctx context.Context, plan events.Plan) (*events.Outco
 	t := plan.Target
 	preference := t.Object.IsPreference()
 	const note = "the VM moved before the rollout was aborted (an earlier attempt)"
+	if t.Move == events.MoveRestart {
+		if stopRequested(vm, t.VMI) {
+			return &events.Outcome{Result: plan.Action, Reason: joinReason("the restart was asked for before the rollout was aborted (an earlier attempt)", plan.Reason),
+				Stopped: t.VMI, Changes: plan.Changes}, nil
+		}
+		if vmi := a.cfg.Fleet.VMI(vm.Namespace, vm.Name); vmi != nil && string(vmi.UID) != t.VMI {
+			return &events.Outcome{Result: plan.Action, Stopped: t.VMI, Changes: plan.Changes,
+				Reason: "the VM ran a new VMI before the rollout was aborted (restarted by an earlier attempt, or by someone else)"}, nil
+		}
+		return nil, nil
+	}
 	if t.Move == events.MoveSwitch {
 		if ref, ok := instancetype.RefOf(vm, preference); ok && ref == t.Object {
 			return &events.Outcome{Result: plan.Action, Reason: joinReason(note, plan.Reason), Changes: plan.Changes}, nil

@@ -35,6 +35,7 @@ var knownTypes = map[string]bool{
 	TypePreferenceChanged:   true,
 	TypeSwitchRequested:     true,
 	TypeUndoRequested:       true,
+	TypeRestartRequested:    true,
 	TypePlan:                true,
 	TypeOutcome:             true,
 	TypeVerdict:             true,

@@ -10,9 +10,9 @@ import (
 )
 
 // Prefixes of the ids of events a user asks for rather than the watcher
-// emits: a switch request, a replay, a retry and an undo, each followed by
+// emits: a switch request, a replay, a retry, an undo and a restart, each followed by
 // a UUID.
-var requestedPrefixes = []string{"switch/", "replay/", "retry/", "undo/"}
+var requestedPrefixes = []string{"switch/", "replay/", "retry/", "undo/", "restart/"}
 
 // CheckEventID says why id cannot be the id of any event kvlive makes: a
 // change is <kind>/<uid>/<generation> of one of the four instance type and
@@ -33,7 +33,7 @@ func CheckEventID(id string) error {
 	kinds := []string{KindInstancetype, KindClusterInstancetype, KindPreference, KindClusterPreference}
 	switch {
 	case len(parts) != 3:
-		return fmt.Errorf("event id %q: want KIND/UID/GENERATION, or switch/, replay/, retry/ or undo/ and a UUID", id)
+		return fmt.Errorf("event id %q: want KIND/UID/GENERATION, or switch/, replay/, retry/, undo/ or restart/ and a UUID", id)
 	case !slices.Contains(kinds, parts[0]):
 		return fmt.Errorf("event id %q: %q is not one of %s", id, parts[0], strings.Join(kinds, ", "))
 	case parts[1] == "":

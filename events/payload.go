@@ -164,6 +164,10 @@ const (
 	// MoveRevert moves the pin back to a revision the VM was pinned to
 	// before (an undo), re-creating it from Snapshot if it is gone.
 	MoveRevert Move = "revert"
+	// MoveRestart restarts the running VM as virt-api's restart does: a
+	// Stop naming the running VMI (Target.VMI), then a Start, added to the
+	// VM's status.stateChangeRequests for virt-controller to carry out.
+	MoveRestart Move = "restart"
 )
 
 // PinField says where a VM's pin lives.
@@ -194,6 +198,8 @@ type Target struct {
 	// generation); Snapshot, when set, is its data, for re-creating it.
 	Revision string          `json:"revision,omitempty"`
 	Snapshot json.RawMessage `json:"snapshot,omitempty"`
+	// VMI is the UID of the running VMI a restart stops.
+	VMI string `json:"vmi,omitempty"`
 }
 
 // Plan is one VM's live-update plan for one event.
@@ -222,10 +228,12 @@ func (p *Plan) Validate() error {
 		return errors.New("vm namespace, name and uid are required")
 	case !p.Action.valid(false):
 		return fmt.Errorf("unknown action %q", p.Action)
-	case p.Target.Move != MoveRepin && p.Target.Move != MoveSwitch && p.Target.Move != MoveRevert:
+	case p.Target.Move != MoveRepin && p.Target.Move != MoveSwitch && p.Target.Move != MoveRevert && p.Target.Move != MoveRestart:
 		return fmt.Errorf("unknown move %q", p.Target.Move)
 	case p.Target.Move == MoveRevert && p.Action.Moves() && p.Target.Revision == "":
 		return errors.New("a revert names the revision it pins")
+	case p.Target.Move == MoveRestart && p.Action.Moves() && (p.Action != ResultRestart || p.Target.VMI == ""):
+		return errors.New("a restart restarts (action restart) the VMI it names")
 	case p.Target.Object.Kind == "" || p.Target.Object.Name == "":
 		return errors.New("target object kind and name are required")
 	}
@@ -245,6 +253,9 @@ type Outcome struct {
 	// before (what an undo moves it back to).
 	Revision string `json:"revision,omitempty"`
 	From     string `json:"from,omitempty"`
+	// Stopped, on the outcome of a restart, is the UID of the VMI it
+	// asked KubeVirt to stop; the verdict looks for a VMI other than it.
+	Stopped string `json:"stopped,omitempty"`
 	// Wrote is true when this attempt wrote to the API server.
 	Wrote   bool `json:"wrote"`
 	Attempt int  `json:"attempt"`

@@ -50,6 +50,27 @@ type Policy struct {
 	// (the default; the pin moves and KubeVirt flags RestartRequired) or
 	// "skip" (their pin stays; the outcome says so).
 	Restart string `json:"restart,omitempty"`
+	// RestartBudget caps how many VMs a restart rollout (kvlive restart)
+	// restarts at once: a count, or a percent (rounded up) of the VMs it
+	// restarts. It is that rollout's batch size, and each batch waits for
+	// KubeVirt's verdict on every VM of the one before (its new VMI
+	// running), so no more are restarting at once, whichever replica moves
+	// them. Empty: DefaultRestartBudget.
+	RestartBudget string `json:"restartBudget,omitempty"`
+}
+
+// DefaultRestartBudget is the restart budget of a policy that sets none.
+const DefaultRestartBudget = "10%"
+
+// ForRestart is p as a restart rollout goes by it: its batches are of the
+// restart budget (a batchSize is replaced by it), and restart (what a
+// change does with the VMs it would leave RestartRequired) does not apply.
+func (p Policy) ForRestart() Policy {
+	p.BatchSize, p.Restart = p.RestartBudget, ""
+	if p.BatchSize == "" {
+		p.BatchSize = DefaultRestartBudget
+	}
+	return p
 }
 
 // Policy values.
@@ -97,6 +118,8 @@ func (p Policy) Validate() error {
 	check("canary", err)
 	_, err = ParseAmount(p.FailureThreshold, false)
 	check("failureThreshold", err)
+	_, err = ParseAmount(p.RestartBudget, true)
+	check("restartBudget", err)
 	if p.Pause != "" && p.Pause != PauseManual {
 		_, err := ParseDuration(p.Pause)
 		check("pause", err)

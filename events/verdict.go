@@ -31,10 +31,13 @@ const (
 	// ObservedNotObserved: no signal before the deadline; the reason says
 	// what was waited for.
 	ObservedNotObserved Observed = "not-observed"
+	// ObservedRestarted: a restart's VM runs a new VMI, with the sockets
+	// and memory of its pin, and RestartRequired is gone.
+	ObservedRestarted Observed = "restarted"
 )
 
 // Verdicts lists every verdict in the order summaries print them.
-var Verdicts = []Observed{ObservedLive, ObservedRestart, ObservedNextBoot, ObservedPending, ObservedRefused, ObservedNotObserved}
+var Verdicts = []Observed{ObservedLive, ObservedRestart, ObservedRestarted, ObservedNextBoot, ObservedPending, ObservedRefused, ObservedNotObserved}
 
 func (o Observed) valid() bool {
 	for _, v := range Verdicts {
@@ -45,8 +48,12 @@ func (o Observed) valid() bool {
 	return false
 }
 
-// Matches reports whether the verdict is what kvlive predicted.
-func (o Observed) Matches(predicted Result) bool { return string(o) == string(predicted) }
+// Matches reports whether the verdict is what kvlive predicted: for a
+// restart's outcome (restarted, the verdict restart moves look for) a VM
+// that runs a new VMI.
+func (o Observed) Matches(predicted Result) bool {
+	return string(o) == string(predicted) || (o == ObservedRestarted && predicted == ResultRestart)
+}
 
 // Verdict is KubeVirt's verdict on one VM kvlive moved for one event,
 // stored once per VM and event (VerdictSubject, published only where the

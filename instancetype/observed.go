@@ -121,6 +121,9 @@ func InPlannedState(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.Vir
 	if vm == nil || string(vm.UID) != o.VM.UID {
 		return ""
 	}
+	if o.Stopped != "" {
+		return restartState(o, vm, vmi)
+	}
 	switch o.Result {
 	case events.ResultLive:
 		if c, ok := HotplugRefused(vm); ok {

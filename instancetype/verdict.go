@@ -38,6 +38,8 @@ func Judge(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachi
 		return Judgement{Observed: events.ObservedNotObserved, Reason: "the VM was deleted before KubeVirt's verdict"}, true
 	case string(vm.UID) != o.VM.UID:
 		return Judgement{Observed: events.ObservedNotObserved, Reason: "the VM was deleted and re-created before KubeVirt's verdict"}, true
+	case o.Stopped != "":
+		return judgeRestart(o, vm, vmi, due)
 	case pinnedTo(vm, o.Revision):
 		return judgePinned(o, vm, vmi, due)
 	case !due:

@@ -29,6 +29,7 @@ import (
 	"kvlive/instancetype"
 	"kvlive/internal/consumer"
 	"kvlive/internal/telemetry"
+	"kvlive/restart"
 	"kvlive/rollout"
 	"kvlive/undo"
 )
@@ -244,6 +245,24 @@ func (p *Planner) resolveEnvelope(ctx context.Context, env *events.Envelope) (wo
 		}
 		w.target.Target, w.vms, w.plans = undo.Plan(p.cfg.Fleet, env.ID, o)
 		w.policy, w.policyError = p.policyOf(u.Policy, w.target.Object)
+		return w, nil
+	case events.TypeRestartRequested:
+		var r events.RestartRequest
+		if err := env.Into(&r); err != nil {
+			return w, err
+		}
+		sel, err := labels.Parse(r.Selector)
+		if err != nil {
+			return w, &events.DecodeError{Reason: events.ReasonInvalid, Err: fmt.Errorf("selector %q: %w", r.Selector, err)}
+		}
+		if w.vms, err = p.cfg.Fleet.Referencing(r.Object, r.Namespace, sel); err != nil {
+			return w, err
+		}
+		w.vms = only(w.vms, r.Only)
+		w.target.Target = events.Target{Move: events.MoveRestart, Object: r.Object}
+		w.plans = restart.Plan(p.cfg.Fleet, env.ID, r.Object, w.vms)
+		w.policy, w.policyError = p.policyOf(r.Policy, r.Object)
+		w.policy = w.policy.ForRestart()
 		return w, nil
 	}
 	return w, &events.DecodeError{Reason: events.ReasonUnknownType, Err: fmt.Errorf("%s is not an event the planner handles", env.Type)}

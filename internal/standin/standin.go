@@ -65,7 +65,12 @@ func New(cfg Config) *Controller {
 		UpdateFunc: func(_, obj any) { enqueue(obj) },
 	}
 	_, _ = c.vms.AddEventHandler(handler)
-	_, _ = c.vmis.AddEventHandler(handler)
+	_, _ = c.vmis.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		// A VMI stopped for a restart brings its VM's Start on.
+		DeleteFunc: enqueue,
+	})
 	return c
 }
 
@@ -132,11 +137,17 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil || changed {
 		return err // the status write brings the VM back through the queue
 	}
-	vmiObj, ok, _ := c.vmis.GetIndexer().GetByKey(key)
-	if !ok {
+	var vmi *virtv1.VirtualMachineInstance
+	if obj, ok, _ := c.vmis.GetIndexer().GetByKey(key); ok {
+		vmi = obj.(*virtv1.VirtualMachineInstance)
+	}
+	if acted, err := c.stateChange(ctx, vm, vmi); acted || err != nil {
+		return err
+	}
+	if vmi == nil {
 		return nil
 	}
-	return c.liveUpdate(ctx, vm, vmiObj.(*virtv1.VirtualMachineInstance))
+	return c.liveUpdate(ctx, vm, vmi)
 }
 
 // stageRollout reports whether the KubeVirt CR asks for the Stage strategy.
