@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -74,12 +75,19 @@ func (e *env) kvlivePatches() []auditEvent {
 // the audit log, in the order the API server logged them.
 func (e *env) kvliveRequests(verb, resource string) []auditEvent {
 	e.t.Helper()
+	return slices.DeleteFunc(e.auditEvents(verb, resource), func(ev auditEvent) bool { return !strings.HasPrefix(ev.UserAgent, kvliveUserAgent) })
+}
+
+// auditEvents reads everyone's answered requests of verb on resource from
+// the audit log, in the order the API server logged them.
+func (e *env) auditEvents(verb, resource string) []auditEvent {
+	e.t.Helper()
 	f, err := os.Open(e.auditLog)
 	if err != nil {
 		e.t.Fatalf("audit log: %v", err)
 	}
 	defer func() { _ = f.Close() }()
-	var patches []auditEvent
+	var out []auditEvent
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
 	for sc.Scan() {
@@ -87,15 +95,14 @@ func (e *env) kvliveRequests(verb, resource string) []auditEvent {
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			continue // the last line may be half written while the server runs
 		}
-		if ev.Stage == "ResponseComplete" && ev.Verb == verb && ev.ObjectRef.Resource == resource &&
-			ev.ResponseStatus != nil && strings.HasPrefix(ev.UserAgent, kvliveUserAgent) {
-			patches = append(patches, ev)
+		if ev.Stage == "ResponseComplete" && ev.Verb == verb && ev.ObjectRef.Resource == resource && ev.ResponseStatus != nil {
+			out = append(out, ev)
 		}
 	}
 	if err := sc.Err(); err != nil {
 		e.t.Fatalf("audit log: %v", err)
 	}
-	return patches
+	return out
 }
 
 // kvliveWrites reads kvlive's patches of VMs and their status from the

@@ -33,6 +33,27 @@ func RequestSwitch(ctx context.Context, js jetstream.JetStream, req events.Switc
 	return id, nil
 }
 
+// RequestRestart publishes a restart request and returns its event id
+// (restart/<uuid>): a running kvlive restarts, within the request's
+// restart budget, the running VMs of its object that wait for a restart.
+func RequestRestart(ctx context.Context, js jetstream.JetStream, req events.RestartRequest) (string, error) {
+	if req.ID == "" {
+		req.ID = events.NewRestartID()
+	}
+	if req.RequestedAt.IsZero() {
+		req.RequestedAt = time.Now().UTC()
+	}
+	id := events.RestartEventID(req.ID)
+	body, err := events.Encode(events.TypeRestartRequested, id, "kvlive/restart", req.Object.String(), req.RequestedAt, &req)
+	if err != nil {
+		return "", err
+	}
+	if _, err := js.PublishMsg(ctx, events.NewMsg(events.RestartSubject(), id, events.TypeRestartRequested, body)); err != nil {
+		return "", fmt.Errorf("rollout: publish restart %s: %w", id, err)
+	}
+	return id, nil
+}
+
 // pollInterval is how long Follow waits for an outcome before it looks at
 // the rollout record again.
 const pollInterval = 250 * time.Millisecond

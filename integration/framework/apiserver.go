@@ -24,8 +24,9 @@ var crdDir = filepath.Join("deploy", "crds")
 var silenceOnce sync.Once
 
 // auditPolicy records every patch of a VirtualMachine and of its status,
-// the writes that move a VM's pin or reference, and every delete of a
-// ControllerRevision. Request level keeps the patch itself (the request
+// the writes that move a VM's pin or reference (or ask for its restart),
+// every delete of a ControllerRevision, and every create and delete of a
+// VMI (a restart's stop and start, whoever carries it out). Request level keeps the patch itself (the request
 // body; no response bodies), so a test can tell what a write tested and
 // replaced. Nothing else is logged, so the log stays small on large fleets.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
@@ -42,6 +43,11 @@ rules:
   resources:
   - group: apps
     resources: ["controllerrevisions"]
+- level: Metadata
+  verbs: ["create", "delete"]
+  resources:
+  - group: kubevirt.io
+    resources: ["virtualmachineinstances"]
 - level: None
 `
 
