@@ -492,3 +492,73 @@ func (e *kvEnv) checkVerdictsAre(eventID string, want map[string]verdictWant) ma
 	report(e.t, "verdicts on "+eventID, problems)
 	return observed
 }
+
+// TestRealKubeVirtRestartsPendingVMsTwoAtATime shrinks an instance type
+// under five running VMs, which virt-controller flags RestartRequired,
+// and has kvlive restart --pending restart them two at a time: one
+// annotated kvlive.io/do-not-disrupt is left, a stopped one too. Each
+// other VM's restart request (a Stop naming its VMI, then a Start) is
+// carried out by virt-controller: a new VMI at the new sockets, the
+// condition cleared, KubeVirt's verdict restarted, and never more than two
+// restarts under way at once (the audit log).
+func TestRealKubeVirtRestartsPendingVMsTwoAtATime(t *testing.T) {
+	e := newKubeVirtEnv(t)
+	e.createInstancetype("u1.medium", 4, "4Gi")
+	fleet := []kvVM{{name: "r-0", running: true}, {name: "r-1", running: true}, {name: "r-2", running: true},
+		{name: "r-3", running: true}, {name: "keep-0", running: true}, {name: "stopped-0"}}
+	e.createVMs("u1.medium", fleet...)
+	e.runKvlive("all stages")
+	e.waitWatched(1)
+	restarted := []string{"r-0", "r-1", "r-2", "r-3"}
+	running := append(slices.Clone(restarted), "keep-0")
+
+	eventID := e.editInstancetypeTo("u1.medium", 2, "4Gi") // fewer sockets: a restart, never a hotplug
+	e.follow(eventID)
+	e.waitFor("virt-controller to flag every running VM RestartRequired", kvTimeout, func() (bool, string) {
+		v := e.view()
+		var waiting []string
+		for _, n := range running {
+			if _, ok := instancetype.RestartRequired(v.vms[kvNamespace+"/"+n]); !ok {
+				waiting = append(waiting, n)
+			}
+		}
+		return len(waiting) == 0, strings.Join(waiting, ", ") + " not flagged"
+	})
+	e.optOut(vmShape{namespace: kvNamespace, name: "keep-0"})
+	before := e.view()
+
+	out := e.kvliveCommand(rolloutTimeout, "restart", "--pending", "clusterinstancetype/u1.medium", "-n", kvNamespace, "--restart-budget", "2",
+		"--yes", "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig)
+	m := restartRequested.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("kvlive restart printed %q", out)
+	}
+	progress := e.follow(m[1])
+	want := map[string]events.Result{"keep-0": events.ResultSkip, "stopped-0": events.ResultSkip}
+	for _, n := range restarted {
+		want[n] = events.ResultRestart
+	}
+	e.checkResults(progress, want)
+	e.checkVerdicts(m[1], kvTimeout)
+	e.waitFor("a new VMI at 2 sockets, without RestartRequired, for every VM restarted", kvTimeout, func() (bool, string) {
+		v := e.view()
+		var waiting []string
+		for _, n := range restarted {
+			key := kvNamespace + "/" + n
+			vmi := v.vmis[key]
+			_, flagged := instancetype.RestartRequired(v.vms[key])
+			if vmi == nil || vmi.UID == before.vmis[key].UID || vmi.Status.Phase != virtv1.Running || vmi.Spec.Domain.CPU == nil ||
+				vmi.Spec.Domain.CPU.Sockets != 2 || flagged {
+				waiting = append(waiting, n)
+			}
+		}
+		return len(waiting) == 0, strings.Join(waiting, ", ") + " not restarted at 2 sockets"
+	})
+	after := e.view()
+	if vmi := after.vmis[kvNamespace+"/keep-0"]; vmi == nil || vmi.UID != before.vmis[kvNamespace+"/keep-0"].UID {
+		t.Errorf("keep-0, opted out, was restarted")
+	}
+	if most := e.restartsUnderWay(); most > 2 {
+		t.Errorf("%d restarts were under way at once, over the budget of 2", most)
+	}
+}

@@ -123,8 +123,11 @@ func (p *player) run(ctx context.Context) {
 // and the kubelet (report it running with its containers started), which is
 // what virt-controller waits for before it hands the VMI to virt-handler.
 func runLauncherPod(ctx context.Context, c kube.Clients, pod *corev1.Pod) error {
-	if pod.Labels[virtv1.AppLabel] != "virt-launcher" || pod.DeletionTimestamp != nil {
+	if pod.Labels[virtv1.AppLabel] != "virt-launcher" {
 		return nil
+	}
+	if pod.DeletionTimestamp != nil {
+		return finishLauncherPod(ctx, c, pod)
 	}
 	if _, target := pod.Labels[virtv1.MigrationJobLabel]; target {
 		// A migration target: left pending, so no migration starts that no
@@ -156,6 +159,26 @@ func runLauncherPod(ctx context.Context, c kube.Clients, pod *corev1.Pod) error 
 		})
 	}
 	_, err := c.Kube.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	return ignoreGone(err)
+}
+
+// finishLauncherPod plays the kubelet ending a deleted virt-launcher pod:
+// virt-controller deletes it gracefully when its VMI is deleted (a
+// restart's stop), and the API server keeps a bound pod until the kubelet,
+// its containers stopped, deletes it for good with grace period 0 and the
+// pod's UID as precondition (the kubelet's status manager). Nothing else
+// would: a bare API server runs no kubelet and no garbage collector.
+func finishLauncherPod(ctx context.Context, c kube.Clients, pod *corev1.Pod) error {
+	if pod.Spec.NodeName == "" {
+		return nil // an unbound pod is deleted at once by the API server
+	}
+	err := c.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr(int64(0)),
+		Preconditions:      metav1.NewUIDPreconditions(string(pod.UID)),
+	})
+	if apierrors.IsConflict(err) {
+		return nil // the name belongs to another pod now: this one is gone
+	}
 	return ignoreGone(err)
 }
 
@@ -195,7 +218,15 @@ func (h *VirtHandler) Finished(namespace, name string) []string {
 
 func (h *VirtHandler) sync(ctx context.Context, vmi *virtv1.VirtualMachineInstance) error {
 	if vmi.DeletionTimestamp != nil {
-		return nil
+		// virt-handler shuts a deleted VMI's domain down and reports it
+		// Succeeded; virt-controller then drops its finalizer. A VMI not
+		// yet handed over (Pending, Scheduling) virt-controller fails itself.
+		if vmi.Status.Phase != virtv1.Scheduled && vmi.Status.Phase != virtv1.Running {
+			return nil
+		}
+		vmi = vmi.DeepCopy()
+		setPhase(vmi, virtv1.Succeeded)
+		return h.update(ctx, vmi)
 	}
 	if vmi = vmi.DeepCopy(); defaultHotplugLimits(vmi) {
 		return h.update(ctx, vmi)
@@ -243,7 +274,7 @@ func reportRunning(vmi *virtv1.VirtualMachineInstance) *virtv1.VirtualMachineIns
 		migratable.Status, migratable.Reason = corev1.ConditionFalse, virtv1.VirtualMachineInstanceReasonDisksNotMigratable
 		migratable.Message = "cannot migrate VMI: PVC is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)"
 	}
-	vmi.Status.Phase = virtv1.Running
+	setPhase(vmi, virtv1.Running)
 	vmi.Status.Conditions = append(withoutConditions(vmi.Status.Conditions, virtv1.VirtualMachineInstanceReady, virtv1.VirtualMachineInstanceIsMigratable),
 		virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
 		migratable)
@@ -258,6 +289,25 @@ func reportRunning(vmi *virtv1.VirtualMachineInstance) *virtv1.VirtualMachineIns
 		vmi.Status.NodeName = NodeName
 	}
 	return vmi
+}
+
+// setPhase moves the VMI to phase and records when, as virt-handler does
+// (controller.SetVMIPhaseTransitionTimestamp). virt-controller reads the
+// Running entry to tell a VMI that ran from one that failed to start: a
+// final VMI without it counts as a start failure and delays the next start
+// of an Always or RerunOnFailure VM by 10 s or more.
+func setPhase(vmi *virtv1.VirtualMachineInstance, phase virtv1.VirtualMachineInstancePhase) {
+	if vmi.Status.Phase == phase {
+		return
+	}
+	vmi.Status.Phase = phase
+	for _, ts := range vmi.Status.PhaseTransitionTimestamps {
+		if ts.Phase == phase {
+			return
+		}
+	}
+	vmi.Status.PhaseTransitionTimestamps = append(vmi.Status.PhaseTransitionTimestamps,
+		virtv1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: phase, PhaseTransitionTimestamp: metav1.Now()})
 }
 
 // maxHotplugRatio is KubeVirt's default ratio of maxSockets to sockets and
