@@ -99,6 +99,8 @@ type Applier struct {
 type knownRollout struct {
 	object      events.Ref
 	maxInFlight int
+	// window is a restart rollout's restart window (zero: any time).
+	window events.Window
 	// batchOf is the batch of each VM the rollout planned, by a hash of
 	// its UID (8 bytes a VM, not 36); nil for a record written before
 	// kvlive listed the VMs.
@@ -290,7 +292,7 @@ func (a *Applier) knownRollout(ctx context.Context, eventID string) (knownRollou
 		case !ok:
 			return nil, fmt.Errorf("%w: event %s has no rollout record (forged, or recorded longer ago than the replay horizon)", errNotPlanned, eventID)
 		}
-		r := knownRollout{object: rec.Object, maxInFlight: rec.Policy.MaxInFlight}
+		r := knownRollout{object: rec.Object, maxInFlight: rec.Policy.MaxInFlight, window: rec.Policy.RestartWindow}
 		vms, listed, err := rollout.PlannedVMs(ctx, a.cfg.JetStream, rec)
 		if err != nil {
 			return nil, err
@@ -333,6 +335,12 @@ func (a *Applier) carryOut(ctx context.Context, msg jetstream.Msg, plan events.P
 		return a.abort(ctx, plan, d, *aborted)
 	}
 	out, err := a.apply(ctx, plan)
+	if errors.Is(err, errOutsideWindow) {
+		// Paused until the window opens: parked like any paused plan.
+		span.AddEvent("outside the restart window")
+		f := a.hold(ctx, msg, plan, d)
+		return out, &f
+	}
 	for steered := 0; errors.Is(err, errSteered) && steered < maxReplans; steered++ {
 		span.AddEvent("rollout paused or aborted while the VM waited its turn")
 		held, aborted := a.controlled(ctx, msg, plan, d)

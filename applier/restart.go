@@ -3,6 +3,7 @@ package applier
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -17,6 +18,7 @@ import (
 	"kvlive/events"
 	"kvlive/instancetype"
 	"kvlive/restart"
+	"kvlive/rollout"
 )
 
 // restartVM asks KubeVirt to restart the VM, as virt-api's restart does:
@@ -55,6 +57,9 @@ func (a *Applier) restartVM(ctx context.Context, plan events.Plan) (events.Outco
 		if _, flagged := instancetype.RestartRequired(vm); !flagged {
 			return events.Outcome{Result: events.ResultNone, Reason: "no restart pending any more: RestartRequired is gone"}, nil
 		}
+		if err := a.withinWindow(ctx, plan); err != nil {
+			return events.Outcome{}, err
+		}
 		if err := a.takeTurn(ctx, plan); err != nil {
 			return events.Outcome{}, err
 		}
@@ -72,6 +77,32 @@ func (a *Applier) restartVM(ctx context.Context, plan events.Plan) (events.Outco
 		}
 	}
 	return events.Outcome{}, fmt.Errorf("%w: VM %s kept changing while being restarted", errTransient, plan.VM)
+}
+
+// errOutsideWindow stops a restart due outside its rollout's restart
+// window: the rollout is paused until the window opens and the plan held.
+var errOutsideWindow = errors.New("outside the restart window")
+
+// withinWindow makes sure a restart goes inside its rollout's restart
+// window: outside it, the rollout is paused until the window opens (a
+// window that closed while the batch went), and errOutsideWindow says to
+// hold the plan.
+func (a *Applier) withinWindow(ctx context.Context, plan events.Plan) error {
+	r, err := a.knownRollout(ctx, plan.EventID)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errTransient, err)
+	}
+	now := a.cfg.Clock.Now()
+	open, opens := r.window.At(now)
+	if open {
+		return nil
+	}
+	if a.control != nil {
+		if _, err := a.control.PauseUntil(ctx, plan.EventID, rollout.WindowPause(r.window, opens), now, opens); err != nil {
+			return fmt.Errorf("%w: %w", errTransient, err)
+		}
+	}
+	return errOutsideWindow
 }
 
 // stopRequested reports whether vm's status holds a Stop of the VMI with

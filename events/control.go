@@ -48,6 +48,10 @@ type Control struct {
 	// rollout (Reopened) to send a dead plan back.
 	Settled  time.Time `json:"settled,omitzero"`
 	Reopened time.Time `json:"reopened,omitzero"`
+	// ResumeAt, on a rollout paused outside its restart window, is when
+	// the window opens: the rollout controller resumes it then. Any other
+	// pause, resume or abort clears it.
+	ResumeAt time.Time `json:"resumeAt,omitzero"`
 }
 
 // Retry is one rollout retry: the retry event and the VMs (UIDs) it took.

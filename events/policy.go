@@ -57,6 +57,9 @@ type Policy struct {
 	// running), so no more are restarting at once, whichever replica moves
 	// them. Empty: DefaultRestartBudget.
 	RestartBudget string `json:"restartBudget,omitempty"`
+	// RestartWindow, when set, is when a restart rollout may restart VMs;
+	// outside it the rollout waits, paused until the window opens.
+	RestartWindow Window `json:"restartWindow,omitzero"`
 }
 
 // DefaultRestartBudget is the restart budget of a policy that sets none.
@@ -120,6 +123,7 @@ func (p Policy) Validate() error {
 	check("failureThreshold", err)
 	_, err = ParseAmount(p.RestartBudget, true)
 	check("restartBudget", err)
+	check("restartWindow", p.RestartWindow.Validate())
 	if p.Pause != "" && p.Pause != PauseManual {
 		_, err := ParseDuration(p.Pause)
 		check("pause", err)

@@ -205,3 +205,61 @@ func (e *env) restartsUnderWay() int {
 	}
 	return most
 }
+
+// TestRestartWaitsForItsWindow restarts six VMs one at a time inside a
+// restart window that opens every minute for 5 seconds. Requested outside
+// it, the restart waits, and rollout status says until when; every restart
+// request then reaches the API server inside a window (the audit log),
+// and the six, a batch a second at best, take more than one window: the
+// rollout pauses as the window closes and goes on when it opens again.
+func TestRestartWaitsForItsWindow(t *testing.T) {
+	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itMedium: 8}})
+	e.runKvlive("first", "--observe-timeout", "30s")
+	e.waitGenerations()
+	running := e.selectShapes(func(s vmShape) bool { return s.running })
+	_, eventID := e.editInstancetype(itMedium, 1, "4Gi")
+	e.follow(eventID)
+	e.waitSettled("RestartRequired on every running VM", running, func(v clusterView, s vmShape) string {
+		if _, ok := instancetype.RestartRequired(v.vms[s.key()]); !ok {
+			return "no RestartRequired"
+		}
+		return ""
+	})
+	const open = 5 * time.Second
+	// Ask well outside a window: between 20s and 40s past a minute.
+	if s := time.Now().Second(); s < 20 || s > 40 {
+		time.Sleep(time.Duration((80-s)%60) * time.Second)
+	}
+	out := e.kvliveCommand(2*time.Minute, "restart", "--pending", "clusterinstancetype/"+itMedium, "-A", "--restart-budget", "1",
+		"--restart-window", "* * * * *", "--restart-window-duration", open.String(), "--yes", "--kubeconfig", e.kubeconfig, "--nats-url", e.natsURL)
+	m := restartRequested.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("restart printed no id:\n%s", out)
+	}
+	id := m[1]
+	e.waitFor("the restart to wait for its window", time.Minute, func() (bool, string) {
+		st := e.status(id)
+		return st.Control.State == events.StatePaused && strings.Contains(st.Control.Reason, "waits until it opens at") && !st.Control.ResumeAt.IsZero(),
+			fmt.Sprintf("%s: %s", st.Control.State, st.Control.Reason)
+	})
+	progress := e.follow(id)
+	if n := progress.Counts()[events.ResultRestart]; n != len(running) {
+		t.Fatalf("%v; want all %d running VMs restarted", progress.Counts(), len(running))
+	}
+	windows := map[string]bool{}
+	for _, ev := range e.kvlivePatches() {
+		if !isRestartRequest(ev) {
+			continue
+		}
+		at := ev.Received
+		// A request decided inside the window reaches the server within a
+		// moment; one second of slack, never a whole minute's worth.
+		if since := at.Sub(at.Truncate(time.Minute)); since >= open+time.Second {
+			t.Errorf("%s/%s: restart asked for %s past the minute, outside the %s window", ev.ObjectRef.Namespace, ev.ObjectRef.Name, since, open)
+		}
+		windows[at.Truncate(time.Minute).Format(time.TimeOnly)] = true
+	}
+	if len(windows) < 2 {
+		t.Errorf("the restarts went in windows %v; six one at a time cannot fit one 5s window", windows)
+	}
+}

@@ -140,6 +140,9 @@ func (p *Planner) handle(ctx context.Context, msg jetstream.Msg, _ consumer.Deli
 	defer span.End()
 	err = p.holdForPolicy(ctx, w)
 	if err == nil {
+		err = p.holdForWindow(ctx, w)
+	}
+	if err == nil {
 		w.parked, err = p.pausedAhead(ctx, w)
 	}
 	if err == nil {
@@ -397,6 +400,29 @@ func (p *Planner) policyOf(asked *events.Policy, object events.Ref) (events.Poli
 		return p.cfg.Policy, fmt.Sprintf("annotation %s on %s: %v", events.PolicyAnnotation, object, err)
 	}
 	return policy, ""
+}
+
+// holdForWindow pauses, ahead of its plans, a restart planned outside its
+// restart window, until the window opens: its plans are parked as held.
+func (p *Planner) holdForWindow(ctx context.Context, w work) error {
+	window := w.policy.RestartWindow
+	if w.target.Move != events.MoveRestart || window.IsZero() {
+		return nil
+	}
+	now := p.cfg.Clock.Now()
+	open, opens := window.At(now)
+	if open {
+		return nil
+	}
+	store, err := rollout.Open(ctx, p.cfg.JetStream)
+	if err != nil {
+		return err
+	}
+	if _, err := store.PauseUntil(ctx, w.eventID, rollout.WindowPause(window, opens), now, opens); err != nil {
+		return err
+	}
+	p.cfg.Log.Info("restart planned outside its window: paused until it opens", "event", w.eventID, "opens", opens)
+	return nil
 }
 
 // holdForPolicy pauses, ahead of its plans, an event whose policy

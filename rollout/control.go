@@ -129,9 +129,41 @@ func step(seen *events.Control, action events.ControlAction, reason, by string, 
 		if err != nil || !changed {
 			return false, err
 		}
-		c.State, c.Reason, c.By, c.At = next, reason, by, now.UTC()
+		c.State, c.Reason, c.By, c.At, c.ResumeAt = next, reason, by, now.UTC(), time.Time{}
 		return true, nil
 	}
+}
+
+// WindowBy is who the control records name for a restart window's pauses
+// and resumes.
+const WindowBy = "kvlive restart window"
+
+// PauseUntil pauses a running rollout outside its restart window until
+// resumeAt, when the window opens (ResumeDue resumes it then). A rollout
+// paused or aborted already is left as it is: an operator's pause is not
+// lifted by a window opening. changed says whether this call paused it.
+func (s *Store) PauseUntil(ctx context.Context, eventID, reason string, now, resumeAt time.Time) (bool, error) {
+	_, changed, err := s.Update(ctx, eventID, false, func(c *events.Control) (bool, error) {
+		if c.State != "" && c.State != events.StateRunning {
+			return false, nil
+		}
+		c.State, c.Reason, c.By, c.At, c.ResumeAt = events.StatePaused, reason, WindowBy, now.UTC(), resumeAt.UTC()
+		return true, nil
+	})
+	return changed, err
+}
+
+// ResumeDue resumes a rollout its restart window paused once the window
+// has opened (ResumeAt passed); any other rollout is left as it is.
+func (s *Store) ResumeDue(ctx context.Context, eventID string, now time.Time) (bool, error) {
+	_, changed, err := s.Update(ctx, eventID, false, func(c *events.Control) (bool, error) {
+		if c.State != events.StatePaused || c.ResumeAt.IsZero() || now.Before(c.ResumeAt) {
+			return false, nil
+		}
+		c.State, c.Reason, c.By, c.At, c.ResumeAt = events.StateRunning, "its restart window opened", WindowBy, now.UTC(), time.Time{}
+		return true, nil
+	})
+	return changed, err
 }
 
 // sameStep reports whether a control record is still at the step seen:
@@ -289,7 +321,7 @@ func (s *Store) Promote(ctx context.Context, eventID string, seen, last int, by 
 		}
 		c.Batch, c.BatchAt, c.GateAt = c.Batch+1, now.UTC(), time.Time{}
 		c.Gate = fmt.Sprintf("promoted by %s", by)
-		c.State, c.Reason, c.By, c.At = events.StateRunning, "promoted", by, now.UTC()
+		c.State, c.Reason, c.By, c.At, c.ResumeAt = events.StateRunning, "promoted", by, now.UTC(), time.Time{}
 		return true, nil
 	})
 	return c.Batch, err
@@ -370,6 +402,29 @@ func (s *Store) StartWatch(ctx context.Context, changed func(eventID string, st 
 		}
 	}()
 	return w, nil
+}
+
+// Due lists the rollouts a restart window paused whose window has opened
+// by now (ResumeAt passed), as last seen.
+func (w *Watch) Due(now time.Time) []string {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	var due []string
+	for id, st := range w.states {
+		if st.State == events.StatePaused && !st.ResumeAt.IsZero() && !now.Before(st.ResumeAt) {
+			due = append(due, id)
+		}
+	}
+	return due
+}
+
+// WindowPause says why a restart rollout waits: outside window, which
+// opens at opens (shown in the window's own time zone).
+func WindowPause(w events.Window, opens time.Time) string {
+	if loc, err := time.LoadLocation(w.TimeZone); err == nil {
+		opens = opens.In(loc)
+	}
+	return fmt.Sprintf("outside its restart window %s: waits until it opens at %s", w, opens.Format(time.RFC3339))
 }
 
 // Of returns the event's state as last seen; running when there is no record.

@@ -52,6 +52,7 @@ func (rc *Controller) runGates(ctx context.Context, store *Store) {
 			return
 		case <-tick.C:
 		}
+		rc.resumeDue(ctx, store)
 		staged, err := rc.stagedBatches(ctx)
 		if err != nil {
 			rc.cfg.Log.Warn("rollout: cannot list staged batches", "err", err)
@@ -185,6 +186,35 @@ func decide(c events.Control, staged []int, rec events.Rollout, gate func() gate
 	return gateStep{kind: stepRelease, batches: []int{c.Batch + 1}}
 }
 
+// waitForWindow pauses a restart rollout whose next batch is due outside
+// its restart window until the window opens.
+func (rc *Controller) waitForWindow(ctx context.Context, store *Store, rec events.Rollout, opens, now time.Time) error {
+	why := WindowPause(rec.Policy.RestartWindow, opens)
+	paused, err := store.PauseUntil(ctx, rec.EventID, why, now, opens)
+	if err != nil || !paused {
+		return err
+	}
+	rc.cfg.Metrics.Gate("window", "paused")
+	rc.cfg.Log.Info("restart rollout paused until its window opens", "event", rec.EventID, "opens", opens)
+	return nil
+}
+
+// resumeDue resumes the rollouts their restart window paused once it has
+// opened; the watch then sends their held plans back.
+func (rc *Controller) resumeDue(ctx context.Context, store *Store) {
+	now := rc.cfg.Clock.Now()
+	for _, id := range rc.watch.Due(now) {
+		resumed, err := store.ResumeDue(ctx, id, now)
+		switch {
+		case err != nil:
+			rc.cfg.Log.Warn("rollout: a rollout whose restart window opened was not resumed; tried again", "event", id, "err", err)
+		case resumed:
+			rc.cfg.Metrics.Gate("window", "running")
+			rc.cfg.Log.Info("restart rollout resumed: its window opened", "event", id)
+		}
+	}
+}
+
 // resumedAt is when an operator last resumed (or promoted) the running
 // rollout; zero when nobody did.
 func resumedAt(c events.Control) time.Time {
@@ -254,6 +284,9 @@ func (rc *Controller) takeSteps(ctx context.Context, store *Store, id string, st
 		case stepAwaitPromote:
 			return rc.awaitPromote(ctx, store, id, c, s.why, now)
 		case stepRelease:
+			if open, opens := rec.Policy.RestartWindow.At(now); !open && rec.Type == string(events.MoveRestart) {
+				return rc.waitForWindow(ctx, store, rec, opens, now)
+			}
 			return rc.releaseNext(ctx, store, rec, s.batches[0], now)
 		}
 		return nil

@@ -12,6 +12,9 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	// Restart windows name IANA time zones; a container image may have no
+	// zoneinfo of its own.
+	_ "time/tzdata"
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"

@@ -21,6 +21,14 @@ func bindPolicyFlags(f *pflag.FlagSet, p *events.Policy) {
 	f.StringVar(&p.Restart, "restart", "", "VMs whose change needs a restart: move (default) or skip")
 	f.IntVar(&p.MaxInFlight, "max-in-flight", 0, "VMs of one rollout each applier replica moves at once; 0: only --workers caps them")
 	f.StringVar(&p.RestartBudget, "restart-budget", "", "VMs a restart rollout restarts at once, a count or a percent; default "+events.DefaultRestartBudget)
+	bindWindowFlags(f, &p.RestartWindow)
+}
+
+// bindWindowFlags binds a restart window's schedule, duration and zone.
+func bindWindowFlags(f *pflag.FlagSet, w *events.Window) {
+	f.StringVar(&w.Schedule, "restart-window", "", `when restarts may start: a cron schedule of five fields ("0 22 * * 1-5"); empty: any time`)
+	f.StringVar(&w.Duration, "restart-window-duration", "", "how long the restart window stays open once it opens (4h)")
+	f.StringVar(&w.TimeZone, "restart-window-time-zone", "", "the IANA time zone --restart-window is read in (Europe/Paris); default UTC")
 }
 
 // bindRestartPolicyFlags binds the policy fields a restart rollout goes by:
@@ -35,6 +43,7 @@ func bindRestartPolicyFlags(f *pflag.FlagSet, p *events.Policy) {
 	f.StringVar(&p.ProgressDeadline, "progress-deadline", "", "how long each batch may take to pass its gate (default 10m)")
 	f.StringVar(&p.Order, "order", "", "order VMs are taken in: name (default) or label=KEY")
 	f.IntVar(&p.MaxInFlight, "max-in-flight", 0, "VMs of one rollout each applier replica restarts at once; 0: only --workers caps them")
+	bindWindowFlags(f, &p.RestartWindow)
 }
 
 // checkPolicy turns a policy flag's mistake into a usage error.

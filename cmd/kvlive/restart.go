@@ -187,6 +187,13 @@ func (o *restartOptions) show(req offline.Request, plans []events.Plan, restarti
 		policy := o.policy.ForRestart()
 		fmt.Fprintf(o.say, "at most %s at a time: %s\n", policy.BatchSize, describeBatches(rollout.Batches(policy, restarting)))
 	}
+	if w := o.policy.RestartWindow; !w.IsZero() {
+		if open, until := w.At(time.Now()); open {
+			fmt.Fprintf(o.say, "restart window %s: open, until %s\n", w, until.Format(time.RFC3339))
+		} else {
+			fmt.Fprintf(o.say, "restart window %s: closed; the restart waits until it opens at %s\n", w, until.Format(time.RFC3339))
+		}
+	}
 	if o.yes || !printer.IsTerminal(o.in) {
 		return nil
 	}
