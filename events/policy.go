@@ -47,8 +47,12 @@ type Policy struct {
 	// cap of the rollout's own.
 	MaxInFlight int `json:"maxInFlight,omitempty"`
 	// Restart is what becomes of VMs whose change needs a restart: "move"
-	// (the default; the pin moves and KubeVirt flags RestartRequired) or
-	// "skip" (their pin stays; the outcome says so).
+	// (the default, also spelled "never": the pin moves, KubeVirt flags
+	// RestartRequired, and nobody restarts them), "skip" (their pin stays;
+	// the outcome says so) or "pending" (the pin moves and, once the
+	// rollout has settled, kvlive restarts the VMs it left waiting for a
+	// restart, as kvlive restart --pending does, within this policy's
+	// restartBudget and restartWindow).
 	Restart string `json:"restart,omitempty"`
 	// RestartBudget caps how many VMs a restart rollout (kvlive restart)
 	// restarts at once: a count, or a percent (rounded up) of the VMs it
@@ -85,7 +89,9 @@ const (
 	OrderStoppedFirst  = "stopped-first"
 	OrderLabelPrefix   = "label="
 	RestartMove        = "move"
+	RestartNever       = "never"
 	RestartSkip        = "skip"
+	RestartPending     = "pending"
 	maxPolicyBytes     = 4096
 	percentSuffix      = "%"
 	policyFieldsPrefix = "rollout policy: "
@@ -142,9 +148,9 @@ func (p Policy) Validate() error {
 		check("order", fmt.Errorf("%q: want name, stopped-first or label=KEY", p.Order))
 	}
 	switch p.Restart {
-	case "", RestartMove, RestartSkip:
+	case "", RestartMove, RestartNever, RestartSkip, RestartPending:
 	default:
-		check("restart", fmt.Errorf("%q: want move or skip", p.Restart))
+		check("restart", fmt.Errorf("%q: want move (or never), skip or pending", p.Restart))
 	}
 	if p.MaxInFlight < 0 {
 		check("maxInFlight", fmt.Errorf("%d: want 0 (no cap) or more", p.MaxInFlight))

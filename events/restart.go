@@ -33,6 +33,16 @@ type RestartRequest struct {
 	Policy *Policy `json:"policy,omitempty"`
 	// Only, when set, limits the restart to the VMs with these UIDs.
 	Only []string `json:"only,omitempty"`
+	// After, on the restart a rollout of policy restart: pending asks for
+	// once it has settled, is that rollout's event id.
+	After string `json:"after,omitempty"`
+}
+
+// RestartAfterID is the request id of the restart that follows rollout
+// eventID (policy restart: pending): one id per rollout, so the request is
+// published once however many replicas, or sweeps, ask for it.
+func RestartAfterID(eventID string) string {
+	return uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://kvlive.io/restart-after/"+eventID)).String()
 }
 
 // Validate checks the request names itself and an object.

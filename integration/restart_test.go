@@ -263,3 +263,59 @@ func TestRestartWaitsForItsWindow(t *testing.T) {
 		t.Errorf("the restarts went in windows %v; six one at a time cannot fit one 5s window", windows)
 	}
 }
+
+// TestRestartPendingPolicyRestartsWhatTheRolloutLeft edits an instance type
+// whose rollout policy says restart: pending with a budget of 2, under two
+// kvlive replicas. The edit leaves every running VM RestartRequired; once
+// its rollout has settled, kvlive asks for one restart of those VMs (one
+// request in the events stream, however many replicas swept), which
+// restarts each of them once, two at a time, and no stopped VM.
+func TestRestartPendingPolicyRestartsWhatTheRolloutLeft(t *testing.T) {
+	e := newEnv(t, fleetOptions{namespaces: 2, perIT: map[string]int{itMedium: 8}})
+	for _, name := range []string{"first", "second"} {
+		e.runKvlive(name, "--observe-timeout", "30s", "--max-age", "40s") // sweeps every 10s
+	}
+	e.waitGenerations()
+	e.annotate(itMedium, "restart: pending\nrestartBudget: \"2\"\n")
+	running := e.selectShapes(func(s vmShape) bool { return s.running })
+	_, eventID := e.editInstancetype(itMedium, 1, "4Gi")
+	if p := e.follow(eventID); p.Counts()[events.ResultRestart] != len(running) {
+		t.Fatalf("the edit: %v, want a restart predicted for each of the %d running VMs", p.Counts(), len(running))
+	}
+	before := e.view()
+	id := events.RestartEventID(events.RestartAfterID(eventID))
+	if rec := e.waitPlanned(id); fmt.Sprint(rec.Batches) != "[2 2 2]" {
+		t.Errorf("the restart after %s: batches %v, want [2 2 2]: its policy's budget of 2", eventID, rec.Batches)
+	}
+	progress := e.follow(id)
+	if n := progress.Counts()[events.ResultRestart]; n != len(running) || len(progress.Outcomes) != len(running) {
+		t.Errorf("the restart after the edit: %v, want exactly the %d running VMs restarted", progress.Counts(), len(running))
+	}
+	e.waitSettled("a new VMI at 1 socket without RestartRequired", running, func(v clusterView, s vmShape) string {
+		vmi := v.vmis[s.key()]
+		if _, flagged := instancetype.RestartRequired(v.vms[s.key()]); flagged || vmi == nil || vmi.UID == before.vmis[s.key()].UID || vmi.Spec.Domain.CPU.Sockets != 1 {
+			return "not restarted at 1 socket"
+		}
+		return ""
+	})
+	writes := e.restartWrites()
+	for _, s := range e.shapes {
+		if w, want := writes[s.key()], map[bool]int{true: 1}[s.running]; w.applied() != want || w.ok > 1 {
+			t.Errorf("%s: kvlive asked for %+v restarts, want %d", s.key(), w, want)
+		}
+	}
+	if most := e.restartsUnderWay(); most > 2 {
+		t.Errorf("%d restarts were under way at once, over the budget of 2", most)
+	}
+	var asked []events.RestartRequest
+	for _, body := range e.streamBodies(events.StreamEvents, events.RestartSubject()) {
+		var r events.RestartRequest
+		if _, err := events.Decode(body, events.TypeRestartRequested, &r); err != nil {
+			t.Fatal(err)
+		}
+		asked = append(asked, r)
+	}
+	if len(asked) != 1 || asked[0].After != eventID {
+		t.Errorf("restart requests %+v, want one, after %s", asked, eventID)
+	}
+}

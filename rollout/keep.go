@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -189,6 +190,12 @@ func (k *Keeper) settle(ctx context.Context, records map[string]time.Time, contr
 		if now.Sub(last) < grace {
 			continue
 		}
+		// Asked for before the mark, under one id per rollout: a sweep
+		// that dies between the two asks again, and the request is stored
+		// (and planned) once.
+		if err := k.restartAfter(ctx, a, now); err != nil {
+			return marked, err
+		}
 		ok, err := store.MarkSettled(ctx, id, a.Control, now)
 		if err != nil {
 			return marked, err
@@ -199,6 +206,41 @@ func (k *Keeper) settle(ctx context.Context, records map[string]time.Time, contr
 		}
 	}
 	return marked, nil
+}
+
+// restartAfter asks, for a finished rollout whose policy says restart:
+// pending, to restart the VMs it left waiting for a restart: those it
+// moved predicting a restart, and those KubeVirt's verdict flagged
+// RestartRequired. The restart rollout plans them as kvlive restart
+// --pending does (a VM without RestartRequired by then, opted out or
+// stopped is not restarted), within the policy's budget and window.
+func (k *Keeper) restartAfter(ctx context.Context, a Account, now time.Time) error {
+	rec := a.Record
+	if rec.Policy.Restart != events.RestartPending || a.Phase != PhaseComplete || rec.Type == string(events.MoveRestart) {
+		return nil
+	}
+	verdicts, err := storedVerdicts(ctx, k.JS, a.EventID)
+	if err != nil {
+		return fmt.Errorf("keep: verdicts of %s: %w", a.EventID, err)
+	}
+	var uids []string
+	for uid, o := range a.Latest {
+		if o.Result == events.ResultRestart || (o.Result.Moves() && verdicts[uid].Observed == events.ObservedRestart) {
+			uids = append(uids, uid)
+		}
+	}
+	if len(uids) == 0 {
+		return nil
+	}
+	slices.Sort(uids)
+	policy := rec.Policy
+	id, err := RequestRestart(ctx, k.JS, events.RestartRequest{ID: events.RestartAfterID(a.EventID), Object: rec.Object,
+		RequestedAt: now.UTC(), Policy: &policy, Only: uids, After: a.EventID})
+	if err != nil {
+		return fmt.Errorf("keep: the restart after %s: %w", a.EventID, err)
+	}
+	k.log().Info("rollout finished: restarting the VMs it left waiting for a restart (policy restart: pending)", "event", a.EventID, "restart", id, "vms", len(uids))
+	return nil
 }
 
 // controlEntry is a control record with when it last changed.

@@ -61,6 +61,9 @@ func Read(ctx context.Context, js jetstream.JetStream, eventID string) (Original
 		return o, fmt.Errorf("%w: %s undid %s; to move those VMs again, roll %s out again (kvlive replay --event %s --apply)",
 			ErrUndoOfUndo, eventID, o.Event.Undo.Of, o.Event.Undo.Of, o.Event.Undo.Of)
 	}
+	if o.Event.Restart != nil {
+		return o, fmt.Errorf("%w: %s restarted VMs; a restart is not undone", ErrCannotUndo, eventID)
+	}
 	a, err := rollout.AccountOf(ctx, js, eventID)
 	if err != nil {
 		return o, err

@@ -18,7 +18,7 @@ func bindPolicyFlags(f *pflag.FlagSet, p *events.Policy) {
 	f.StringVar(&p.OnFailure, "on-failure", "", "what a failed gate or a missed deadline does: pause (default) or abort")
 	f.StringVar(&p.ProgressDeadline, "progress-deadline", "", "how long each batch may take to pass its gate (default 10m)")
 	f.StringVar(&p.Order, "order", "", "order VMs are taken in: name (default), stopped-first, or label=KEY")
-	f.StringVar(&p.Restart, "restart", "", "VMs whose change needs a restart: move (default) or skip")
+	f.StringVar(&p.Restart, "restart", "", "VMs whose change needs a restart: move (default; or never), skip, or pending (kvlive restarts them once the rollout settled, within --restart-budget and --restart-window)")
 	f.IntVar(&p.MaxInFlight, "max-in-flight", 0, "VMs of one rollout each applier replica moves at once; 0: only --workers caps them")
 	f.StringVar(&p.RestartBudget, "restart-budget", "", "VMs a restart rollout restarts at once, a count or a percent; default "+events.DefaultRestartBudget)
 	bindWindowFlags(f, &p.RestartWindow)

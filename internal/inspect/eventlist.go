@@ -24,14 +24,15 @@ const (
 	EventPreferenceChange   = "preference-change"
 	EventSwitch             = "switch"
 	EventUndo               = "undo"
+	EventRestart            = "restart"
 )
 
 // EventSummary is one event and how far its rollout got.
 type EventSummary struct {
 	ID   string    `json:"id"`
 	Time time.Time `json:"time"`
-	// Type is EventInstancetypeChange, EventPreferenceChange, EventSwitch
-	// or EventUndo.
+	// Type is EventInstancetypeChange, EventPreferenceChange, EventSwitch,
+	// EventUndo or EventRestart.
 	Type string `json:"type"`
 	// Object is the changed object, or "from → to" for a switch.
 	Object        string `json:"object"`
@@ -220,6 +221,15 @@ func summarize(body []byte) (EventSummary, bool) {
 			return e, false
 		}
 		e.Type, e.Object = EventUndo, "undo of "+events.ShortEventID(u.Of)
+	case events.TypeRestartRequested:
+		var r events.RestartRequest
+		if env.Into(&r) != nil {
+			return e, false
+		}
+		e.Type, e.Object = EventRestart, "restart of "+r.Object.String()
+		if r.After != "" {
+			e.Object += " after " + events.ShortEventID(r.After)
+		}
 	default:
 		return e, false
 	}

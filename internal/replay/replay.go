@@ -208,6 +208,15 @@ func (p Publisher) payload(s Stored, id string, only []string) (string, string, 
 	if s.Undo != nil {
 		return "", "", nil, "", fmt.Errorf("replay: %s is an undo of %s; an undo is not replayed", s.ID, s.Undo.Of)
 	}
+	if s.Restart != nil {
+		// Asked again: the VMs of its scope still waiting for a restart.
+		req := *s.Restart
+		req.ID, req.RequestedAt, req.Only, req.After = id[strings.IndexByte(id, '/')+1:], p.now(), only, ""
+		if only == nil {
+			req.Only = s.Restart.Only
+		}
+		return events.TypeRestartRequested, events.RestartSubject(), &req, "", nil
+	}
 	if s.Switch != nil {
 		req := *s.Switch
 		req.ID, req.RequestedAt, req.Only = id[strings.IndexByte(id, '/')+1:], p.now(), only

@@ -30,10 +30,11 @@ type Stored struct {
 	ID      string
 	Type    string
 	Headers nats.Header
-	// Exactly one of Change, Switch and Undo is set.
-	Change *events.Changed
-	Switch *events.SwitchRequest
-	Undo   *events.UndoRequest
+	// Exactly one of Change, Switch, Undo and Restart is set.
+	Change  *events.Changed
+	Switch  *events.SwitchRequest
+	Undo    *events.UndoRequest
+	Restart *events.RestartRequest
 }
 
 // Object is what the event moves VMs to (an undo: none).
@@ -43,6 +44,8 @@ func (s Stored) Object() events.Ref {
 		return s.Change.Object
 	case s.Switch != nil:
 		return s.Switch.To
+	case s.Restart != nil:
+		return s.Restart.Object
 	}
 	return events.Ref{}
 }
@@ -106,6 +109,9 @@ func decode(msg jetstream.Msg, md *jetstream.MsgMetadata) (Stored, bool) {
 	case events.TypeUndoRequested:
 		s.Undo = &events.UndoRequest{}
 		err = env.Into(s.Undo)
+	case events.TypeRestartRequested:
+		s.Restart = &events.RestartRequest{}
+		err = env.Into(s.Restart)
 	default:
 		return s, false
 	}
@@ -116,8 +122,8 @@ func (sel Selection) matches(s Stored) bool {
 	switch {
 	case sel.EventID != "" && s.ID != sel.EventID:
 		return false
-	case s.Undo != nil && sel.EventID == "":
-		return false // an undo is read by its id alone; it is never replayed
+	case (s.Undo != nil || s.Restart != nil) && sel.EventID == "":
+		return false // read by its id alone: a replay of many events never restarts VMs nor undoes a rollout
 	case !sel.Since.IsZero() && s.Time.Before(sel.Since):
 		return false
 	case sel.Object != nil && s.Change != nil:
