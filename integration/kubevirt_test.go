@@ -500,7 +500,7 @@ func (e *kvEnv) checkVerdictsAre(eventID string, want map[string]verdictWant) ma
 // and has kvlive restart --pending restart them two at a time: one
 // annotated kvlive.io/do-not-disrupt is left, a stopped one too. Each
 // other VM's restart request (a Stop naming its VMI, then a Start) is
-// carried out by virt-controller: a new VMI at the new sockets, the
+// carried out by virt-controller: a new VMI at the new sockets and memory, the
 // condition cleared, KubeVirt's verdict restarted, and never more than two
 // restarts under way at once (the audit log).
 func TestRealKubeVirtRestartsPendingVMsTwoAtATime(t *testing.T) {
@@ -514,7 +514,7 @@ func TestRealKubeVirtRestartsPendingVMsTwoAtATime(t *testing.T) {
 	restarted := []string{"r-0", "r-1", "r-2", "r-3"}
 	running := append(slices.Clone(restarted), "keep-0")
 
-	eventID := e.editInstancetypeTo("u1.medium", 2, "4Gi") // fewer sockets: a restart, never a hotplug
+	eventID := e.editInstancetypeTo("u1.medium", 2, "2Gi") // fewer sockets and less memory: a restart, never a hotplug
 	e.follow(eventID)
 	e.waitFor("virt-controller to flag every running VM RestartRequired", kvTimeout, func() (bool, string) {
 		v := e.view()
@@ -542,19 +542,23 @@ func TestRealKubeVirtRestartsPendingVMsTwoAtATime(t *testing.T) {
 	}
 	e.checkResults(progress, want)
 	e.checkVerdicts(m[1], kvTimeout)
-	e.waitFor("a new VMI at 2 sockets, without RestartRequired, for every VM restarted", kvTimeout, func() (bool, string) {
+	e.waitFor("a new VMI at 2 sockets and 2Gi, without RestartRequired, for every VM restarted", kvTimeout, func() (bool, string) {
 		v := e.view()
 		var waiting []string
 		for _, n := range restarted {
 			key := kvNamespace + "/" + n
 			vmi := v.vmis[key]
 			_, flagged := instancetype.RestartRequired(v.vms[key])
+			memory := ""
+			if vmi != nil {
+				memory, _ = vmiValue(vmi, "memory.guest")
+			}
 			if vmi == nil || vmi.UID == before.vmis[key].UID || vmi.Status.Phase != virtv1.Running || vmi.Spec.Domain.CPU == nil ||
-				vmi.Spec.Domain.CPU.Sockets != 2 || flagged {
+				vmi.Spec.Domain.CPU.Sockets != 2 || memory != "2Gi" || flagged {
 				waiting = append(waiting, n)
 			}
 		}
-		return len(waiting) == 0, strings.Join(waiting, ", ") + " not restarted at 2 sockets"
+		return len(waiting) == 0, strings.Join(waiting, ", ") + " not restarted at 2 sockets and 2Gi"
 	})
 	after := e.view()
 	if vmi := after.vmis[kvNamespace+"/keep-0"]; vmi == nil || vmi.UID != before.vmis[kvNamespace+"/keep-0"].UID {
