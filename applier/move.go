@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -218,6 +219,9 @@ func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.Virtua
 	if pin.Revision != t.FromRevision || pin.Field != t.Pin || !references(vm, t.Object) {
 		return events.Outcome{}, true, nil
 	}
+	if skip := ownedElsewhere(vm, t, pin.Field); skip != nil {
+		return *skip, false, nil
+	}
 	if err := a.takeTurn(ctx, plan); err != nil {
 		return events.Outcome{}, false, err
 	}
@@ -253,6 +257,9 @@ func (a *Applier) revert(ctx context.Context, plan events.Plan, vm *virtv1.Virtu
 			return a.revertFresh(ctx, plan)
 		}
 		return events.Outcome{Result: events.ResultSkip, Reason: "changed since the rollout moved it: " + changed}, nil
+	}
+	if skip := ownedElsewhere(vm, t, pin.Field); skip != nil {
+		return *skip, nil
 	}
 	if err := a.takeTurn(ctx, plan); err != nil {
 		return events.Outcome{}, err
@@ -354,18 +361,45 @@ func (a *Applier) switchVM(ctx context.Context, plan events.Plan, vm *virtv1.Vir
 	if a.cfg.Fleet.Object(t.Object) == nil {
 		return events.Outcome{Result: events.ResultSkip, Reason: fmt.Sprintf("%s was deleted before the VM moved", t.Object)}, false, nil
 	}
+	if skip := ownedElsewhere(vm, t, ""); skip != nil {
+		return *skip, false, nil
+	}
 	if err := a.takeTurn(ctx, plan); err != nil {
 		return events.Outcome{}, false, err
 	}
-	patch := SwitchPatch(current, preference, t.Object)
-	if _, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+	// A server-side apply as kvlive, forced past the writers by update
+	// (the VM's creator, an edit) that hold no declared ownership, with
+	// the VM's resourceVersion: anything that changed it since it was read
+	// (a GitOps tool applying, a user switching it) fails the write, and
+	// the VM is read and decided again. A legacy revisionName must go in
+	// the same write (KubeVirt's webhook rejects a new name with the old
+	// revision), which only a JSON patch can do.
+	patch, patchType, opts := SwitchApply(vm, preference, t.Object), types.ApplyPatchType, metav1.PatchOptions{FieldManager: instancetype.FieldManager, Force: ptr.To(true)}
+	if current.RevisionName != "" {
+		patch, patchType, opts = SwitchPatch(current, preference, t.Object), types.JSONPatchType, metav1.PatchOptions{FieldManager: instancetype.FieldManager}
+	}
+	if _, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, patchType, patch, opts); err != nil {
 		return a.patchFailed(ctx, plan, err, func(fresh *virtv1.VirtualMachine) bool {
 			m, ok := MatcherOf(fresh, preference)
-			return !ok || m != current
+			return !ok || m != current || fresh.ResourceVersion != vm.ResourceVersion
 		})
 	}
 	trace.SpanFromContext(ctx).AddEvent("reference switched", trace.WithAttributes(attribute.String("kvlive.target", t.Object.String())))
 	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Wrote: true, Changes: plan.Changes}, false, nil
+}
+
+// ownedElsewhere is the skip of a VM whose fields the move writes (pin:
+// the pin's field, for a re-pin or revert) another manager owns by
+// server-side apply, unless the plan forces conflicts; nil otherwise.
+func ownedElsewhere(vm *virtv1.VirtualMachine, t events.Target, pin events.PinField) *events.Outcome {
+	if t.Force {
+		return nil
+	}
+	written := instancetype.WrittenPaths(t, pin)
+	if owners := instancetype.FieldOwners(vm, written...); len(owners) > 0 {
+		return &events.Outcome{Result: events.ResultSkip, Reason: instancetype.ManagedBy(owners, written, t.Move)}
+	}
+	return nil
 }
 
 // references reports whether vm references obj, in its spec and, once

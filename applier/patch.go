@@ -79,6 +79,25 @@ func MatcherOf(vm *virtv1.VirtualMachine, preference bool) (m Matcher, ok bool) 
 	return m, false
 }
 
+// SwitchApply is the server-side apply configuration of a switch: the VM's
+// matcher pointing at to (name and kind, the fields kvlive then owns), and
+// the resourceVersion vm was read at, so the apply fails on a VM changed
+// since.
+func SwitchApply(vm *virtv1.VirtualMachine, preference bool, to events.Ref) []byte {
+	family := "instancetype"
+	if preference {
+		family = "preference"
+	}
+	apply := map[string]any{
+		"apiVersion": virtv1.GroupVersion.String(),
+		"kind":       "VirtualMachine",
+		"metadata":   map[string]any{"name": vm.Name, "namespace": vm.Namespace, "resourceVersion": vm.ResourceVersion},
+		"spec":       map[string]any{family: map[string]any{"name": to.Name, "kind": to.Kind}},
+	}
+	body, _ := json.Marshal(apply)
+	return body
+}
+
 // SwitchPatch points the VM's matcher at another object. It tests the
 // current name (and kind when set), and drops a legacy revisionName in the
 // same patch: KubeVirt's webhook rejects a new name with the old revision.

@@ -104,6 +104,9 @@ type SwitchRequest struct {
 	// Only, when set, limits the switch to the VMs with these UIDs: a
 	// rollout retry of the VMs that failed.
 	Only []string `json:"only,omitempty"`
+	// ForceConflicts switches VMs whose reference another manager owns
+	// by server-side apply (a GitOps tool), taking the field from it.
+	ForceConflicts bool `json:"forceConflicts,omitempty"`
 }
 
 // Validate checks the request names two distinct instance types of the same family.
@@ -200,6 +203,10 @@ type Target struct {
 	Snapshot json.RawMessage `json:"snapshot,omitempty"`
 	// VMI is the UID of the running VMI a restart stops.
 	VMI string `json:"vmi,omitempty"`
+	// Force takes the fields the move writes from the managers that own
+	// them by server-side apply (kvlive switch --force-conflicts); without
+	// it such a VM is skipped, naming them.
+	Force bool `json:"force,omitempty"`
 }
 
 // Plan is one VM's live-update plan for one event.

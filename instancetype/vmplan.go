@@ -64,6 +64,12 @@ func PlanVM(l Lookup, eventID string, t Target, vm *virtv1.VirtualMachine) event
 		return skip(events.ResultSkip, "%v", err)
 	}
 	p.Target.Pin, p.Target.FromRevision = pin.Field, pin.Revision
+	if !t.Force {
+		written := WrittenPaths(t.Target, pin.Field)
+		if owners := FieldOwners(vm, written...); len(owners) > 0 {
+			return skip(events.ResultSkip, "%s", ManagedBy(owners, written, t.Move))
+		}
+	}
 	if t.Move == events.MoveRevert && pin.Revision == t.Revision {
 		return skip(events.ResultNone, "already pinned to %s", t.Revision)
 	}

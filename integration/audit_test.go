@@ -128,9 +128,20 @@ func (e *env) kvliveWrites() map[string]vmWrites {
 }
 
 // testsWhatItReplaces reports whether a JSON patch tests every path it
-// replaces before replacing it, as kvlive's patches must (a concurrent
-// change then fails the patch instead of being overwritten).
+// replaces before replacing it, or a server-side apply names the
+// resourceVersion it was decided on, as kvlive's writes must (a concurrent
+// change then fails the write instead of being overwritten).
 func testsWhatItReplaces(patch json.RawMessage) bool {
+	var apply struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(patch, &apply) == nil {
+		// A server-side apply (a switch) tests the whole VM: it names the
+		// resourceVersion it was decided on.
+		return apply.Metadata.ResourceVersion != ""
+	}
 	var ops []struct {
 		Op   string `json:"op"`
 		Path string `json:"path"`

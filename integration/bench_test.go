@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/api/instancetype/v1beta1"
 
@@ -401,8 +402,9 @@ func (e *env) benchRawLoop(on *fleetOn, swtch bool, s benchSettings) applyRun {
 func rawMove(ctx context.Context, c kube.Clients, vm *virtv1.VirtualMachine, target *v1beta1.VirtualMachineClusterInstancetype, swtch bool) error {
 	vms := c.Virt.KubevirtV1().VirtualMachines(vm.Namespace)
 	if swtch {
-		m, _ := applier.MatcherOf(vm, false)
-		_, err := vms.Patch(ctx, vm.Name, types.JSONPatchType, applier.SwitchPatch(m, false, events.Ref{Kind: events.KindClusterInstancetype, Name: target.GetName()}), metav1.PatchOptions{})
+		// The write kvlive's switch makes: a server-side apply as kvlive.
+		_, err := vms.Patch(ctx, vm.Name, types.ApplyPatchType, applier.SwitchApply(vm, false, events.Ref{Kind: events.KindClusterInstancetype, Name: target.GetName()}),
+			metav1.PatchOptions{FieldManager: instancetype.FieldManager, Force: ptr.To(true)})
 		return err
 	}
 	rev, err := instancetype.NewRevision(vm, target)
@@ -447,7 +449,7 @@ func (e *env) benchKubectlLoop(on *fleetOn, swtch bool) float64 {
 		if swtch {
 			m, _ := applier.MatcherOf(vm, false)
 			kubectl(nil, "patch", "-n", vm.Namespace, "vm", vm.Name, "--type=json", "-p", string(applier.SwitchPatch(m, false, events.Ref{Kind: events.KindClusterInstancetype, Name: target.GetName()})))
-			continue
+			continue // an operator's loop patches; kvlive's write is a server-side apply
 		}
 		rev, err := instancetype.NewRevision(vm, target)
 		if err != nil {

@@ -230,6 +230,7 @@ func (p *Planner) resolveEnvelope(ctx context.Context, env *events.Envelope) (wo
 			return w, &events.DecodeError{Reason: events.ReasonInvalid, Err: fmt.Errorf("selector %q: %w", s.Selector, err)}
 		}
 		w.target = instancetype.SwitchTarget(p.cfg.Fleet, p.cfg.Fleet.Cluster(), s.From, s.To)
+		w.target.Force = s.ForceConflicts
 		w.policy, w.policyError = p.policyOf(s.Policy, s.To)
 		w.vms, err = p.cfg.Fleet.Referencing(s.From, s.Namespace, sel)
 		w.vms = only(w.vms, s.Only)

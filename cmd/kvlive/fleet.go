@@ -20,10 +20,11 @@ import (
 // same flags with the same defaults (kubectl's: the context's namespace
 // unless -n or -A), so a preview covers exactly the VMs a switch moves.
 type fleetFlags struct {
-	kube          *kubeFlags
-	from, to      string
-	allNamespaces bool
-	selector      string
+	kube           *kubeFlags
+	from, to       string
+	allNamespaces  bool
+	selector       string
+	forceConflicts bool
 }
 
 func newFleetFlags() *fleetFlags { return &fleetFlags{kube: newKubeFlags()} }
@@ -37,6 +38,7 @@ func (s *fleetFlags) bind(cmd *cobra.Command, fromUsage, toUsage string) {
 	for _, name := range []string{"from", "to"} {
 		_ = cmd.RegisterFlagCompletionFunc(name, completeKinds)
 	}
+	f.BoolVar(&s.forceConflicts, "force-conflicts", false, "switch VMs whose reference another manager owns by server-side apply (a GitOps tool), taking it over, as kubectl apply --force-conflicts does")
 }
 
 // bindScope adds the connection flags, -A and -l: which VMs a command
@@ -70,7 +72,10 @@ func (s *fleetFlags) request(object, namespace string) (offline.Request, error) 
 	if err != nil {
 		return offline.Request{}, err
 	}
-	req := offline.Request{Namespace: scoped, Selector: selector}
+	req := offline.Request{Namespace: scoped, Selector: selector, ForceConflicts: s.forceConflicts}
+	if s.forceConflicts && s.from == "" {
+		return req, fmt.Errorf("%w: --force-conflicts is for a switch (--from and --to)", errUsage)
+	}
 	if s.from != "" {
 		from, err := events.ParseRef(s.from, namespace)
 		if err != nil {

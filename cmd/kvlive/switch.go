@@ -139,6 +139,7 @@ func (o *switchOptions) Run(ctx context.Context) error {
 	defer closeBus()
 	id, err := rollout.RequestSwitch(ctx, js, events.SwitchRequest{
 		From: *req.From, To: req.Object, Namespace: req.Namespace, Selector: o.fleet.selector, Policy: policy,
+		ForceConflicts: req.ForceConflicts,
 	})
 	if err != nil {
 		return err

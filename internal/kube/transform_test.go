@@ -33,3 +33,32 @@ func TestCacheDropsWhatKvliveNeverReads(t *testing.T) {
 		t.Errorf("a tombstone: %v, %v", out, err)
 	}
 }
+
+// TestDeclaredOwnersKeepsWhoAppliedTheReference: of a VM's managed fields
+// the cache keeps the server-side apply owners of its instance type and
+// preference references and pins, cut down to those fields, and nothing
+// of writers by update or of applies that own none of them.
+func TestDeclaredOwnersKeepsWhoAppliedTheReference(t *testing.T) {
+	entry := func(manager string, op metav1.ManagedFieldsOperationType, fields string) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+	}
+	got := kube.DeclaredOwners([]metav1.ManagedFieldsEntry{
+		entry("argocd-controller", metav1.ManagedFieldsOperationApply,
+			`{"f:metadata":{"f:labels":{".":{}}},"f:spec":{"f:instancetype":{"f:name":{}},"f:template":{"f:spec":{}}}}`),
+		entry("kubectl-edit", metav1.ManagedFieldsOperationUpdate, `{"f:spec":{"f:instancetype":{"f:name":{}}}}`),
+		entry("labeller", metav1.ManagedFieldsOperationApply, `{"f:metadata":{"f:labels":{"f:tier":{}}}}`),
+		entry("pinner", metav1.ManagedFieldsOperationApply, `{"f:status":{"f:instancetypeRef":{"f:controllerRevisionRef":{"f:name":{}}}}}`),
+	})
+	want := map[string]string{
+		"argocd-controller": `{"f:spec":{"f:instancetype":{"f:name":{}}}}`,
+		"pinner":            `{"f:status":{"f:instancetypeRef":{"f:controllerRevisionRef":{"f:name":{}}}}}`,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("kept %d entries, want %d: %+v", len(got), len(want), got)
+	}
+	for _, e := range got {
+		if string(e.FieldsV1.Raw) != want[e.Manager] {
+			t.Errorf("%s: kept %s, want %s", e.Manager, e.FieldsV1.Raw, want[e.Manager])
+		}
+	}
+}

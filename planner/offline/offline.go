@@ -36,6 +36,9 @@ type Request struct {
 	// Namespace limits the VMs to one namespace; "" means all.
 	Namespace string
 	Selector  labels.Selector
+	// ForceConflicts plans a switch that takes the reference from the
+	// managers that own it by server-side apply (switch --force-conflicts).
+	ForceConflicts bool
 }
 
 // Involved names the objects planning req reads revisions of: the one the
@@ -83,6 +86,7 @@ func Plan(f Fleet, req Request) ([]events.Plan, error) {
 			return nil, fmt.Errorf("cannot switch between an instance type and a preference")
 		}
 		source, target = *req.From, instancetype.SwitchTarget(f, f.Cluster(), *req.From, req.Object)
+		target.Force = req.ForceConflicts
 	}
 	if _, ok := instancetype.SpecOf(f.Object(req.Object)); !ok {
 		// A preview of a typo must not look like a plan of nothing.

@@ -54,7 +54,8 @@ func fleet() []runtime.Object {
 	return objs
 }
 
-// writes counts kvlive's JSON patches per VM (the stand-in writes merge patches).
+// writes counts kvlive's writes per VM: its JSON patches and server-side
+// applies (the stand-in writes merge patches).
 type writes struct {
 	mu    sync.Mutex
 	perVM map[string]int
@@ -63,7 +64,7 @@ type writes struct {
 func countWrites(clients kube.Clients) *writes {
 	w := &writes{perVM: map[string]int{}}
 	clients.Virt.(*virtfake.Clientset).PrependReactor("patch", "virtualmachines", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if p := a.(k8stesting.PatchAction); p.GetPatchType() == types.JSONPatchType {
+		if p := a.(k8stesting.PatchAction); p.GetPatchType() == types.JSONPatchType || p.GetPatchType() == types.ApplyPatchType {
 			w.mu.Lock()
 			w.perVM[p.GetNamespace()+"/"+p.GetName()]++
 			w.mu.Unlock()
