@@ -3,6 +3,7 @@ package events
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -64,6 +65,14 @@ type Policy struct {
 	// RestartWindow, when set, is when a restart rollout may restart VMs;
 	// outside it the rollout waits, paused until the window opens.
 	RestartWindow Window `json:"restartWindow,omitzero"`
+	// ConfirmWebhook, when set, is an HTTP(S) endpoint asked before each
+	// batch is released, and CheckWebhook one asked after each batch
+	// passed KubeVirt's gate, each with the batch's VMs as a CloudEvent; a
+	// non-2xx answer, or none within WebhookTimeout (default 10s), fails
+	// the gate (OnFailure: pause or abort).
+	ConfirmWebhook string `json:"confirmWebhook,omitempty"`
+	CheckWebhook   string `json:"checkWebhook,omitempty"`
+	WebhookTimeout string `json:"webhookTimeout,omitempty"`
 }
 
 // DefaultRestartBudget is the restart budget of a policy that sets none.
@@ -130,6 +139,10 @@ func (p Policy) Validate() error {
 	_, err = ParseAmount(p.RestartBudget, true)
 	check("restartBudget", err)
 	check("restartWindow", p.RestartWindow.Validate())
+	check("confirmWebhook", checkWebhookURL(p.ConfirmWebhook))
+	check("checkWebhook", checkWebhookURL(p.CheckWebhook))
+	_, err = ParseDuration(p.WebhookTimeout)
+	check("webhookTimeout", err)
 	if p.Pause != "" && p.Pause != PauseManual {
 		_, err := ParseDuration(p.Pause)
 		check("pause", err)
@@ -157,6 +170,18 @@ func (p Policy) Validate() error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%s%w", policyFieldsPrefix, err)
+	}
+	return nil
+}
+
+// checkWebhookURL accepts an absolute http or https URL, or none.
+func checkWebhookURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return fmt.Errorf("%q: want an http:// or https:// URL", s)
 	}
 	return nil
 }

@@ -29,6 +29,7 @@ import (
 	"kvlive/instancetype"
 	"kvlive/internal/consumer"
 	"kvlive/internal/telemetry"
+	"kvlive/internal/webhook"
 	"kvlive/restart"
 	"kvlive/rollout"
 	"kvlive/undo"
@@ -71,6 +72,9 @@ type Config struct {
 	// Recorder, when set, records Kubernetes Events on the objects whose
 	// events are planned (a refused rollout policy).
 	Recorder record.EventRecorder
+	// Webhooks asks a policy's confirm webhook about the first batch
+	// (rollout.Controller asks about the others); nil refuses them.
+	Webhooks *webhook.Client
 }
 
 // DefaultTraceFanout keeps rollouts of up to 1,000 VMs in one trace.
@@ -151,6 +155,9 @@ func (p *Planner) handle(ctx context.Context, msg jetstream.Msg, _ consumer.Deli
 	plans, r := p.planAll(w)
 	if err == nil {
 		plans, err = p.recordRollout(ctx, w, plans, r)
+	}
+	if err == nil && !w.parked {
+		w.parked, err = p.confirmFirst(ctx, w, plans, r)
 	}
 	if err == nil {
 		err = p.publishPlans(ctx, w, plans)
@@ -401,6 +408,57 @@ func (p *Planner) policyOf(asked *events.Policy, object events.Ref) (events.Poli
 		return p.cfg.Policy, fmt.Sprintf("annotation %s on %s: %v", events.PolicyAnnotation, object, err)
 	}
 	return policy, ""
+}
+
+// confirmFirst asks the policy's confirm webhook about the rollout's first
+// batch before its plans go: a no pauses the rollout (its plans parked as
+// held, for rollout resume to release) or, as the policy says, aborts it
+// (its VMs skipped). It reports whether the plans are to be parked: on a
+// no, either way.
+func (p *Planner) confirmFirst(ctx context.Context, w work, plans []events.Plan, r rolloutPlan) (bool, error) {
+	url := w.policy.ConfirmWebhook
+	if url == "" {
+		return false, nil
+	}
+	var vms []webhook.VM
+	for _, pl := range plans {
+		if pl.Batch == 0 && pl.Action.Moves() {
+			vms = append(vms, webhook.VM{Namespace: pl.VM.Namespace, Name: pl.VM.Name, UID: pl.VM.UID, Result: pl.Action, Reason: pl.Reason})
+		}
+	}
+	if len(vms) == 0 {
+		return false, nil
+	}
+	call := webhook.Call{Phase: webhook.PhaseConfirm, EventID: w.eventID, Object: w.target.Object, Batch: 1, Batches: max(len(r.batches), 1), VMs: vms}
+	var a webhook.Answer
+	if p.cfg.Webhooks == nil {
+		a = webhook.Answer{URL: url, Error: "this kvlive has no webhook client"}
+	} else {
+		timeout, _ := events.ParseDuration(w.policy.WebhookTimeout)
+		a = p.cfg.Webhooks.Ask(ctx, url, timeout, call, p.cfg.Clock.Now())
+	}
+	trace.SpanFromContext(ctx).AddEvent("confirm webhook", trace.WithAttributes(attribute.String("url.full", url),
+		attribute.Int("http.response.status_code", a.Status), attribute.String("kvlive.webhook.answer", a.String())))
+	p.cfg.Log.Info("rollout webhook asked", "event", w.eventID, "phase", webhook.PhaseConfirm, "batch", 1, "answer", a.String(), "took", a.Took)
+	if a.Yes() {
+		return false, nil
+	}
+	action, phase := events.ActionPause, "paused"
+	if rollout.Aborts(w.policy) {
+		action, phase = events.ActionAbort, "aborted"
+	}
+	store, err := rollout.Open(ctx, p.cfg.JetStream)
+	if err != nil {
+		return false, err
+	}
+	reason := fmt.Sprintf("batch 1 of %d: confirm webhook said no: %s", call.Batches, a)
+	if _, _, err := store.Apply(ctx, w.eventID, action, reason, "kvlive gate", p.cfg.Clock.Now(), false); err != nil && !errors.Is(err, rollout.ErrAborted) {
+		return false, err
+	}
+	p.cfg.Log.Warn("rollout "+phase+" by its confirm webhook", "event", w.eventID, "reason", reason)
+	// Parked either way: the controller sends an aborted rollout's held
+	// plans on, for the applier to skip, once its watch has the abort.
+	return true, nil
 }
 
 // holdForWindow pauses, ahead of its plans, a restart planned outside its

@@ -17,6 +17,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/telemetry"
+	"kvlive/internal/webhook"
 )
 
 const tracerName = "kvlive/rollout"
@@ -47,6 +48,9 @@ type ControllerConfig struct {
 	// verdict on each moved VM and counts one other than the prediction as
 	// a failure. Without it the gate reads KubeVirt's report on the cache.
 	Verdicts bool
+	// Webhooks calls the confirm and check webhooks rollout policies name;
+	// nil refuses them (the gate fails, saying so).
+	Webhooks *webhook.Client
 }
 
 // Controller carries rollouts between the planner and the applier: it

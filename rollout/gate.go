@@ -17,6 +17,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/instancetype"
+	"kvlive/internal/webhook"
 )
 
 // A batched rollout's first batch goes to the applier with the plans; the
@@ -186,6 +187,74 @@ func decide(c events.Control, staged []int, rec events.Rollout, gate func() gate
 	return gateStep{kind: stepRelease, batches: []int{c.Batch + 1}}
 }
 
+// ask calls a rollout's webhook about batch (0-based) and records the
+// call and its answer: a span under the rollout's, a log line, a metric.
+func (rc *Controller) ask(ctx context.Context, rec events.Rollout, phase, url string, batch int, vms []webhook.VM) webhook.Answer {
+	call := webhook.Call{Phase: phase, EventID: rec.EventID, Object: rec.Object, Batch: batch + 1, Batches: len(rec.Batches), VMs: vms}
+	var a webhook.Answer
+	if rc.cfg.Webhooks == nil {
+		a = webhook.Answer{URL: url, Error: "this kvlive has no webhook client"}
+	} else {
+		timeout, _ := events.ParseDuration(rec.Policy.WebhookTimeout)
+		a = rc.cfg.Webhooks.Ask(ctx, url, timeout, call, rc.cfg.Clock.Now())
+	}
+	RecordWebhook(ctx, rc.tracer, rec, call, a, rc.cfg.Clock.Now())
+	verdict := "yes"
+	if !a.Yes() {
+		verdict = "no"
+	}
+	rc.cfg.Metrics.Gate("webhook-"+phase, verdict)
+	rc.cfg.Log.Info("rollout webhook asked", "event", rec.EventID, "phase", phase, "batch", batch+1, "answer", a.String(), "took", a.Took)
+	return a
+}
+
+// RecordWebhook records a webhook call and its answer as a span under the
+// rollout's planner span (the batch's span tree).
+func RecordWebhook(ctx context.Context, tracer trace.Tracer, rec events.Rollout, call webhook.Call, a webhook.Answer, end time.Time) {
+	if tid, err := trace.TraceIDFromHex(rec.TraceID); err == nil {
+		if sid, err := trace.SpanIDFromHex(rec.SpanID); err == nil {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+				TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true}))
+		}
+	}
+	_, span := tracer.Start(ctx, fmt.Sprintf("rollout.webhook %s %d/%d", call.Phase, call.Batch, call.Batches), trace.WithTimestamp(end.Add(-a.Took)),
+		trace.WithAttributes(attribute.String("kvlive.event.id", rec.EventID), attribute.Int("kvlive.batch", call.Batch),
+			attribute.String("url.full", a.URL), attribute.Int("http.response.status_code", a.Status),
+			attribute.String("kvlive.webhook.answer", a.String()), attribute.Int("kvlive.batch.vms", len(call.VMs))))
+	if !a.Yes() {
+		span.SetStatus(codes.Error, a.String())
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+// batchVMs are the VMs of batch with their outcome and KubeVirt's verdict.
+func batchVMs(acct Account, verdicts map[string]events.Verdict, batch int) []webhook.VM {
+	var vms []webhook.VM
+	for uid, o := range acct.Latest {
+		if o.Batch != batch {
+			continue
+		}
+		vms = append(vms, webhook.VM{Namespace: o.VM.Namespace, Name: o.VM.Name, UID: uid, Result: o.Result, Verdict: verdicts[uid].Observed, Reason: o.Reason})
+	}
+	slices.SortFunc(vms, func(a, b webhook.VM) int { return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
+	return vms
+}
+
+// plannedIn lists the VMs the rollout planned in batch.
+func (rc *Controller) plannedIn(ctx context.Context, rec events.Rollout, batch int) ([]webhook.VM, error) {
+	planned, _, err := PlannedVMs(ctx, rc.cfg.JetStream, rec)
+	if err != nil {
+		return nil, err
+	}
+	var vms []webhook.VM
+	for _, vm := range planned {
+		if vm.Batch == batch {
+			vms = append(vms, webhook.VM{Namespace: vm.Namespace, Name: vm.Name, UID: vm.UID})
+		}
+	}
+	return vms, nil
+}
+
 // waitForWindow pauses a restart rollout whose next batch is due outside
 // its restart window until the window opens.
 func (rc *Controller) waitForWindow(ctx context.Context, store *Store, rec events.Rollout, opens, now time.Time) error {
@@ -242,13 +311,14 @@ func (rc *Controller) takeSteps(ctx context.Context, store *Store, id string, st
 		return err
 	}
 	var gateErr error
+	var acct Account
+	var verdicts map[string]events.Verdict
 	gate := func() gateResult {
-		acct, err := AccountWith(ctx, rc.cfg.JetStream, rec, c)
-		if err != nil {
+		var err error
+		if acct, err = AccountWith(ctx, rc.cfg.JetStream, rec, c); err != nil {
 			gateErr = err
 			return gateResult{gateWaiting, "the rollout's accounting is unreadable: " + err.Error()}
 		}
-		var verdicts map[string]events.Verdict
 		if rc.cfg.Verdicts {
 			if verdicts, err = storedVerdicts(ctx, rc.cfg.JetStream, rec.EventID); err != nil {
 				gateErr = err
@@ -274,6 +344,13 @@ func (rc *Controller) takeSteps(ctx context.Context, store *Store, id string, st
 		case stepTrip:
 			return rc.trip(ctx, store, rec, c, s.result, s.why)
 		case stepPassGate:
+			if url := rec.Policy.CheckWebhook; url != "" {
+				a := rc.ask(ctx, rec, webhook.PhaseCheck, url, c.Batch, batchVMs(acct, verdicts, c.Batch))
+				if !a.Yes() {
+					return rc.trip(ctx, store, rec, c, "webhook", "check webhook said no: "+a.String())
+				}
+				s.why += "; check webhook: " + a.String()
+			}
 			passed, err := store.PassGate(ctx, id, c.Batch, s.why, now)
 			if err != nil || !passed {
 				return err
@@ -286,6 +363,15 @@ func (rc *Controller) takeSteps(ctx context.Context, store *Store, id string, st
 		case stepRelease:
 			if open, opens := rec.Policy.RestartWindow.At(now); !open && rec.Type == string(events.MoveRestart) {
 				return rc.waitForWindow(ctx, store, rec, opens, now)
+			}
+			if url := rec.Policy.ConfirmWebhook; url != "" {
+				vms, err := rc.plannedIn(ctx, rec, s.batches[0])
+				if err != nil {
+					return err
+				}
+				if a := rc.ask(ctx, rec, webhook.PhaseConfirm, url, s.batches[0], vms); !a.Yes() {
+					return rc.trip(ctx, store, rec, c, "webhook", fmt.Sprintf("confirm webhook said no to batch %d: %s", s.batches[0]+1, a))
+				}
 			}
 			return rc.releaseNext(ctx, store, rec, s.batches[0], now)
 		}

@@ -22,6 +22,14 @@ func bindPolicyFlags(f *pflag.FlagSet, p *events.Policy) {
 	f.IntVar(&p.MaxInFlight, "max-in-flight", 0, "VMs of one rollout each applier replica moves at once; 0: only --workers caps them")
 	f.StringVar(&p.RestartBudget, "restart-budget", "", "VMs a restart rollout restarts at once, a count or a percent; default "+events.DefaultRestartBudget)
 	bindWindowFlags(f, &p.RestartWindow)
+	bindWebhookFlags(f, p)
+}
+
+// bindWebhookFlags binds a policy's confirm and check webhooks.
+func bindWebhookFlags(f *pflag.FlagSet, p *events.Policy) {
+	f.StringVar(&p.ConfirmWebhook, "confirm-webhook", "", "an http(s) URL asked before each batch is released (a CloudEvent of its VMs); a non-2xx answer or none fails the gate")
+	f.StringVar(&p.CheckWebhook, "check-webhook", "", "an http(s) URL asked after each batch passed KubeVirt's gate (its VMs and verdicts); a non-2xx answer or none fails the gate")
+	f.StringVar(&p.WebhookTimeout, "webhook-timeout", "", "how long a webhook may take to answer (default 10s)")
 }
 
 // bindWindowFlags binds a restart window's schedule, duration and zone.
@@ -44,6 +52,7 @@ func bindRestartPolicyFlags(f *pflag.FlagSet, p *events.Policy) {
 	f.StringVar(&p.Order, "order", "", "order VMs are taken in: name (default) or label=KEY")
 	f.IntVar(&p.MaxInFlight, "max-in-flight", 0, "VMs of one rollout each applier replica restarts at once; 0: only --workers caps them")
 	bindWindowFlags(f, &p.RestartWindow)
+	bindWebhookFlags(f, p)
 }
 
 // checkPolicy turns a policy flag's mistake into a usage error.

@@ -28,6 +28,7 @@ import (
 	"kvlive/internal/bus"
 	"kvlive/internal/kube"
 	"kvlive/internal/telemetry"
+	"kvlive/internal/webhook"
 	"kvlive/planner"
 	"kvlive/pruner"
 )
@@ -76,6 +77,7 @@ type runOptions struct {
 	leaderElect    bool
 	leader         pipeline.LeaderElection
 	policy         events.Policy
+	webhookTLS     webhook.TLS
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -109,6 +111,9 @@ subset, so planners and appliers can scale out as replicas on a NATS cluster.`,
 	f.IntVar(&o.traceFanout, "trace-fanout-limit", planner.DefaultTraceFanout, "above this many VMs, each VM's span roots its own trace, linked to the plan span")
 	f.IntVar(&o.retention, "revision-retention", pruner.DefaultRetention, "superseded ControllerRevisions kvlive created kept per VM and reference, newest first (the previous one is what undo moves back to); older ones are deleted; negative keeps all")
 	bindPolicyFlags(f, &o.policy)
+	f.StringVar(&o.webhookTLS.CAFile, "webhook-ca-file", "", "PEM CA bundle that verifies rollout webhooks' servers (default: the system's roots)")
+	f.StringVar(&o.webhookTLS.CertFile, "webhook-cert-file", "", "PEM client certificate kvlive presents to rollout webhooks (with --webhook-key-file)")
+	f.StringVar(&o.webhookTLS.KeyFile, "webhook-key-file", "", "PEM key of --webhook-cert-file")
 	o.leader = pipeline.DefaultLeaderElection()
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "run the watcher only while holding a Lease, for several replicas with the watcher stage")
 	f.StringVar(&o.leader.Namespace, "leader-elect-resource-namespace", "", "namespace of the Lease (default: the kubeconfig context's, or the pod's)")
@@ -187,11 +192,15 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	hooks, err := webhook.New(o.webhookTLS)
+	if err != nil {
+		return err
+	}
 	running, err := pipeline.Start(ctx, pipeline.Config{
 		Clients: clients, JetStream: js, Namespace: o.kube.explicitNamespace(), Stages: o.stages,
 		Log: log, Tracer: tp, ApplierWorkers: o.workers, PlannerWorkers: o.plannerWorkers, Rate: o.rate,
 		ObserveTimeout: o.observeTimeout, TraceFanout: o.traceFanout, Metrics: m, LeaderElection: leader, Policy: o.policy,
-		Horizon: o.nats.maxAge, RevisionRetention: &o.retention,
+		Horizon: o.nats.maxAge, RevisionRetention: &o.retention, Webhooks: hooks,
 	})
 	if err != nil {
 		return err

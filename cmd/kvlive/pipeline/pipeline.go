@@ -25,6 +25,7 @@ import (
 	"kvlive/internal/kube"
 	"kvlive/internal/standin"
 	"kvlive/internal/telemetry"
+	"kvlive/internal/webhook"
 	"kvlive/planner"
 	"kvlive/pruner"
 	"kvlive/rollout"
@@ -78,6 +79,8 @@ type Config struct {
 	// ShutdownGrace is how long events being planned and VMs being moved
 	// may finish once the context ends; zero means DefaultShutdownGrace.
 	ShutdownGrace time.Duration
+	// Webhooks calls the confirm and check webhooks of rollout policies.
+	Webhooks *webhook.Client
 }
 
 // DefaultShutdownGrace lets in-flight writes finish on SIGTERM well within
@@ -218,7 +221,7 @@ func addStages(ctx context.Context, cfg Config, fleet *kube.Cache, current *atom
 // records (rollout.Keeper).
 func addPlanner(ctx context.Context, cfg Config, fleet *kube.Cache, recorder record.EventRecorder, grace time.Duration) ([]func() error, error) {
 	p, err := planner.New(planner.Config{Recorder: recorder, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer, Workers: cfg.PlannerWorkers,
-		TraceFanout: cfg.TraceFanout, Metrics: cfg.Metrics, Grace: grace, Policy: cfg.Policy})
+		TraceFanout: cfg.TraceFanout, Metrics: cfg.Metrics, Grace: grace, Policy: cfg.Policy, Webhooks: cfg.Webhooks})
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +242,7 @@ func addApplier(ctx context.Context, cfg Config, fleet *kube.Cache, recorder rec
 		return nil, err
 	}
 	rc, err := rollout.NewController(rollout.ControllerConfig{Recorder: recorder, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log,
-		Tracer: cfg.Tracer, Metrics: cfg.Metrics, Grace: grace, Verdicts: cfg.ObserveTimeout > 0})
+		Tracer: cfg.Tracer, Metrics: cfg.Metrics, Grace: grace, Verdicts: cfg.ObserveTimeout > 0, Webhooks: cfg.Webhooks})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,172 @@
+// Package webhook asks an operator's HTTP(S) endpoint whether a rollout's
+// batch may go (confirm, before it is released) or did well (check, after
+// KubeVirt's gate passed it), as Argo Rollouts' analysis and Flagger's
+// hooks do: a POST of a CloudEvent naming the batch's VMs, their results
+// and KubeVirt's verdicts; a 2xx answer says yes, anything else (another
+// status, no answer within the timeout, a reply that is not HTTP) says no.
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"kvlive/events"
+)
+
+// Phases of a batch a webhook is asked at.
+const (
+	PhaseConfirm = "confirm"
+	PhaseCheck   = "check"
+)
+
+// DefaultTimeout bounds a call whose policy sets no webhookTimeout.
+const DefaultTimeout = 10 * time.Second
+
+// maxAnswer is how much of an answer's body is read and recorded.
+const maxAnswer = 1024
+
+// Call is what a webhook is told: the rollout, the batch and its VMs.
+type Call struct {
+	Phase   string     `json:"phase"`
+	EventID string     `json:"eventId"`
+	Object  events.Ref `json:"object"`
+	// Batch counts from 1, of Batches.
+	Batch   int  `json:"batch"`
+	Batches int  `json:"batches"`
+	VMs     []VM `json:"vms"`
+}
+
+// VM is one VM of the batch: its planned result (confirm) or its outcome
+// and KubeVirt's verdict on it (check).
+type VM struct {
+	Namespace string          `json:"namespace"`
+	Name      string          `json:"name"`
+	UID       string          `json:"uid"`
+	Result    events.Result   `json:"result,omitempty"`
+	Verdict   events.Observed `json:"verdict,omitempty"`
+	Reason    string          `json:"reason,omitempty"`
+}
+
+// Answer is what the webhook answered.
+type Answer struct {
+	URL    string        `json:"url"`
+	Status int           `json:"status,omitempty"`
+	Body   string        `json:"body,omitempty"`
+	Error  string        `json:"error,omitempty"`
+	Took   time.Duration `json:"took"`
+}
+
+// Yes reports a 2xx answer.
+func (a Answer) Yes() bool { return a.Error == "" && a.Status >= 200 && a.Status < 300 }
+
+// String says what the webhook answered, as a rollout's status shows it.
+func (a Answer) String() string {
+	if a.Error != "" {
+		return a.URL + ": " + a.Error
+	}
+	s := fmt.Sprintf("%s: %d %s", a.URL, a.Status, http.StatusText(a.Status))
+	if body := strings.TrimSpace(a.Body); body != "" {
+		s += ": " + body
+	}
+	return s
+}
+
+// Client calls webhooks over HTTP or HTTPS, verifying servers against the
+// system's roots or a CA bundle, and presenting a client certificate when
+// one is configured.
+type Client struct {
+	transport *http.Transport
+}
+
+// TLS names the PEM files a Client uses; all are optional.
+type TLS struct {
+	// CAFile verifies webhook servers (instead of the system's roots).
+	CAFile string
+	// CertFile and KeyFile are the client certificate kvlive presents.
+	CertFile, KeyFile string
+}
+
+// New builds a Client, reading the files t names.
+func New(t TLS) (*Client, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("webhook: CA file: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("webhook: CA file %s holds no PEM certificate", t.CAFile)
+		}
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		return nil, errors.New("webhook: a client certificate needs both its cert and its key file")
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("webhook: client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = cfg
+	return &Client{transport: tr}, nil
+}
+
+// Ask posts call to url as a CloudEvent (id: the event, batch and phase,
+// the same for every replica and attempt, so a receiver can tell a repeat)
+// and returns the answer, within timeout (DefaultTimeout when zero).
+func (c *Client) Ask(ctx context.Context, url string, timeout time.Duration, call Call, now time.Time) Answer {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	a := Answer{URL: url}
+	body, err := json.Marshal(map[string]any{
+		"specversion":     "1.0",
+		"id":              fmt.Sprintf("%s/batch/%d/%s", call.EventID, call.Batch, call.Phase),
+		"source":          "kvlive/rollout",
+		"type":            "io.kvlive.rollout.batch." + call.Phase + ".v1",
+		"subject":         call.EventID,
+		"time":            now.UTC(),
+		"datacontenttype": "application/json",
+		"data":            call,
+	})
+	if err != nil {
+		a.Error = err.Error()
+		return a
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		a.Error = err.Error()
+		return a
+	}
+	req.Header.Set("Content-Type", "application/cloudevents+json")
+	start := time.Now()
+	resp, err := (&http.Client{Transport: c.transport}).Do(req)
+	a.Took = time.Since(start)
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		a.Error = fmt.Sprintf("no answer within %s", timeout)
+		return a
+	case err != nil:
+		a.Error = err.Error()
+		return a
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	a.Status, a.Body = resp.StatusCode, string(b)
+	return a
+}

@@ -1,0 +1,129 @@
+package webhook_test
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"kvlive/events"
+	"kvlive/internal/webhook"
+)
+
+// TestAskHearsYesNoLateAndGarbage asks a local HTTPS server, trusted by a
+// CA file and requiring kvlive's client certificate, that answers yes
+// (204), no (403 with a reason), late (after the timeout) and garbage (not
+// HTTP at all): only the yes is one, and each answer says what came back.
+// The server receives the batch as a CloudEvent.
+func TestAskHearsYesNoLateAndGarbage(t *testing.T) {
+	var got struct {
+		ID   string       `json:"id"`
+		Type string       `json:"type"`
+		Data webhook.Call `json:"data"`
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/yes", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Content-Type") != "application/cloudevents+json" {
+			w.WriteHeader(http.StatusUnsupportedMediaType)
+			return
+		}
+		_ = json.NewDecoder(r.Body).Decode(&got)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("/no", func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "change freeze until Monday", http.StatusForbidden)
+	})
+	mux.HandleFunc("/late", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(2 * time.Second):
+		case <-r.Context().Done():
+		}
+	})
+	srv := httptest.NewUnstartedServer(mux)
+	srv.TLS = &tls.Config{ClientAuth: tls.RequireAnyClientCert}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	writePEM(t, ca, "CERTIFICATE", srv.Certificate().Raw)
+	cert, key := filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
+	// The test server's own pair serves as kvlive's client certificate.
+	writePEM(t, cert, "CERTIFICATE", srv.TLS.Certificates[0].Certificate[0])
+	der, err := x509.MarshalPKCS8PrivateKey(srv.TLS.Certificates[0].PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, key, "PRIVATE KEY", der)
+
+	garbage, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: srv.TLS.Certificates})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = garbage.Close() })
+	go func() {
+		for {
+			c, err := garbage.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "\x00\x01 this is not HTTP \xff\n\n")
+			_ = c.Close()
+		}
+	}()
+
+	c, err := webhook.New(webhook.TLS{CAFile: ca, CertFile: cert, KeyFile: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := webhook.Call{Phase: webhook.PhaseCheck, EventID: "switch/1", Batch: 2, Batches: 3,
+		VMs: []webhook.VM{{Namespace: "ns", Name: "vm", UID: "u", Result: events.ResultLive, Verdict: events.ObservedLive}}}
+	now := time.Now()
+	garbageURL := "https://" + garbage.Addr().String() + "/hook"
+	for _, tc := range []struct {
+		url  string
+		yes  bool
+		says string
+	}{
+		{srv.URL + "/yes", true, "204 No Content"},
+		{srv.URL + "/no", false, "403 Forbidden: change freeze until Monday"},
+		{srv.URL + "/late", false, "no answer within 500ms"},
+		{garbageURL, false, "malformed HTTP"},
+	} {
+		a := c.Ask(t.Context(), tc.url, 500*time.Millisecond, call, now)
+		if a.Yes() != tc.yes || !strings.Contains(a.String(), tc.says) {
+			t.Errorf("%s: yes %t, %q; want yes %t saying %q", tc.url, a.Yes(), a.String(), tc.yes, tc.says)
+		}
+	}
+	if got.ID != "switch/1/batch/2/check" || got.Type != "io.kvlive.rollout.batch.check.v1" || len(got.Data.VMs) != 1 || got.Data.VMs[0].Verdict != events.ObservedLive {
+		t.Errorf("the webhook got %+v; want the check of batch 2 as a CloudEvent with its VM and verdict", got)
+	}
+
+	// Without the CA, the server is not trusted; without a certificate,
+	// the server refuses kvlive.
+	untrusting, err := webhook.New(webhook.TLS{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := untrusting.Ask(t.Context(), srv.URL+"/yes", time.Second, call, now); a.Yes() || !strings.Contains(a.Error, "certificate") {
+		t.Errorf("without the CA: %q, want a certificate error", a)
+	}
+	if _, err := webhook.New(webhook.TLS{CertFile: cert}); err == nil {
+		t.Error("a client certificate without its key was accepted")
+	}
+}
+
+func writePEM(t *testing.T, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
