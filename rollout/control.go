@@ -404,6 +404,19 @@ func (s *Store) StartWatch(ctx context.Context, changed func(eventID string, st 
 	return w, nil
 }
 
+// Paused counts the rollouts paused, as last seen.
+func (w *Watch) Paused() int {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	n := 0
+	for _, st := range w.states {
+		if st.State == events.StatePaused {
+			n++
+		}
+	}
+	return n
+}
+
 // Due lists the rollouts a restart window paused whose window has opened
 // by now (ResumeAt passed), as last seen.
 func (w *Watch) Due(now time.Time) []string {

@@ -111,6 +111,7 @@ func (rc *Controller) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("rollout: %w", err)
 	}
+	rc.cfg.Metrics.RolloutsPaused(rc.watch.Paused)
 	var wg sync.WaitGroup
 	wg.Go(func() { rc.releaser(ctx) })
 	wg.Go(func() { rc.sweepHeld(ctx) })

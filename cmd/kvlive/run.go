@@ -183,12 +183,15 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 	defer func() { err = errors.Join(err, in.close(context.WithoutCancel(ctx))) }()
 	js, tp, m := in.js, in.tp, in.metrics
 	var ready atomic.Pointer[pipeline.Running]
-	served, err := o.serve(ctx, log, m, func() error {
+	readyErr := func() error {
 		if r := ready.Load(); r != nil {
 			return errors.Join(in.natsReady(), r.Ready())
 		}
 		return errors.New("caches not synced yet")
-	})
+	}
+	m.Health(in.natsReady, readyErr)
+	m.KubeRequests()
+	served, err := o.serve(ctx, log, m, readyErr)
 	if err != nil {
 		return err
 	}

@@ -40,6 +40,7 @@ type Metrics struct {
 	verdictFailed   prometheus.Counter
 	pruned          prometheus.Counter
 	pruneFailed     prometheus.Counter
+	mismatches      prometheus.Counter
 }
 
 // New registers kvlive's metrics, and the Go and process collectors, in a
@@ -108,12 +109,16 @@ func New() *Metrics {
 		pruneFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvlive_revision_prunes_failed_total", Help: "VMs whose superseded revisions could not be pruned after retries; each is looked at again at its next change or resync.",
 		}),
+		mismatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvlive_verdict_mismatches_total", Help: "Stored verdicts where KubeVirt did other than kvlive predicted (kvlive_verdicts_total with predicted != observed).",
+		}),
 		keptPastHorizon: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvlive_rollouts_kept_past_horizon", Help: "Rollouts older than the replay horizon whose records are kept because they have not settled (paused, waiting for a promote, plans in flight), as the last sweep found.",
 		}),
 	}
 	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.sweepsFailed, m.verdicts, m.verdictFailed, m.pruned, m.pruneFailed,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.mismatches, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.zeroSeries()
 	return m
 }
 
@@ -166,6 +171,9 @@ func (m *Metrics) DeadLetterFailed(stage string) {
 func (m *Metrics) Verdict(predicted events.Result, observed events.Observed) {
 	if m != nil {
 		m.verdicts.WithLabelValues(string(predicted), string(observed)).Inc()
+		if !observed.Matches(predicted) {
+			m.mismatches.Inc()
+		}
 	}
 }
 
