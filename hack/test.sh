@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The test command: everything CI runs, on a fresh clone with only Go installed.
 #
-#   1. builds kube-apiserver, etcd, nats-server, kubectl and golangci-lint into .bin/
+#   1. builds kube-apiserver, etcd, nats-server, kubectl, golangci-lint and
+#      promtool into .bin/, with the Prometheus Operator's CRDs
 #      (hack/tools.sh; reused when already built at the pinned versions);
-#   2. gofmt, go vet, golangci-lint, go mod tidy;
+#   2. gofmt, go vet, golangci-lint, deploy/monitoring's rules with promtool,
+#      go mod tidy;
 #   3. unit tests with the race detector (fake clientsets, embedded NATS);
 #   4. integration tests (build tag `integration`) on a real kube-apiserver +
 #      etcd, real nats-server processes and the kvlive binary, and, where
@@ -28,6 +30,12 @@ go vet -tags "integration bench" ./integration/
 
 echo "== golangci-lint"
 ./.bin/golangci-lint run --build-tags integration,bench ./...
+
+echo "== monitoring rules"
+rules="$(mktemp)"
+go run ./deploy/monitoring/promrules deploy/monitoring/prometheusrule.yaml >"$rules"
+./.bin/promtool check rules "$rules"
+rm -f "$rules"
 
 echo "== go mod tidy"
 cp go.mod /tmp/kvlive-go.mod.$$; cp go.sum /tmp/kvlive-go.sum.$$

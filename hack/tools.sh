@@ -7,6 +7,7 @@
 #   hack/tools.sh                   build whatever is missing or outdated
 #   hack/tools.sh nats-server       build only the named tools
 #   hack/tools.sh virt-controller   KubeVirt's virt-controller and its CRDs
+#   hack/tools.sh promtool prometheus-operator-crds   deploy/monitoring's checkers
 #
 # A tool is rebuilt only when its stamp (.bin/.stamp-<name>) no longer matches
 # the pinned module version, the tools module's go.mod and the Go version, so
@@ -14,8 +15,8 @@
 # clone, keyed by that stamp ($KVLIVE_TOOLS_CACHE, default
 # ~/.cache/kvlive/tools), so a later clean clone on the same machine copies
 # them instead of building. Cold on 2 cores kube-apiserver takes about 8
-# minutes, kubectl about 4, golangci-lint about 3, jaeger about 8, etcd and nats-server about a
-# minute each, virt-controller 12 to 18.
+# minutes, kubectl about 4, golangci-lint about 3, jaeger about 8, promtool
+# about 6, etcd and nats-server about a minute each, virt-controller 12 to 18.
 #
 # virt-controller (KubeVirt v1.9.0) is optional: the tests that need it skip
 # when it is absent. It builds through tools/kubevirt's module where the module
@@ -37,8 +38,33 @@ tools=(
   "nats-server|tools|github.com/nats-io/nats-server/v2|github.com/nats-io/nats-server/v2|"
   "golangci-lint|tools/lint|github.com/golangci/golangci-lint/v2|github.com/golangci/golangci-lint/v2/cmd/golangci-lint|"
   "jaeger|tools/jaeger|github.com/jaegertracing/jaeger|github.com/jaegertracing/jaeger/cmd/jaeger|"
+  "promtool|tools/prometheus|github.com/prometheus/prometheus|github.com/prometheus/prometheus/cmd/promtool|"
   "virt-controller|tools/kubevirt|kubevirt.io/kubevirt||kubevirt"
 )
+
+# The Prometheus Operator release whose CRDs (PrometheusRule, ServiceMonitor)
+# deploy/monitoring is checked against with a server dry run: the newest the
+# module proxy here serves of its root module, whose example/ holds them.
+prometheus_operator="github.com/prometheus-operator/prometheus-operator@v0.88.1"
+
+# fetch_prometheus_operator_crds copies those CRDs into
+# .bin/prometheus-operator-crds/, through the module proxy (checksummed
+# like any module).
+fetch_prometheus_operator_crds() {
+  local out="${bin}/prometheus-operator-crds" dir
+  if [[ -f "${out}/.version" && "$(cat "${out}/.version")" == "$prometheus_operator" ]]; then
+    echo "prometheus-operator CRDs: up to date (${prometheus_operator})"
+    return
+  fi
+  dir="$(cd "${root}/tools/prometheus" && go mod download -json "$prometheus_operator" | awk -F'"' '$2 == "Dir" { print $4 }')"
+  mkdir -p "$out"
+  for crd in prometheusrules servicemonitors; do
+    cp -f "${dir}/example/prometheus-operator-crd/monitoring.coreos.com_${crd}.yaml" "${out}/"
+  done
+  chmod u+w "${out}"/*.yaml
+  echo "$prometheus_operator" >"${out}/.version"
+  echo "prometheus-operator CRDs: ${prometheus_operator}"
+}
 
 # kubevirt_modules_sum is the sha256 of vendor/modules.txt in KubeVirt v1.9.0:
 # a KUBEVIRT_SOURCE whose vendored modules differ is not that release.
@@ -139,6 +165,7 @@ main() {
 
   for w in "$@"; do
     local known=false
+    [[ "$w" == prometheus-operator-crds ]] && known=true
     for entry in "${tools[@]}"; do [[ "${entry%%|*}" == "$w" ]] && known=true; done
     $known || { echo "tools.sh: unknown tool ${w}" >&2; exit 2; }
   done
@@ -198,6 +225,9 @@ main() {
     install "$name" "${cache}/${name}-${key}" "$stamp"
     echo "${name}: built in $((SECONDS - start))s"
   done
+  if wanted prometheus-operator-crds "$@"; then
+    fetch_prometheus_operator_crds
+  fi
 }
 
 main "$@"

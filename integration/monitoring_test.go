@@ -1,0 +1,70 @@
+//go:build integration
+
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"kvlive/integration/framework"
+)
+
+// metricName finds kvlive's metric names in rules and dashboards.
+var metricName = regexp.MustCompile(`\bkvlive_[a-z0-9_]+`)
+
+// TestMonitoringReadsMetricsKvliveExports scrapes `kvlive run` after a
+// rollout (every stage, verdicts on) and checks that every metric name
+// deploy/monitoring's alerts and dashboard read is one it exports: a rule
+// on a name nobody exports never fires, and a panel on one stays empty.
+func TestMonitoringReadsMetricsKvliveExports(t *testing.T) {
+	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itMedium: 4}})
+	p := e.runKvlive("first", "--observe-timeout", "5s")
+	e.waitGenerations()
+	_, eventID := e.editInstancetype(itMedium, 3, "6Gi")
+	e.follow(eventID)
+	e.checkVerdicts(eventID, time.Minute)
+
+	used := map[string][]string{}
+	for _, f := range []string{"prometheusrule.yaml", "kvlive-dashboard.json"} {
+		raw, err := os.ReadFile(filepath.Join(framework.RepoRoot(t), "deploy", "monitoring", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range metricName.FindAllString(string(raw), -1) {
+			if !slices.Contains(used[name], f) {
+				used[name] = append(used[name], f)
+			}
+		}
+	}
+	if len(used) < 10 {
+		t.Fatalf("deploy/monitoring reads %d kvlive metrics; the test's pattern finds too few to be right: %v", len(used), used)
+	}
+	var scrape string
+	e.waitFor("kvlive to export every metric deploy/monitoring reads", time.Minute, func() (bool, string) {
+		scrape = e.metricsOf(p)
+		var missing []string
+		for name, files := range used {
+			if !exported(scrape, name) {
+				missing = append(missing, name+" ("+strings.Join(files, ", ")+")")
+			}
+		}
+		slices.Sort(missing)
+		return len(missing) == 0, "not exported: " + strings.Join(missing, "; ")
+	})
+}
+
+// exported reports whether a scrape has a sample of name (a histogram's
+// _bucket, _sum and _count are samples of their own name).
+func exported(scrape, name string) bool {
+	for _, line := range strings.Split(scrape, "\n") {
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, "{") || strings.HasPrefix(rest, " ")) {
+			return true
+		}
+	}
+	return false
+}
