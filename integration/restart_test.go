@@ -253,8 +253,9 @@ func TestRestartWaitsForItsWindow(t *testing.T) {
 		}
 		at := ev.Received
 		// A request decided inside the window reaches the server within a
-		// moment; one second of slack, never a whole minute's worth.
-		if since := at.Sub(at.Truncate(time.Minute)); since >= open+time.Second {
+		// moment (on a loaded machine, a few): three seconds of slack, far
+		// from the 55 a minute's window leaves closed.
+		if since := at.Sub(at.Truncate(time.Minute)); since >= open+3*time.Second {
 			t.Errorf("%s/%s: restart asked for %s past the minute, outside the %s window", ev.ObjectRef.Namespace, ev.ObjectRef.Name, since, open)
 		}
 		windows[at.Truncate(time.Minute).Format(time.TimeOnly)] = true
