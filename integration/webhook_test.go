@@ -118,9 +118,10 @@ func TestWebhookGatesHoldABatch(t *testing.T) {
 			t.Errorf("check call: %s/%s %s, verdict %q; want a moved VM with KubeVirt's verdict", vm.Namespace, vm.Name, vm.Result, vm.Verdict)
 		}
 	}
-	e.waitFor("the check webhook's span in the rollout's trace", time.Minute, func() (bool, string) {
+	e.waitFor("the confirm and check webhooks' spans in the rollout's trace", time.Minute, func() (bool, string) {
 		tr, stderr, err := e.kvliveOnce(time.Minute, "trace", checked, "--nats-url", e.natsURL)
-		return err == nil && strings.Contains(tr, "rollout.webhook check 1/2"), "no webhook span yet: " + stderr.String()
+		return err == nil && strings.Contains(tr, "rollout.webhook confirm 1/2") && strings.Contains(tr, "rollout.webhook check 1/2"),
+			"no span of each webhook call yet: " + stderr.String()
 	})
 
 	out = e.kvliveCommand(2*time.Minute, "switch", "--from", "clusterinstancetype/"+itMedium, "--to", "clusterinstancetype/"+itLarge, "-A",

@@ -429,17 +429,12 @@ func (p *Planner) confirmFirst(ctx context.Context, w work, plans []events.Plan,
 	if len(vms) == 0 {
 		return false, nil
 	}
-	call := webhook.Call{Phase: webhook.PhaseConfirm, EventID: w.eventID, Object: w.target.Object, Batch: 1, Batches: max(len(r.batches), 1), VMs: vms}
-	var a webhook.Answer
-	if p.cfg.Webhooks == nil {
-		a = webhook.Answer{URL: url, Error: "this kvlive has no webhook client"}
-	} else {
-		timeout, _ := events.ParseDuration(w.policy.WebhookTimeout)
-		a = p.cfg.Webhooks.Ask(ctx, url, timeout, call, p.cfg.Clock.Now())
+	rec := events.Rollout{EventID: w.eventID, Object: w.target.Object, Batches: r.batches, Policy: w.policy}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		rec.TraceID, rec.SpanID = sc.TraceID().String(), sc.SpanID().String()
 	}
-	trace.SpanFromContext(ctx).AddEvent("confirm webhook", trace.WithAttributes(attribute.String("url.full", url),
-		attribute.Int("http.response.status_code", a.Status), attribute.String("kvlive.webhook.answer", a.String())))
-	p.cfg.Log.Info("rollout webhook asked", "event", w.eventID, "phase", webhook.PhaseConfirm, "batch", 1, "answer", a.String(), "took", a.Took)
+	a := rollout.AskWebhook(ctx, rollout.WebhookAsker{Client: p.cfg.Webhooks, Tracer: p.tracer, Log: p.cfg.Log, Metrics: p.cfg.Metrics, Clock: p.cfg.Clock},
+		rec, webhook.PhaseConfirm, url, 0, vms)
 	if a.Yes() {
 		return false, nil
 	}
@@ -451,7 +446,7 @@ func (p *Planner) confirmFirst(ctx context.Context, w work, plans []events.Plan,
 	if err != nil {
 		return false, err
 	}
-	reason := fmt.Sprintf("batch 1 of %d: confirm webhook said no: %s", call.Batches, a)
+	reason := fmt.Sprintf("batch 1 of %d: confirm webhook said no: %s", max(len(r.batches), 1), a)
 	if _, _, err := store.Apply(ctx, w.eventID, action, reason, "kvlive gate", p.cfg.Clock.Now(), false); err != nil && !errors.Is(err, rollout.ErrAborted) {
 		return false, err
 	}

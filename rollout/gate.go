@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -14,9 +15,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/clock"
 
 	"kvlive/events"
 	"kvlive/instancetype"
+	"kvlive/internal/telemetry"
 	"kvlive/internal/webhook"
 )
 
@@ -187,44 +190,57 @@ func decide(c events.Control, staged []int, rec events.Rollout, gate func() gate
 	return gateStep{kind: stepRelease, batches: []int{c.Batch + 1}}
 }
 
-// ask calls a rollout's webhook about batch (0-based) and records the
-// call and its answer: a span under the rollout's, a log line, a metric.
+// ask calls a rollout's webhook about batch (0-based), recorded as
+// AskWebhook records it.
 func (rc *Controller) ask(ctx context.Context, rec events.Rollout, phase, url string, batch int, vms []webhook.VM) webhook.Answer {
-	call := webhook.Call{Phase: phase, EventID: rec.EventID, Object: rec.Object, Batch: batch + 1, Batches: len(rec.Batches), VMs: vms}
+	return AskWebhook(ctx, WebhookAsker{Client: rc.cfg.Webhooks, Tracer: rc.tracer, Log: rc.cfg.Log, Metrics: rc.cfg.Metrics, Clock: rc.cfg.Clock},
+		rec, phase, url, batch, vms)
+}
+
+// WebhookAsker is what asking a rollout's webhook uses: the client (nil
+// refuses every call, saying so) and where the call is recorded.
+type WebhookAsker struct {
+	Client  *webhook.Client
+	Tracer  trace.Tracer
+	Log     *slog.Logger
+	Metrics *telemetry.Metrics
+	Clock   clock.PassiveClock
+}
+
+// AskWebhook calls rec's webhook url about batch (0-based) at phase with
+// the batch's VMs, within the policy's webhookTimeout, and records the
+// call and its answer whatever it is: a span under the rollout's planner
+// span, a log line and kvlive_rollout_gates_total{result="webhook-PHASE"}.
+// The planner asks about the first batch, the gate about the others.
+func AskWebhook(ctx context.Context, h WebhookAsker, rec events.Rollout, phase, url string, batch int, vms []webhook.VM) webhook.Answer {
+	call := webhook.Call{Phase: phase, EventID: rec.EventID, Object: rec.Object, Batch: batch + 1, Batches: max(len(rec.Batches), 1), VMs: vms}
 	var a webhook.Answer
-	if rc.cfg.Webhooks == nil {
+	if h.Client == nil {
 		a = webhook.Answer{URL: url, Error: "this kvlive has no webhook client"}
 	} else {
 		timeout, _ := events.ParseDuration(rec.Policy.WebhookTimeout)
-		a = rc.cfg.Webhooks.Ask(ctx, url, timeout, call, rc.cfg.Clock.Now())
+		a = h.Client.Ask(ctx, url, timeout, call, h.Clock.Now())
 	}
-	RecordWebhook(ctx, rc.tracer, rec, call, a, rc.cfg.Clock.Now())
-	verdict := "yes"
-	if !a.Yes() {
-		verdict = "no"
-	}
-	rc.cfg.Metrics.Gate("webhook-"+phase, verdict)
-	rc.cfg.Log.Info("rollout webhook asked", "event", rec.EventID, "phase", phase, "batch", batch+1, "answer", a.String(), "took", a.Took)
-	return a
-}
-
-// RecordWebhook records a webhook call and its answer as a span under the
-// rollout's planner span (the batch's span tree).
-func RecordWebhook(ctx context.Context, tracer trace.Tracer, rec events.Rollout, call webhook.Call, a webhook.Answer, end time.Time) {
+	end := h.Clock.Now()
 	if tid, err := trace.TraceIDFromHex(rec.TraceID); err == nil {
 		if sid, err := trace.SpanIDFromHex(rec.SpanID); err == nil {
 			ctx = trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
 				TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true}))
 		}
 	}
-	_, span := tracer.Start(ctx, fmt.Sprintf("rollout.webhook %s %d/%d", call.Phase, call.Batch, call.Batches), trace.WithTimestamp(end.Add(-a.Took)),
+	_, span := h.Tracer.Start(ctx, fmt.Sprintf("rollout.webhook %s %d/%d", call.Phase, call.Batch, call.Batches), trace.WithTimestamp(end.Add(-a.Took)),
 		trace.WithAttributes(attribute.String("kvlive.event.id", rec.EventID), attribute.Int("kvlive.batch", call.Batch),
 			attribute.String("url.full", a.URL), attribute.Int("http.response.status_code", a.Status),
 			attribute.String("kvlive.webhook.answer", a.String()), attribute.Int("kvlive.batch.vms", len(call.VMs))))
+	verdict := "yes"
 	if !a.Yes() {
+		verdict = "no"
 		span.SetStatus(codes.Error, a.String())
 	}
 	span.End(trace.WithTimestamp(end))
+	h.Metrics.Gate("webhook-"+phase, verdict)
+	h.Log.Info("rollout webhook asked", "event", rec.EventID, "phase", phase, "batch", call.Batch, "answer", a.String(), "took", a.Took)
+	return a
 }
 
 // batchVMs are the VMs of batch with their outcome and KubeVirt's verdict.
