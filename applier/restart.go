@@ -98,8 +98,13 @@ func (a *Applier) withinWindow(ctx context.Context, plan events.Plan) error {
 		return nil
 	}
 	if a.control != nil {
-		if _, err := a.control.PauseUntil(ctx, plan.EventID, rollout.WindowPause(r.window, opens), now, opens); err != nil {
+		paused, err := a.control.PauseUntil(ctx, plan.EventID, rollout.WindowPause(r.window, opens), now, opens)
+		if err != nil {
 			return fmt.Errorf("%w: %w", errTransient, err)
+		}
+		if paused {
+			a.cfg.Metrics.Gate("window", "paused")
+			a.cfg.Log.Info("restart rollout paused until its window opens: its window closed while a batch went", "event", plan.EventID, "opens", opens)
 		}
 	}
 	return errOutsideWindow

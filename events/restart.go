@@ -68,8 +68,5 @@ func RestartEventID(requestID string) string { return "restart/" + requestID }
 // NewRestartID is a fresh restart request id.
 func NewRestartID() string { return uuid.NewString() }
 
-// IsRestart reports whether eventID is a restart's.
-func IsRestart(eventID string) bool { return len(eventID) > 8 && eventID[:8] == "restart/" }
-
 // RestartSubject is where restart requests are published.
 func RestartSubject() string { return subjectEvents + ".restart" }
