@@ -456,13 +456,26 @@ func TestMaxInFlight(t *testing.T) {
 // was handling at once, from the audit log's received and completed times.
 func (e *env) maxConcurrentVMWrites() int {
 	e.t.Helper()
+	var spans []span
+	for _, ev := range e.kvlivePatches() {
+		spans = append(spans, span{ev.Received, ev.Done})
+	}
+	return maxOverlap(spans)
+}
+
+// span is a stretch of time, from start to end.
+type span struct{ start, end time.Time }
+
+// maxOverlap is the most spans under way at one instant (one ending at the
+// instant another starts does not overlap it).
+func maxOverlap(spans []span) int {
 	type edge struct {
 		at    time.Time
 		delta int
 	}
-	var edges []edge
-	for _, ev := range e.kvlivePatches() {
-		edges = append(edges, edge{ev.Received, 1}, edge{ev.Done, -1})
+	edges := make([]edge, 0, 2*len(spans))
+	for _, s := range spans {
+		edges = append(edges, edge{s.start, 1}, edge{s.end, -1})
 	}
 	slices.SortFunc(edges, func(a, b edge) int {
 		if c := a.at.Compare(b.at); c != 0 {

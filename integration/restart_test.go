@@ -171,39 +171,24 @@ func (e *env) restartWrites() map[string]vmWrites {
 // next VMI.
 func (e *env) restartsUnderWay() int {
 	e.t.Helper()
-	type edge struct {
-		at    time.Time
-		delta int
-	}
-	var edges []edge
 	asked := map[string]time.Time{}
 	for _, ev := range e.kvlivePatches() {
 		if isRestartRequest(ev) && ev.ResponseStatus.Code == 200 {
 			asked[ev.ObjectRef.Namespace+"/"+ev.ObjectRef.Name] = ev.Done
 		}
 	}
+	var spans []span
 	for _, ev := range e.auditEvents("create", "virtualmachineinstances") {
 		key := ev.ObjectRef.Namespace + "/" + ev.ObjectRef.Name
 		if at, ok := asked[key]; ok && ev.Done.After(at) {
-			edges = append(edges, edge{at, 1}, edge{ev.Done, -1})
+			spans = append(spans, span{at, ev.Done})
 			delete(asked, key)
 		}
 	}
 	if len(asked) > 0 {
 		e.t.Errorf("restarts asked for without a new VMI in the audit log: %v", asked)
 	}
-	slices.SortFunc(edges, func(a, b edge) int {
-		if c := a.at.Compare(b.at); c != 0 {
-			return c
-		}
-		return a.delta - b.delta
-	})
-	most, now := 0, 0
-	for _, x := range edges {
-		now += x.delta
-		most = max(most, now)
-	}
-	return most
+	return maxOverlap(spans)
 }
 
 // TestRestartWaitsForItsWindow restarts six VMs one at a time inside a
