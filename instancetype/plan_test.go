@@ -86,18 +86,22 @@ func gen(i *v1beta1.VirtualMachineInstancetypeSpec, p *v1beta1.VirtualMachinePre
 
 var defaults = ClusterFromKubeVirt(nil)
 
-func TestDecide(t *testing.T) {
+// decideCase is a row of TestDecide: a VM, its VMI and two generations,
+// and what KubeVirt does once the pin moves.
+type decideCase struct {
+	name string
+	// rule names the KubeVirt v1.9.0 code the case follows.
+	rule    string
+	in      Input
+	want    events.Result
+	classes map[string]string
+	reason  string
+}
+
+func decideCases() []decideCase {
 	stage := virtv1.VMRolloutStrategyStage
 	expand := virtv1.Expand
-	tests := []struct {
-		name string
-		// rule names the KubeVirt v1.9.0 code the case follows.
-		rule    string
-		in      Input
-		want    events.Result
-		classes map[string]string
-		reason  string
-	}{
+	return []decideCase{
 		{name: "stopped VM waits for its next boot", rule: "vm.go: a VMI is created from the VM spec at start",
 			in:   Input{VM: vm(), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(3, "6Gi"), nil), Cluster: defaults},
 			want: events.ResultNextBoot, classes: map[string]string{"cpu.sockets": "next-boot", "memory.guest": "next-boot"}},
@@ -353,7 +357,10 @@ func TestDecide(t *testing.T) {
 			})), Cluster: defaults},
 			want: events.ResultLive, reason: "only the pin moves"},
 	}
-	for _, tt := range tests {
+}
+
+func TestDecide(t *testing.T) {
+	for _, tt := range decideCases() {
 		t.Run(tt.name, func(t *testing.T) {
 			d := Decide(tt.in)
 			if d.Action != tt.want {

@@ -219,7 +219,7 @@ func (e *env) startStandin() {
 	e.t.Helper()
 	var log testenv.LogBuffer
 	ctx, cancel := context.WithCancel(context.Background())
-	fleet, err := kube.NewCache(e.clients, "")
+	fleet, err := kube.NewWholeCache(e.clients, "")
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -48,6 +48,9 @@ type Cache struct {
 	readRevision func(ctx context.Context, namespace, name string) (*appsv1.ControllerRevision, error)
 	// static is a CacheOf's: its indexers were filled, nothing lists.
 	static bool
+	// trim is set when VMs are trimmed (TrimUnread): the start specs read
+	// are trimmed the same way, so templates compare like for like.
+	trim bool
 	// selected runs a revision informer StartCacheFor made outside the
 	// factory.
 	selected sync.WaitGroup
@@ -57,9 +60,21 @@ type Cache struct {
 }
 
 // NewCache registers the informers over namespace ("" for all); nothing
-// lists or watches until Start.
+// lists or watches until Start. It keeps of each VM and VMI only what
+// kvlive reads (TrimUnread).
 func NewCache(c Clients, namespace string) (*Cache, error) {
-	ca, err := newCache(c, namespace, true)
+	ca, err := newCache(c, namespace, true, true)
+	if err != nil {
+		return nil, err
+	}
+	return ca, ca.indexRevisions()
+}
+
+// NewWholeCache is NewCache keeping VMs and VMIs whole but for their
+// managed fields (StripUnread): the cache a process shares with the
+// virt-controller stand-in, which starts VMIs from VM templates.
+func NewWholeCache(c Clients, namespace string) (*Cache, error) {
+	ca, err := newCache(c, namespace, true, false)
 	if err != nil {
 		return nil, err
 	}
@@ -67,10 +82,16 @@ func NewCache(c Clients, namespace string) (*Cache, error) {
 }
 
 // newCache registers the informers; the revision informer only with
-// revisions (StartCacheFor adds its own once it knows what to select).
-func newCache(c Clients, namespace string, revisions bool) (*Cache, error) {
-	f := informers.NewSharedInformerFactoryWithOptions(c.Kube, ResyncPeriod, informers.WithNamespace(namespace), informers.WithTransform(StripUnread))
+// revisions (StartCacheFor adds its own once it knows what to select),
+// trimming objects with trim.
+func newCache(c Clients, namespace string, revisions, trim bool) (*Cache, error) {
+	transform := StripUnread
+	if trim {
+		transform = TrimUnread
+	}
+	f := informers.NewSharedInformerFactoryWithOptions(c.Kube, ResyncPeriod, informers.WithNamespace(namespace), informers.WithTransform(transform))
 	ca := &Cache{
+		trim:      trim,
 		Clients:   c,
 		factory:   f,
 		vms:       vmInformer(f, c, namespace),
@@ -318,7 +339,7 @@ func StartCacheFor(ctx context.Context, c Clients, namespace string, timeout tim
 	if err := Preflight(ctx, c, namespace); err != nil {
 		return nil, nil, err
 	}
-	ca, err := newCache(c, namespace, involved == nil)
+	ca, err := newCache(c, namespace, involved == nil, true)
 	if err == nil && involved == nil {
 		err = ca.indexRevisions()
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/instancetype"
 )
 
 // startedTimeout bounds reading one VM start revision from the API server.
@@ -53,6 +55,9 @@ func (c *Cache) StartedSpec(vmi *virtv1.VirtualMachineInstance) (*virtv1.Virtual
 	}
 	if err := json.Unmarshal(cr.Data.Raw, &data); err != nil {
 		return nil, fmt.Errorf("start revision %s: %w", key, err)
+	}
+	if c.trim {
+		instancetype.TrimTemplate(data.Spec.Template)
 	}
 	c.started.mu.Lock()
 	if c.started.specs == nil || len(c.started.specs) >= startedCacheSize {

@@ -7,6 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/instancetype"
 )
 
 // StripUnread is the informers' transform: it drops from each object the
@@ -85,4 +87,29 @@ func DeclaredOwners(entries []metav1.ManagedFieldsEntry) []metav1.ManagedFieldsE
 		kept = append(kept, metav1.ManagedFieldsEntry{Manager: e.Manager, Operation: e.Operation, FieldsType: e.FieldsType, FieldsV1: &metav1.FieldsV1{Raw: raw}})
 	}
 	return kept
+}
+
+// TrimUnread is the transform of kvlive's own caches: StripUnread, then
+// each VM and VMI cut down to what kvlive reads (instancetype.TrimVM and
+// TrimVMI), so a cache of a large fleet holds little more than the
+// instance type, preference and hotplug state of each VM
+// (docs/performance.md measures it), sharing equal labels, annotations
+// and revision snapshots among objects (intern). A cache the virt-controller stand-in
+// reads keeps objects whole (NewWholeCache).
+func TrimUnread(obj any) (any, error) {
+	obj, err := StripUnread(obj)
+	if err != nil {
+		return obj, err
+	}
+	switch o := obj.(type) {
+	case *virtv1.VirtualMachineInstance:
+		obj = instancetype.TrimVMI(o)
+	case *virtv1.VirtualMachine:
+		instancetype.TrimVM(o)
+		if t := o.Spec.Template; t != nil {
+			t.ObjectMeta.Labels, t.ObjectMeta.Annotations = internMap(t.ObjectMeta.Labels), internMap(t.ObjectMeta.Annotations)
+		}
+	}
+	intern(obj)
+	return obj, nil
 }

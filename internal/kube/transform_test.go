@@ -1,10 +1,13 @@
 package kube_test
 
 import (
+	"reflect"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	virtv1 "kubevirt.io/api/core/v1"
 
@@ -60,5 +63,40 @@ func TestDeclaredOwnersKeepsWhoAppliedTheReference(t *testing.T) {
 		if string(e.FieldsV1.Raw) != want[e.Manager] {
 			t.Errorf("%s: kept %s, want %s", e.Manager, e.FieldsV1.Raw, want[e.Manager])
 		}
+	}
+}
+
+// TestTrimUnreadSharesWhatObjectsRepeat: revisions of one generation share
+// one snapshot and one label map in the cache, VMs with equal labels one
+// map; objects that differ keep their own.
+func TestTrimUnreadSharesWhatObjectsRepeat(t *testing.T) {
+	rev := func(name, data string) *appsv1.ControllerRevision {
+		return &appsv1.ControllerRevision{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{"instancetype.kubevirt.io/object-name": "u1.medium", "instancetype.kubevirt.io/object-generation": "2"}},
+			Data:       runtime.RawExtension{Raw: []byte(data)},
+		}
+	}
+	trim := func(obj any) any {
+		out, err := kube.TrimUnread(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	a := trim(rev("vm-a-u1.medium-2", `{"spec":{"cpu":{"guest":2}}}`)).(*appsv1.ControllerRevision)
+	b := trim(rev("vm-b-u1.medium-2", `{"spec":{"cpu":{"guest":2}}}`)).(*appsv1.ControllerRevision)
+	c := trim(rev("vm-c-u1.medium-3", `{"spec":{"cpu":{"guest":3}}}`)).(*appsv1.ControllerRevision)
+	if &a.Data.Raw[0] != &b.Data.Raw[0] || reflect.ValueOf(a.Labels).UnsafePointer() != reflect.ValueOf(b.Labels).UnsafePointer() {
+		t.Error("two revisions of one generation hold a snapshot or labels each")
+	}
+	if &a.Data.Raw[0] == &c.Data.Raw[0] || string(c.Data.Raw) != `{"spec":{"cpu":{"guest":3}}}` {
+		t.Errorf("a revision of another generation shares its snapshot, or lost it: %s", c.Data.Raw)
+	}
+	vm := func(name, tier string) *virtv1.VirtualMachine {
+		return &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{"tier": tier}}}
+	}
+	web1, web2, db := trim(vm("web-1", "web")).(*virtv1.VirtualMachine), trim(vm("web-2", "web")).(*virtv1.VirtualMachine), trim(vm("db-1", "db")).(*virtv1.VirtualMachine)
+	if reflect.ValueOf(web1.Labels).UnsafePointer() != reflect.ValueOf(web2.Labels).UnsafePointer() || db.Labels["tier"] != "db" {
+		t.Errorf("labels: web-1 %v, web-2 %v, db-1 %v", web1.Labels, web2.Labels, db.Labels)
 	}
 }

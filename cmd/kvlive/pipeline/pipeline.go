@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -128,7 +129,11 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	fleet, err := kube.NewCache(cfg.Clients, cfg.Namespace)
+	newCache := kube.NewCache
+	if cfg.StandIn {
+		newCache = kube.NewWholeCache // the stand-in starts VMIs from whole templates
+	}
+	fleet, err := newCache(cfg.Clients, cfg.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -158,6 +163,10 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if err := fleet.WaitForSync(ctx, cfg.SyncTimeout); err != nil {
 		return nil, errors.Join(err, r.abandon(runs))
 	}
+	// The first lists of a large fleet leave hundreds of MiB of decoded
+	// pages behind; give them back now rather than when the scavenger
+	// gets to them, so the process holds what its caches hold.
+	debug.FreeOSMemory()
 	// Only now: a planner that consumed an event before the VM cache was
 	// filled would plan it for no VM at all.
 	for _, run := range runs {
