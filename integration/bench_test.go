@@ -80,26 +80,39 @@ func (s benchSettings) args() []string {
 	return []string{"--qps", strconv.Itoa(s.qps), "--burst", strconv.Itoa(s.burst), "--workers", strconv.Itoa(s.wrk)}
 }
 
-// benchTable collects the figures, printed together at the end.
+// benchTable collects the figures, printed together at the end: each
+// row's aim, where it has one, and whether this run met it.
 type benchTable struct {
 	mu   sync.Mutex
-	rows [][4]string
+	rows [][5]string
 }
 
-func (b *benchTable) add(section, what, figure, ratio string) {
+// add records a figure without an aim; note says what to compare it with.
+func (b *benchTable) add(section, what, figure, note string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.rows = append(b.rows, [4]string{section, what, figure, ratio})
+	b.rows = append(b.rows, [5]string{section, what, figure, note, ""})
+}
+
+// aim records a figure with the aim it is held to and whether it met it.
+func (b *benchTable) aim(section, what, figure, aim string, met bool) {
+	verdict := "not met"
+	if met {
+		verdict = "met"
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.rows = append(b.rows, [5]string{section, what, figure, aim, verdict})
 }
 
 func (b *benchTable) print() {
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "=== kvlive bench")
 	fmt.Fprintf(w, "machine: %s, %d cores, %s\n", cpuModel(), goruntime.NumCPU(), goruntime.Version())
-	fmt.Fprintln(w, "| section | what | figure | ratio / aim |")
-	fmt.Fprintln(w, "|---|---|---|---|")
+	fmt.Fprintln(w, "| section | what | figure | aim | met |")
+	fmt.Fprintln(w, "|---|---|---|---|---|")
 	for _, r := range b.rows {
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", r[0], r[1], r[2], r[3])
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", r[0], r[1], r[2], r[3], r[4])
 	}
 	fmt.Fprintln(w, "=== end")
 	_ = w.Flush()
@@ -129,7 +142,7 @@ func TestBench(t *testing.T) {
 	for _, s := range []struct {
 		name string
 		run  func(*testing.T, *benchTable)
-	}{{"apply", benchApply}, {"latency", benchLatencyAlone}, {"planner", benchPlanner}, {"memory", benchRSS}, {"bus", benchBus}, {"revisions", benchRevisions}, {"switch", benchSwitchPlan}} {
+	}{{"stopped", benchStopped}, {"apply", benchApply}, {"latency", benchLatencyAlone}, {"planner", benchPlanner}, {"memory", benchRSS}, {"bus", benchBus}, {"revisions", benchRevisions}, {"switch", benchSwitchPlan}} {
 		if slices.Contains(strings.Split(*benchSections, ","), s.name) {
 			t.Run(s.name, func(t *testing.T) { s.run(t, tab) })
 		}
@@ -201,7 +214,8 @@ func benchApply(t *testing.T, tab *benchTable) {
 			raw := e.benchRawLoop(on, i == 1, s)
 			profiled()
 			what := fmt.Sprintf("%s %d VMs, %s", move, len(moved()), s)
-			tab.add("apply", what, fmt.Sprintf("kvlive %.0f VMs/s, raw loop %.0f VMs/s", k[i].rate, raw.rate), fmt.Sprintf("%.2f× raw (aim ≥ 0.8)", k[i].rate/raw.rate))
+			ratio := k[i].rate / raw.rate
+			tab.aim("apply", what, fmt.Sprintf("kvlive %.0f VMs/s, raw loop %.0f VMs/s: %.2f× raw", k[i].rate, raw.rate, ratio), "≥ 0.8× raw", ratio >= 0.8)
 			tab.add("apply", what+", to KubeVirt's reaction done", fmt.Sprintf("kvlive %.0f VMs/s, raw loop %.0f VMs/s", k[i].settledRate, raw.settledRate), fmt.Sprintf("%.2f× raw", k[i].settledRate/raw.settledRate))
 			tab.add("cpu", what, "kvlive "+k[i].cpu.perVM(len(moved())), "")
 			tab.add("cpu", what, "raw loop "+raw.cpu.perVM(len(moved())), "")
@@ -217,7 +231,8 @@ func benchApply(t *testing.T, tab *benchTable) {
 	kRepin, kSwitch := e.benchKubectlLoop(on, false), e.benchKubectlLoop(on, true)
 	d := kvlive[benchDefaults.name]
 	tab.add("apply", fmt.Sprintf("kubectl loop, %d VMs, re-pin / switch", *benchKubectlVMs), fmt.Sprintf("%.1f / %.1f VMs/s", kRepin, kSwitch),
-		fmt.Sprintf("kvlive at defaults %.0f× / %.0f× (aim ≥ 50)", d[0].rate/kRepin, d[1].rate/kSwitch))
+		fmt.Sprintf("kvlive at defaults %.0f× / %.0f× it", d[0].rate/kRepin, d[1].rate/kSwitch))
+	tab.aim("apply", "kvlive at its defaults against the kubectl loop, the lesser of re-pin and switch", fmt.Sprintf("%.0f×", min(d[0].rate/kRepin, d[1].rate/kSwitch)), "≥ 50×", min(d[0].rate/kRepin, d[1].rate/kSwitch) >= 50)
 }
 
 // benchLatencyAlone is the latency figures without the apply and store
@@ -493,7 +508,7 @@ func benchLatency(t *testing.T, e *env, tab *benchTable) {
 	out, _, err := e.kvliveOnce(time.Minute, append([]string{"trace", id, "-o", "wide", "--nats-url", e.natsURL}, e.natsArgs...)...)
 	t.Logf("the last latency edit's trace (%v):\n%s", err, out)
 	n := len(e.selectShapes(onInstancetype(itSmall)))
-	tab.add("latency", fmt.Sprintf("edit → first VM written, %d edits of %d VMs, defaults", len(written), n), p50p99(written), "p50 aim < 100ms")
+	tab.aim("latency", fmt.Sprintf("edit → first VM written, %d edits of %d VMs, defaults", len(written), n), p50p99(written), "p50 < 100ms", len(written) > 0 && quantile(written, 0.5) < 100*time.Millisecond)
 	tab.add("latency", fmt.Sprintf("edit → first VM's outcome, %d edits of %d VMs, defaults", len(first), n), p50p99(first), "")
 	tab.add("latency", fmt.Sprintf("edit → last VM's outcome, %d edits of %d VMs, defaults", len(last), n), p50p99(last), "")
 }
@@ -532,9 +547,16 @@ func (e *env) firstWrites(starts []time.Time, match func(vmShape) bool) []time.D
 }
 
 func p50p99(d []time.Duration) string {
-	slices.Sort(d)
-	q := func(f float64) time.Duration { return d[min(len(d)-1, int(f*float64(len(d))))] }
-	return fmt.Sprintf("p50 %v, p99 %v", q(0.50).Round(time.Millisecond), q(0.99).Round(time.Millisecond))
+	if len(d) == 0 {
+		return "no figure"
+	}
+	return fmt.Sprintf("p50 %v, p99 %v", quantile(d, 0.50).Round(time.Millisecond), quantile(d, 0.99).Round(time.Millisecond))
+}
+
+// quantile is the f quantile of d (not empty).
+func quantile(d []time.Duration, f float64) time.Duration {
+	s := slices.Sorted(slices.Values(d))
+	return s[min(len(s)-1, int(f*float64(len(s))))]
 }
 
 // benchStore times the per-event commands on one real rollout, then again
@@ -564,9 +586,9 @@ func benchStore(t *testing.T, e *env, tab *benchTable, eventID string) {
 	e.fillStore(eventID, *benchRollouts-1, 1000)
 	full := timeAll()
 	for i := range commands {
-		tab.add("store", fmt.Sprintf("%s (%d-VM rollout; median of 3, process start included)", labels[i], *benchVMs),
-			fmt.Sprintf("%v alone, %v among %d rollouts", alone[i].Round(time.Millisecond), full[i].Round(time.Millisecond), *benchRollouts),
-			fmt.Sprintf("%.2f× (aim ≈ 1)", full[i].Seconds()/alone[i].Seconds()))
+		ratio := full[i].Seconds() / alone[i].Seconds()
+		tab.aim("store", fmt.Sprintf("%s (%d-VM rollout; median of 3, process start included)", labels[i], *benchVMs),
+			fmt.Sprintf("%v alone, %v among %d rollouts: %.2f×", alone[i].Round(time.Millisecond), full[i].Round(time.Millisecond), *benchRollouts, ratio), "≈ 1 (≤ 1.10)", ratio <= 1.10)
 	}
 }
 
@@ -659,8 +681,9 @@ func benchPlanner(t *testing.T, tab *benchTable) {
 		if small == large || a == 0 || b == 0 {
 			continue
 		}
-		tab.add("planner", fmt.Sprintf("the same %d referencing VMs among %d and %d cached", n, small, large),
-			fmt.Sprintf("%v / %v", a.Round(time.Microsecond), b.Round(time.Microsecond)), fmt.Sprintf("%.2f× (aim ≈ 1: the fleet does not matter)", b.Seconds()/a.Seconds()))
+		ratio := b.Seconds() / a.Seconds()
+		tab.aim("planner", fmt.Sprintf("the same %d referencing VMs among %d and %d cached", n, small, large),
+			fmt.Sprintf("%v / %v: %.2f×", a.Round(time.Microsecond), b.Round(time.Microsecond), ratio), "≈ 1 (≤ 1.10): the fleet does not matter", ratio <= 1.10)
 	}
 }
 
@@ -675,11 +698,12 @@ func benchRSS(t *testing.T, tab *benchTable) {
 	for _, n := range sizes(t, *benchMemory) {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
 			e := newEnv(t, fleetOptions{namespaces: 10, perIT: map[string]int{itMedium: n}})
-			proc := e.runKvlive("kvlive defaults", benchDefaults.args()...)
+			proc := e.runKvlive("kvlive defaults", append(benchDefaults.args(), "--profiling")...)
 			e.waitGenerations()
 			time.Sleep(5 * time.Second) // informers settled
 			goruntime.GC()
 			r := rss(t, proc)
+			e.heapProfile(proc, fmt.Sprintf("%d VMs cached", n))
 			points = append(points, point{n, r})
 			running := len(e.view().vmis)
 			tab.add("memory", fmt.Sprintf("kvlive run RSS, %d VMs and %d VMIs cached, idle", n, running), mib(r), "")

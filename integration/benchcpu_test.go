@@ -134,6 +134,18 @@ func (e *env) profileKvlive(p *kvliveProc, what string, d time.Duration) (done f
 	}
 }
 
+// heapProfile logs where kvlive run's heap is held, by function.
+func (e *env) heapProfile(p *kvliveProc, what string) {
+	e.t.Helper()
+	path, err := fetchProfile(fmt.Sprintf("http://%s/debug/pprof/heap?gc=1", e.metricsAddr(p)), "heap "+what)
+	if err != nil {
+		e.t.Logf("heap profile of kvlive run (%s): %v", what, err)
+		return
+	}
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-sample_index=inuse_space", "-nodecount=40", kvliveBin, path).CombinedOutput()
+	e.t.Logf("heap of kvlive run with %s (%v), kept in %s:\n%s", what, err, path, out)
+}
+
 // fetchProfile saves the profile at url in a file of its own that outlives
 // the test.
 func fetchProfile(url, what string) (string, error) {

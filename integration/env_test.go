@@ -55,7 +55,10 @@ type env struct {
 	js          jetstream.JetStream
 	// standin is the virt-controller stand-in startStandin runs.
 	standin *standin.Controller
-	shapes  []vmShape
+	// stopStandin stops it (idempotent): after it nothing reacts to
+	// kvlive's writes.
+	stopStandin func()
+	shapes      []vmShape
 	// uids are the seeded VMs' UIDs by namespace/name, which plans and
 	// outcomes are keyed by; they outlive a VM the test deletes.
 	uids map[string]string
@@ -232,12 +235,15 @@ func (e *env) startStandin() {
 	fleet.Start(ctx)
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	e.t.Cleanup(func() {
+	e.stopStandin = sync.OnceFunc(func() {
 		cancel()
 		fleet.Shutdown()
 		if err := <-done; err != nil {
 			e.t.Errorf("stand-in: %v", err)
 		}
+	})
+	e.t.Cleanup(func() {
+		e.stopStandin()
 		if e.t.Failed() && log.Len() > 0 {
 			e.t.Logf("stand-in log:\n%s", log.String())
 		}

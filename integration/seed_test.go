@@ -66,6 +66,8 @@ type fleetOptions struct {
 	// natsCluster, when set, runs a JetStream cluster of that many
 	// nats-server nodes instead of one server.
 	natsCluster int
+	// stopped makes every VM of the fleet stopped (run strategy Halted).
+	stopped bool
 	// natsRoles are further users of a secured NATS, each limited to a
 	// role of deploy/nats/kvlive-permissions.conf (user to role variable);
 	// env.natsUser gives the flags that connect as one.
@@ -98,7 +100,8 @@ func (s vmShape) expected() events.Result {
 	return events.ResultLive
 }
 
-// shapes lists the fleet's VMs. Of every 4 VMs of an instance type 3 run,
+// shapes lists the fleet's VMs. Of every 4 VMs of an instance type 3 run
+// (none with stopped),
 // and every 8th running VM is not live-migratable; tiers rotate web, db,
 // batch. Names follow the instance type: u1-medium-0007.
 func (o fleetOptions) shapes() []vmShape {
@@ -111,7 +114,7 @@ func (o fleetOptions) shapes() []vmShape {
 				name:         fmt.Sprintf("%s-%04d", strings.ReplaceAll(it, ".", "-"), i),
 				instancetype: it,
 				tier:         tiers[i%len(tiers)],
-				running:      i%4 != 3,
+				running:      !o.stopped && i%4 != 3,
 				migratable:   i%8 != 5,
 			})
 		}

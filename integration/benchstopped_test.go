@@ -1,0 +1,230 @@
+//go:build integration && bench
+
+package integration
+
+import (
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/internal/kube"
+)
+
+var (
+	benchStoppedVMs  = flag.String("bench.stopped", "1000,10000", "fleet sizes (comma separated) of the stopped section")
+	benchStoppedRuns = flag.Int("bench.runs", 3, "runs of each move per fleet size in the stopped section (the spread is reported)")
+)
+
+// rawLoopWorkers is the raw loop's concurrency in the stopped section; it
+// has no client-side limit: the API server is its only one.
+const rawLoopWorkers = 16
+
+// benchStopped is the section "stopped VMs, nothing reacting": fleets of
+// stopped VMs pinned once by the stand-in, which is then stopped, so the
+// API server serves only the moves. Each run, kvlive run at its defaults
+// re-pins the fleet (edit to last outcome) and switches it (kvlive switch
+// starting to last outcome), then a raw client-go loop of 16 workers with
+// no client-side limit makes the same writes (the revision and the pin's
+// JSON patch; the switch's server-side apply). kvlive run is stopped
+// while the loop runs, so neither shares the API server with the other.
+func benchStopped(t *testing.T, tab *benchTable) {
+	for _, n := range sizes(t, *benchStoppedVMs) {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			e := newEnv(t, fleetOptions{namespaces: 4, perIT: map[string]int{itMedium: n}, stopped: true})
+			e.stopStandin()
+			on := &fleetOn{itMedium, itLarge}
+			var kv, raw [2][]applyRun
+			for run := range *benchStoppedRuns {
+				args := benchDefaults.args()
+				if run == 0 && n == slices.Max(sizes(t, *benchStoppedVMs)) {
+					args = append(args, "--profiling")
+				}
+				proc := e.runKvlive("kvlive defaults", args...)
+				e.waitGenerations()
+				e.waitQuiet("kvlive's re-pin")
+				var profiled func()
+				if slices.Contains(args, "--profiling") {
+					profiled = e.profileKvlive(proc, fmt.Sprintf("the re-pin of %d stopped VMs", n), 5*time.Second)
+				}
+				kv[0] = append(kv[0], e.stoppedRollout(on, false))
+				if profiled != nil {
+					profiled()
+				}
+				kv[1] = append(kv[1], e.stoppedRollout(on, true))
+				proc.terminate()
+				raw[1] = append(raw[1], e.stoppedRawLoop(on, true))
+				raw[0] = append(raw[0], e.stoppedRawLoop(on, false))
+			}
+			for i, move := range []string{"re-pin", "switch"} {
+				what := fmt.Sprintf("%s %d stopped VMs, nothing reacting, %s (%d runs)", move, n, benchDefaults, len(kv[i]))
+				k, r := rates(kv[i]), rates(raw[i])
+				ratio := median(k) / median(r)
+				tab.aim("stopped", what, fmt.Sprintf("kvlive %s VMs/s, raw loop %s VMs/s: %.2f× raw (medians)", spread(k), spread(r), ratio), "≥ 0.9× raw", ratio >= 0.9)
+				tab.add("api", what, "kvlive "+kv[i][0].api.perVM(n), "")
+				tab.add("api", what, "raw loop "+raw[i][0].api.perVM(n), "")
+				tab.add("cpu", what, "kvlive "+kv[i][0].cpu.perVM(n), "")
+				tab.add("cpu", what, "raw loop "+raw[i][0].cpu.perVM(n), "")
+			}
+		})
+	}
+}
+
+// stoppedRollout is one kvlive rollout on the stopped fleet: an edit of
+// its instance type (re-pin) or kvlive switch to the other (switch), timed
+// from the edit or the command's start to the last outcome.
+func (e *env) stoppedRollout(on *fleetOn, swtch bool) applyRun {
+	e.t.Helper()
+	e.waitQuiet("kvlive's rollout")
+	before, apiBefore := readCPU(e.t), e.readAPI()
+	start := time.Now()
+	var id string
+	if swtch {
+		args := append([]string{"switch", "--nats-url", e.natsURL, "--kubeconfig", e.kubeconfig, "-A", "--yes",
+			"--from", "clusterinstancetype/" + on.it, "--to", "clusterinstancetype/" + on.other}, e.natsArgs...)
+		m := switchRequested.FindStringSubmatch(e.kvliveCommand(5*time.Minute, args...))
+		if m == nil {
+			e.t.Fatal("kvlive switch printed no event id")
+		}
+		id = m[1]
+	} else {
+		id = e.benchEdit(on.it)
+	}
+	p := e.follow(id)
+	var first, last time.Time
+	wrote := 0
+	for _, o := range p.Outcomes {
+		if o.Wrote {
+			wrote++
+		}
+		if first.IsZero() || o.FinishedAt.Before(first) {
+			first = o.FinishedAt
+		}
+		last = maxTime(last, o.FinishedAt)
+	}
+	if wrote != len(p.Outcomes) || wrote == 0 {
+		e.t.Fatalf("rollout %s: %d of %d outcomes wrote", id, wrote, len(p.Outcomes))
+	}
+	cpu, api := readCPU(e.t).since(before), e.readAPI().since(apiBefore)
+	e.t.Logf("%s: start → first outcome %v, → last %v (%.0f VMs/s)", id, first.Sub(start), last.Sub(start), float64(wrote)/last.Sub(start).Seconds())
+	if swtch {
+		on.swap()
+		e.waitReferencing(on.it)
+	} else {
+		e.waitPinnedTo(on.it)
+	}
+	return applyRun{rate: float64(wrote) / last.Sub(start).Seconds(), cpu: cpu, api: api, eventID: id}
+}
+
+// stoppedRawLoop makes the same writes as kvlive from rawLoopWorkers
+// goroutines on a client without a client-side limit: a re-pin after an
+// edit of the instance type (the edit not timed), or a switch to the other.
+func (e *env) stoppedRawLoop(on *fleetOn, swtch bool) applyRun {
+	e.t.Helper()
+	if !swtch {
+		e.benchEdit(on.it)
+	}
+	target := e.instancetype(on.it)
+	if swtch {
+		target = e.instancetype(on.other)
+	}
+	vms := e.benchVMsOn(on.it)
+	cfg, err := clientConfig(e.kubeconfig)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cfg.QPS = -1 // no client-side limit
+	clients, err := kube.NewClients(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitQuiet("the raw loop")
+	before, apiBefore := readCPU(e.t), e.readAPI()
+	work := make(chan *virtv1.VirtualMachine)
+	errs := make(chan error, len(vms))
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range rawLoopWorkers {
+		wg.Go(func() {
+			for vm := range work {
+				errs <- rawMove(e.ctx, clients, vm, target, swtch)
+			}
+		})
+	}
+	for _, vm := range vms {
+		work <- vm
+	}
+	close(work)
+	wg.Wait()
+	took := time.Since(start)
+	cpu, api := readCPU(e.t).since(before), e.readAPI().since(apiBefore)
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			e.t.Fatalf("raw loop: %v", err)
+		}
+	}
+	e.t.Logf("raw loop: %d VMs in %v (%.0f VMs/s)", len(vms), took, float64(len(vms))/took.Seconds())
+	if swtch {
+		on.swap()
+		e.waitReferencing(on.it)
+	} else {
+		e.waitPinnedTo(on.it)
+	}
+	return applyRun{rate: float64(len(vms)) / took.Seconds(), cpu: cpu, api: api}
+}
+
+// waitReferencing waits until every benched VM's spec references it
+// (nothing moves the status pins after a switch in this section).
+func (e *env) waitReferencing(it string) {
+	e.t.Helper()
+	e.waitFor("every benched VM referencing "+it, settleTimeout, func() (bool, string) {
+		left := 0
+		for _, vm := range e.view().vms {
+			if vm.Spec.Instancetype != nil && vm.Spec.Instancetype.Name != itSmall && vm.Spec.Instancetype.Name != it {
+				left++
+			}
+		}
+		return left == 0, plural(left, "VM") + " not referencing " + it
+	})
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func rates(runs []applyRun) []float64 {
+	out := make([]float64, len(runs))
+	for i, r := range runs {
+		out[i] = r.rate
+	}
+	return out
+}
+
+func median(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// spread prints the smallest and largest of v, or the one value.
+func spread(v []float64) string {
+	lo, hi := slices.Min(v), slices.Max(v)
+	if len(v) == 1 || fmt.Sprintf("%.0f", lo) == fmt.Sprintf("%.0f", hi) {
+		return fmt.Sprintf("%.0f", lo)
+	}
+	return strings.Join([]string{fmt.Sprintf("%.0f", lo), fmt.Sprintf("%.0f", hi)}, "–")
+}
