@@ -68,8 +68,8 @@ type benchSettings struct {
 // Defaults are kvlive run's own; large is what the README recommends for a
 // large fleet.
 var (
-	benchDefaults = benchSettings{"defaults", 200, 400, 32}
-	benchLarge    = benchSettings{"large fleet", 500, 1000, 64}
+	benchDefaults = benchSettings{"defaults", 1000, 2000, 32}
+	benchLarge    = benchSettings{"large fleet", 2000, 4000, 64}
 )
 
 func (s benchSettings) String() string {
