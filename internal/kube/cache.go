@@ -102,7 +102,7 @@ func newCache(c Clients, namespace string, revisions, trim bool) (*Cache, error)
 	if revisions {
 		ca.revisions = revisionInformer(f, c, namespace)
 	}
-	if err := ca.vms.AddIndexers(cache.Indexers{RefIndex: indexRefs}); err != nil {
+	if err := ca.vms.AddIndexers(cache.Indexers{RefIndex: indexRefs, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}); err != nil {
 		return nil, fmt.Errorf("kube: VM index: %w", err)
 	}
 	ca.readRevision = func(ctx context.Context, namespace, name string) (*appsv1.ControllerRevision, error) {

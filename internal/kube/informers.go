@@ -33,7 +33,9 @@ func newInformer[L runtime.Object](obj runtime.Object, list listFunc[L], w cache
 		},
 		WatchFuncWithContext: w,
 	}
-	return cache.NewSharedIndexInformer(lw, obj, resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	// No namespace index: only the VMs are listed by namespace (newCache
+	// adds it there), and each index costs an entry per object.
+	return cache.NewSharedIndexInformer(lw, obj, resync, cache.Indexers{})
 }
 
 // informerFor registers, once per type, an informer with the shared factory,
