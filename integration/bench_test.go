@@ -48,14 +48,15 @@ var switchRequested = regexp.MustCompile(`switch requested: (\S+)`)
 
 // hack/bench.sh runs TestBench; these size it.
 var (
-	benchVMs        = flag.Int("bench.vms", 2000, "VMs each apply-throughput run moves")
-	benchKubectlVMs = flag.Int("bench.kubectl-vms", 100, "VMs the kubectl loop moves (its rate is per VM, so it is scaled)")
-	benchEdits      = flag.Int("bench.edits", 20, "edits timed for edit-to-write latency")
-	benchMemory     = flag.String("bench.memory", "10000", "fleet sizes (comma separated) whose kvlive run RSS is read")
-	benchRollouts   = flag.Int("bench.store-rollouts", 100, "rollouts the store holds for the per-event commands")
-	benchPlans      = flag.Int("bench.plans", 20000, "plans sent through each bus")
-	benchSections   = flag.String("bench.sections", "apply,planner,memory,bus", "sections to run (apply includes latency and store; latency alone is quicker; revisions, not run by default, counts ControllerRevisions after 10 edits; switch, not by default, times a switch's preview among 100,000 unrelated revisions)")
-	benchCached     = flag.String("bench.cached", "10000,100000", "cached fleet sizes (comma separated) the planner plans against")
+	benchVMs           = flag.Int("bench.vms", 2000, "VMs each apply-throughput run moves")
+	benchKubectlVMs    = flag.Int("bench.kubectl-vms", 100, "VMs the kubectl loop moves (its rate is per VM, so it is scaled)")
+	benchEdits         = flag.Int("bench.edits", 20, "edits timed for edit-to-write latency")
+	benchMemory        = flag.String("bench.memory", "10000", "fleet sizes (comma separated, three VMs in four running) whose kvlive run RSS is read")
+	benchMemoryStopped = flag.String("bench.memory-stopped", "", "fleet sizes (comma separated) of stopped VMs whose kvlive run RSS is read")
+	benchRollouts      = flag.Int("bench.store-rollouts", 100, "rollouts the store holds for the per-event commands")
+	benchPlans         = flag.Int("bench.plans", 20000, "plans sent through each bus")
+	benchSections      = flag.String("bench.sections", "apply,planner,memory,bus", "sections to run (apply includes latency and store; latency alone is quicker; revisions, not run by default, counts ControllerRevisions after 10 edits; switch, not by default, times a switch's preview among 100,000 unrelated revisions)")
+	benchCached        = flag.String("bench.cached", "10000,100000", "cached fleet sizes (comma separated) the planner plans against")
 )
 
 // benchSettings are client settings kvlive is measured at, with the raw
@@ -65,8 +66,7 @@ type benchSettings struct {
 	qps, burst, wrk int
 }
 
-// Defaults are kvlive run's own; large is what the README recommends for a
-// large fleet.
+// Defaults are kvlive run's own; large doubles the limits and the workers.
 var (
 	benchDefaults = benchSettings{"defaults", 1000, 2000, 32}
 	benchLarge    = benchSettings{"large fleet", 2000, 4000, 64}
@@ -687,27 +687,53 @@ func benchPlanner(t *testing.T, tab *benchTable) {
 	}
 }
 
-// benchRSS reads kvlive run's resident memory with fleets of the sizes
-// asked for, and what dropping managed fields saves per cached object.
+// memoryAims are issue 26's: kvlive run's RSS with these fleets cached.
+var memoryAims = map[[2]int]uint64{
+	{100000, 75000}: 600 << 20, // 100,000 VMs, 75,000 running
+	{20000, 0}:      120 << 20, // 20,000 stopped VMs
+}
+
+// benchRSS reads kvlive run's resident memory and live heap with fleets
+// of the sizes asked for (three VMs in four running, and all stopped),
+// logs where the heap goes by function (every per-VM structure kvlive
+// holds, the informers' included), and what dropping managed fields saves
+// per cached object.
 func benchRSS(t *testing.T, tab *benchTable) {
 	type point struct {
 		vms int
 		rss uint64
 	}
 	var points []point
+	fleets := []fleetOptions{}
 	for _, n := range sizes(t, *benchMemory) {
-		t.Run(strconv.Itoa(n), func(t *testing.T) {
-			e := newEnv(t, fleetOptions{namespaces: 10, perIT: map[string]int{itMedium: n}})
+		fleets = append(fleets, fleetOptions{namespaces: 10, perIT: map[string]int{itMedium: n}})
+	}
+	if *benchMemoryStopped != "" {
+		for _, n := range sizes(t, *benchMemoryStopped) {
+			fleets = append(fleets, fleetOptions{namespaces: 10, perIT: map[string]int{itMedium: n}, stopped: true})
+		}
+	}
+	for _, o := range fleets {
+		n := o.perIT[itMedium]
+		t.Run(fmt.Sprintf("%d-stopped-%v", n, o.stopped), func(t *testing.T) {
+			e := newEnv(t, o)
 			proc := e.runKvlive("kvlive defaults", append(benchDefaults.args(), "--profiling")...)
 			e.waitGenerations()
 			time.Sleep(5 * time.Second) // informers settled
-			goruntime.GC()
 			r := rss(t, proc)
-			e.heapProfile(proc, fmt.Sprintf("%d VMs cached", n))
-			points = append(points, point{n, r})
 			running := len(e.view().vmis)
-			tab.add("memory", fmt.Sprintf("kvlive run RSS, %d VMs and %d VMIs cached, idle", n, running), mib(r), "")
-			if len(points) == 1 {
+			heap := e.heapProfile(proc, fmt.Sprintf("%d VMs and %d VMIs cached", n, running))
+			what := fmt.Sprintf("kvlive run RSS, %d VMs and %d VMIs cached, idle", n, running)
+			figure := fmt.Sprintf("%s (live heap %s, %.1f KiB per VM)", mib(r), mib(heap), float64(heap)/float64(n)/1024)
+			if limit, ok := memoryAims[[2]int{n, running}]; ok {
+				tab.aim("memory", what, figure, "< "+mib(limit), r < limit)
+			} else {
+				tab.add("memory", what, figure, "")
+			}
+			if !o.stopped {
+				points = append(points, point{n, r})
+			}
+			if len(points) == 1 && !o.stopped {
 				e.benchManagedFields(tab)
 			}
 		})

@@ -134,16 +134,43 @@ func (e *env) profileKvlive(p *kvliveProc, what string, d time.Duration) (done f
 	}
 }
 
-// heapProfile logs where kvlive run's heap is held, by function.
-func (e *env) heapProfile(p *kvliveProc, what string) {
+// heapProfile logs where kvlive run's heap is held, by function, and
+// returns the live heap (after a collection) the profile counts.
+func (e *env) heapProfile(p *kvliveProc, what string) uint64 {
 	e.t.Helper()
 	path, err := fetchProfile(fmt.Sprintf("http://%s/debug/pprof/heap?gc=1", e.metricsAddr(p)), "heap "+what)
 	if err != nil {
-		e.t.Logf("heap profile of kvlive run (%s): %v", what, err)
-		return
+		e.t.Fatalf("heap profile of kvlive run (%s): %v", what, err)
 	}
 	out, err := exec.Command("go", "tool", "pprof", "-top", "-sample_index=inuse_space", "-nodecount=40", kvliveBin, path).CombinedOutput()
 	e.t.Logf("heap of kvlive run with %s (%v), kept in %s:\n%s", what, err, path, out)
+	raw, err := exec.Command("go", "tool", "pprof", "-raw", "-sample_index=inuse_space", path).Output()
+	if err != nil {
+		e.t.Fatalf("heap profile of kvlive run (%s): %v", what, err)
+	}
+	return inuse(raw)
+}
+
+// inuse sums the in-use bytes of a heap profile pprof -raw printed: each
+// sample line reads "alloc_objects alloc_space inuse_objects inuse_space:
+// locations".
+func inuse(raw []byte) uint64 {
+	var total uint64
+	inSamples := false
+	for line := range strings.Lines(string(raw)) {
+		f := strings.Fields(line)
+		switch {
+		case strings.HasPrefix(line, "Samples:"):
+			inSamples = true
+		case strings.HasPrefix(line, "Locations"):
+			return total
+		case inSamples && len(f) >= 4 && strings.HasSuffix(f[3], ":"):
+			if v, err := strconv.ParseUint(strings.TrimSuffix(f[3], ":"), 10, 64); err == nil {
+				total += v
+			}
+		}
+	}
+	return total
 }
 
 // fetchProfile saves the profile at url in a file of its own that outlives

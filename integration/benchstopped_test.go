@@ -18,7 +18,7 @@ import (
 
 var (
 	benchStoppedVMs  = flag.String("bench.stopped", "1000,10000", "fleet sizes (comma separated) of the stopped section")
-	benchStoppedRuns = flag.Int("bench.runs", 3, "runs of each move per fleet size in the stopped section (the spread is reported)")
+	benchStoppedRuns = flag.Int("bench.runs", 2, "runs of each move per fleet size in the stopped section (the spread is reported)")
 )
 
 // rawLoopWorkers is the raw loop's concurrency in the stopped section; it
@@ -41,15 +41,11 @@ func benchStopped(t *testing.T, tab *benchTable) {
 			on := &fleetOn{itMedium, itLarge}
 			var kv, raw [2][]applyRun
 			for run := range *benchStoppedRuns {
-				args := benchDefaults.args()
-				if run == 0 && n == slices.Max(sizes(t, *benchStoppedVMs)) {
-					args = append(args, "--profiling")
-				}
-				proc := e.runKvlive("kvlive defaults", args...)
+				proc := e.runKvlive("kvlive defaults", append(benchDefaults.args(), "--profiling")...)
 				e.waitGenerations()
 				e.waitQuiet("kvlive's re-pin")
 				var profiled func()
-				if slices.Contains(args, "--profiling") {
+				if run == 0 && n == slices.Max(sizes(t, *benchStoppedVMs)) {
 					profiled = e.profileKvlive(proc, fmt.Sprintf("the re-pin of %d stopped VMs", n), 5*time.Second)
 				}
 				kv[0] = append(kv[0], e.stoppedRollout(on, false))
@@ -57,6 +53,12 @@ func benchStopped(t *testing.T, tab *benchTable) {
 					profiled()
 				}
 				kv[1] = append(kv[1], e.stoppedRollout(on, true))
+				if run == *benchStoppedRuns-1 {
+					r := rss(t, proc)
+					heap := e.heapProfile(proc, fmt.Sprintf("%d stopped VMs cached", n))
+					tab.add("memory", fmt.Sprintf("kvlive run RSS, %d stopped VMs cached, after %d rollouts", n, 2*(run+1)),
+						fmt.Sprintf("%s (live heap %s, %.1f KiB per VM)", mib(r), mib(heap), float64(heap)/float64(n)/1024), "aim < 120 MiB at 20,000: -bench.sections memory -bench.memory-stopped 20000")
+				}
 				proc.terminate()
 				raw[1] = append(raw[1], e.stoppedRawLoop(on, true))
 				raw[0] = append(raw[0], e.stoppedRawLoop(on, false))

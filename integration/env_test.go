@@ -254,9 +254,9 @@ func (e *env) startStandin() {
 // stand-in's record of the pins it booted with.
 func (e *env) waitPinned() {
 	e.t.Helper()
-	// The stand-in pins about 150 VMs a second on two cores: a bench's
-	// 100,000-VM fleet takes longer than any test's.
-	timeout := max(settleTimeout, time.Duration(len(e.shapes))*10*time.Millisecond)
+	// The stand-in pins about 150 VMs a second on two cores, fewer on a
+	// busy machine: a bench's 100,000-VM fleet takes longer than any test's.
+	timeout := max(settleTimeout, time.Duration(len(e.shapes))*30*time.Millisecond)
 	e.waitFor("the stand-in to pin every VM", timeout, func() (bool, string) {
 		v := e.view()
 		unpinned := 0
