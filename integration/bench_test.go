@@ -55,7 +55,7 @@ var (
 	benchMemoryStopped = flag.String("bench.memory-stopped", "", "fleet sizes (comma separated) of stopped VMs whose kvlive run RSS is read")
 	benchRollouts      = flag.Int("bench.store-rollouts", 100, "rollouts the store holds for the per-event commands")
 	benchPlans         = flag.Int("bench.plans", 20000, "plans sent through each bus")
-	benchSections      = flag.String("bench.sections", "apply,planner,memory,bus", "sections to run (apply includes latency and store; latency alone is quicker; revisions, not run by default, counts ControllerRevisions after 10 edits; switch, not by default, times a switch's preview among 100,000 unrelated revisions)")
+	benchSections      = flag.String("bench.sections", "stopped,bus", "sections to run: stopped and bus by default (about 10 minutes); apply (kvlive and the loops with the stand-in reacting, kubectl, latency and the store), latency alone, planner, memory, revisions (ControllerRevisions after 10 edits) and switch (a switch's preview among 100,000 unrelated revisions) when named")
 	benchCached        = flag.String("bench.cached", "10000,100000", "cached fleet sizes (comma separated) the planner plans against")
 )
 
