@@ -366,7 +366,7 @@ func StartCacheFor(ctx context.Context, c Clients, namespace string, timeout tim
 func (c *Cache) selectRevisions(ctx context.Context, namespace string, timeout time.Duration, names []string) error {
 	list, w := revisionListWatch(c.Clients, namespace, revisionsOf(names))
 	c.revisions = newInformer(&appsv1.ControllerRevision{}, list, w, ResyncPeriod)
-	if err := c.revisions.SetTransform(StripUnread); err != nil {
+	if err := c.revisions.SetTransform(TrimUnread); err != nil {
 		return fmt.Errorf("kube: revision transform: %w", err)
 	}
 	if err := c.indexRevisions(); err != nil {
