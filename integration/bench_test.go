@@ -379,13 +379,29 @@ func (e *env) benchRawLoop(on *fleetOn, swtch bool, s benchSettings) applyRun {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	work := make(chan *virtv1.VirtualMachine)
-	errs := make(chan error, len(vms))
 	e.waitQuiet("the raw loop")
 	before, apiBefore := readCPU(e.t), e.readAPI()
+	start, took := e.rawWrites(clients, vms, target, swtch, s.wrk)
+	settled := e.settled(start.Add(took))
+	cpu, api := readCPU(e.t).since(before), e.readAPI().since(apiBefore)
+	e.t.Logf("raw loop: %d VMs in %v (%.0f VMs/s), last write → KubeVirt done %v", len(vms), took, float64(len(vms))/took.Seconds(), settled.Sub(start.Add(took)))
+	if swtch {
+		on.swap()
+	}
+	e.waitPinnedTo(on.it)
+	return applyRun{rate: float64(len(vms)) / took.Seconds(), settledRate: float64(len(vms)) / settled.Sub(start).Seconds(), cpu: cpu, api: api}
+}
+
+// rawWrites moves vms to target from workers goroutines sharing clients,
+// each VM as rawMove does, and fails the test on the first error. It
+// returns when the writes started and how long they took.
+func (e *env) rawWrites(clients kube.Clients, vms []*virtv1.VirtualMachine, target *v1beta1.VirtualMachineClusterInstancetype, swtch bool, workers int) (time.Time, time.Duration) {
+	e.t.Helper()
+	work := make(chan *virtv1.VirtualMachine)
+	errs := make(chan error, len(vms))
 	start := time.Now()
 	var wg sync.WaitGroup
-	for range s.wrk {
+	for range workers {
 		wg.Go(func() {
 			for vm := range work {
 				errs <- rawMove(e.ctx, clients, vm, target, swtch)
@@ -398,20 +414,13 @@ func (e *env) benchRawLoop(on *fleetOn, swtch bool, s benchSettings) applyRun {
 	close(work)
 	wg.Wait()
 	took := time.Since(start)
-	settled := e.settled(start.Add(took))
-	cpu, api := readCPU(e.t).since(before), e.readAPI().since(apiBefore)
-	e.t.Logf("raw loop: %d VMs in %v (%.0f VMs/s), last write → KubeVirt done %v", len(vms), took, float64(len(vms))/took.Seconds(), settled.Sub(start.Add(took)))
 	close(errs)
 	for err := range errs {
 		if err != nil {
 			e.t.Fatalf("raw loop: %v", err)
 		}
 	}
-	if swtch {
-		on.swap()
-	}
-	e.waitPinnedTo(on.it)
-	return applyRun{rate: float64(len(vms)) / took.Seconds(), settledRate: float64(len(vms)) / settled.Sub(start).Seconds(), cpu: cpu, api: api}
+	return start, took
 }
 
 func rawMove(ctx context.Context, c kube.Clients, vm *virtv1.VirtualMachine, target *v1beta1.VirtualMachineClusterInstancetype, swtch bool) error {

@@ -7,11 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/internal/kube"
 )
@@ -147,30 +144,8 @@ func (e *env) stoppedRawLoop(on *fleetOn, swtch bool) applyRun {
 	}
 	e.waitQuiet("the raw loop")
 	before, apiBefore := readCPU(e.t), e.readAPI()
-	work := make(chan *virtv1.VirtualMachine)
-	errs := make(chan error, len(vms))
-	start := time.Now()
-	var wg sync.WaitGroup
-	for range rawLoopWorkers {
-		wg.Go(func() {
-			for vm := range work {
-				errs <- rawMove(e.ctx, clients, vm, target, swtch)
-			}
-		})
-	}
-	for _, vm := range vms {
-		work <- vm
-	}
-	close(work)
-	wg.Wait()
-	took := time.Since(start)
+	_, took := e.rawWrites(clients, vms, target, swtch, rawLoopWorkers)
 	cpu, api := readCPU(e.t).since(before), e.readAPI().since(apiBefore)
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			e.t.Fatalf("raw loop: %v", err)
-		}
-	}
 	e.t.Logf("raw loop: %d VMs in %v (%.0f VMs/s)", len(vms), took, float64(len(vms))/took.Seconds())
 	if swtch {
 		on.swap()
