@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -93,6 +94,40 @@ type Applier struct {
 	knownVMsCap int64
 	// slots cap each rollout's VMs in flight in this applier (MaxInFlight).
 	slots *rolloutSlots
+	// openReads are when each rollout's control record was last read open
+	// (checkOpen).
+	openReads openReads
+}
+
+// openReads remembers when a read last found each rollout open.
+type openReads struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+// fresh reports whether a read found eventID's rollout open less than
+// openFor before now.
+func (o *openReads) fresh(eventID string, now time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	at, ok := o.at[eventID]
+	return ok && now.Sub(at) < openFor && !now.Before(at)
+}
+
+// found records that a read started at read found eventID's rollout open,
+// letting go of reads too old to answer for anything.
+func (o *openReads) found(eventID string, read time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.at == nil {
+		o.at = map[string]time.Time{}
+	}
+	for id, at := range o.at {
+		if read.Sub(at) >= openFor {
+			delete(o.at, id)
+		}
+	}
+	o.at[eventID] = read
 }
 
 // knownRollout is what the applier keeps of a rollout record.
@@ -257,16 +292,39 @@ func (a *Applier) checkPlanned(ctx context.Context, plan events.Plan) (knownRoll
 	return r, nil
 }
 
+// openFor is how long a read of a rollout's control record that found it
+// open answers for the rollout's next plans: the workers of a rollout of
+// thousands of VMs read the record a few times a second between them, not
+// once per VM. A keeper marks a rollout settled only after it has been
+// quiet for rollout.MinQuiet at least, so a read this recent was made
+// while the rollout was busy; the window only lengthens by openFor the one
+// in which a plan of a finished rollout not yet marked still moves a VM.
+const openFor = rollout.MinQuiet / 4
+
 // checkOpen refuses a plan of a rollout that has settled: the planner
-// sends none after that. The record is read afresh for every plan: a
+// sends none after that. The record is read, not taken from the watch: a
 // watch lags the keeper's mark by however long NATS takes to deliver it,
 // and a plan taken in that window would move a VM after the rollout
 // settled (seen under load in TestAPlanAfterTheRolloutSettledMovesNothing).
+// A read that found the rollout open answers for openFor (workers meeting
+// it meanwhile share one read); one that found it settled answers for no
+// one after: `kvlive dlq retry` may reopen the rollout at any time.
 func (a *Applier) checkOpen(ctx context.Context, eventID string) error {
 	if a.control == nil {
 		return nil
 	}
-	c, _, err := a.control.Get(ctx, eventID)
+	if a.openReads.fresh(eventID, a.cfg.Clock.Now()) {
+		return nil
+	}
+	v, err, _ := a.reading.Do("open/"+eventID, func() (any, error) {
+		read := a.cfg.Clock.Now()
+		c, _, err := a.control.Get(ctx, eventID)
+		if err == nil && c.Settled.IsZero() {
+			a.openReads.found(eventID, read)
+		}
+		return c, err
+	})
+	c, _ := v.(events.Control)
 	switch {
 	case errors.Is(err, rollout.ErrUnreadable):
 		return nil // holds no mark to refuse by; rollout status reports it

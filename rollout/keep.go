@@ -65,13 +65,19 @@ type Swept struct {
 	Kept map[string]Phase
 }
 
+// MinQuiet is the shortest a rollout is quiet (no outcome, no step) before
+// a keeper marks it settled: KeepEvery's floor. A check that found a
+// rollout open this recently ran while it was busy.
+const MinQuiet = time.Second
+
 // KeepEvery is how often a keeper sweeps for horizon: a quarter of it, at
-// most a minute, at least a second; a minute when there is no horizon.
+// most a minute, at least MinQuiet; a minute when there is no horizon.
+// A rollout is marked settled once it has been quiet for this long.
 func KeepEvery(horizon time.Duration) time.Duration {
 	if horizon <= 0 {
 		return time.Minute
 	}
-	return min(max(horizon/4, time.Second), time.Minute)
+	return min(max(horizon/4, MinQuiet), time.Minute)
 }
 
 // Run sweeps at once, then every KeepEvery(Horizon), until ctx ends; a
