@@ -255,7 +255,9 @@ type applyRun struct {
 	rate, settledRate float64
 	cpu               cpuUse
 	api               apiUse
-	eventID           string
+	// nats is what nats-server carried (readNATS); kvlive's runs only.
+	nats    apiUse
+	eventID string
 }
 
 // benchKvliveRollout edits the fleet's instance type (or switches it to

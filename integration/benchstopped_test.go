@@ -67,6 +67,7 @@ func benchStopped(t *testing.T, tab *benchTable) {
 				tab.aim("stopped", what, fmt.Sprintf("kvlive %s VMs/s, raw loop %s VMs/s: %.2f× raw (medians)", spread(k), spread(r), ratio), "≥ 0.9× raw", ratio >= 0.9)
 				tab.add("api", what, "kvlive "+kv[i][0].api.perVM(n), "")
 				tab.add("api", what, "raw loop "+raw[i][0].api.perVM(n), "")
+				tab.add("nats", what, "kvlive "+kv[i][0].nats.perVM(n), "")
 				tab.add("cpu", what, "kvlive "+kv[i][0].cpu.perVM(n), "")
 				tab.add("cpu", what, "raw loop "+raw[i][0].cpu.perVM(n), "")
 			}
@@ -80,7 +81,7 @@ func benchStopped(t *testing.T, tab *benchTable) {
 func (e *env) stoppedRollout(on *fleetOn, swtch bool) applyRun {
 	e.t.Helper()
 	e.waitQuiet("kvlive's rollout")
-	before, apiBefore := readCPU(e.t), e.readAPI()
+	before, apiBefore, natsBefore := readCPU(e.t), e.readAPI(), e.readNATS()
 	start := time.Now()
 	var id string
 	if swtch {
@@ -109,7 +110,7 @@ func (e *env) stoppedRollout(on *fleetOn, swtch bool) applyRun {
 	if wrote != len(p.Outcomes) || wrote == 0 {
 		e.t.Fatalf("rollout %s: %d of %d outcomes wrote", id, wrote, len(p.Outcomes))
 	}
-	cpu, api := readCPU(e.t).since(before), e.readAPI().since(apiBefore)
+	cpu, api, msgs := readCPU(e.t).since(before), e.readAPI().since(apiBefore), e.readNATS().since(natsBefore)
 	e.t.Logf("%s: start → first outcome %v, → last %v (%.0f VMs/s)", id, first.Sub(start), last.Sub(start), float64(wrote)/last.Sub(start).Seconds())
 	if swtch {
 		on.swap()
@@ -117,7 +118,7 @@ func (e *env) stoppedRollout(on *fleetOn, swtch bool) applyRun {
 	} else {
 		e.waitPinnedTo(on.it)
 	}
-	return applyRun{rate: float64(wrote) / last.Sub(start).Seconds(), cpu: cpu, api: api, eventID: id}
+	return applyRun{rate: float64(wrote) / last.Sub(start).Seconds(), cpu: cpu, api: api, nats: msgs, eventID: id}
 }
 
 // stoppedRawLoop makes the same writes as kvlive from rawLoopWorkers

@@ -321,6 +321,9 @@ func (s *NATSServer) Start() {
 	s.waitHealthy()
 }
 
+// MonitorURL is the server's HTTP monitoring endpoint (/varz, /jsz).
+func (s *NATSServer) MonitorURL() string { return strings.TrimSuffix(s.healthURL, "/healthz") }
+
 // Log returns what the server has written so far.
 func (s *NATSServer) Log() string { return s.log.String() }
 
