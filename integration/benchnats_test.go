@@ -50,7 +50,7 @@ func (e *env) monitor(path string, v any) {
 	if err != nil {
 		e.t.Fatalf("nats-server %s: %v", path, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		e.t.Fatalf("nats-server %s: %v", path, err)
 	}
