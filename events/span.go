@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -13,6 +14,8 @@ const StreamSpans = "KVLIVE_SPANS"
 // Span is a finished OpenTelemetry span as kvlive stores it, published to
 // SpanSubject(TraceID), and also to the subject of every trace it links
 // to, so a trace whose per-VM spans root their own traces is read in one go.
+// A message holds the spans of one export filed under its subject
+// (MarshalSpans).
 type Span struct {
 	TraceID      string         `json:"traceId"`
 	SpanID       string         `json:"spanId"`
@@ -50,14 +53,46 @@ func (s Span) Duration() time.Duration { return s.End.Sub(s.Start) }
 // MarshalSpan encodes a span for the spans stream.
 func MarshalSpan(s Span) ([]byte, error) { return json.Marshal(s) }
 
+// MarshalSpans encodes spans filed under one subject as one message of
+// the spans stream: a JSON array. The exporter stores the spans of one
+// export this way, one message per subject instead of one per span.
+func MarshalSpans(spans []Span) ([]byte, error) { return json.Marshal(spans) }
+
 // UnmarshalSpan decodes a span read from the spans stream.
 func UnmarshalSpan(b []byte) (Span, error) {
 	var s Span
 	if err := json.Unmarshal(b, &s); err != nil {
 		return s, fmt.Errorf("events: span: %w", err)
 	}
-	if s.TraceID == "" || s.SpanID == "" {
-		return s, fmt.Errorf("events: span without trace or span id")
+	return s, checkSpan(s)
+}
+
+// UnmarshalSpans decodes a message of the spans stream: an array of spans
+// (MarshalSpans) or one span (MarshalSpan, as kvlive stored them before).
+func UnmarshalSpans(b []byte) ([]Span, error) {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	if len(b) == 0 || b[0] != '[' {
+		s, err := UnmarshalSpan(b)
+		if err != nil {
+			return nil, err
+		}
+		return []Span{s}, nil
 	}
-	return s, nil
+	var spans []Span
+	if err := json.Unmarshal(b, &spans); err != nil {
+		return nil, fmt.Errorf("events: spans: %w", err)
+	}
+	for _, s := range spans {
+		if err := checkSpan(s); err != nil {
+			return nil, err
+		}
+	}
+	return spans, nil
+}
+
+func checkSpan(s Span) error {
+	if s.TraceID == "" || s.SpanID == "" {
+		return fmt.Errorf("events: span without trace or span id")
+	}
+	return nil
 }

@@ -62,9 +62,11 @@ func TestBatchedRolloutCanaryThenTenPercent(t *testing.T) {
 	e.waitFor("a span per gated batch in the trace", time.Minute, func() (bool, string) {
 		var names []string
 		for _, body := range e.streamBodies(events.StreamSpans) {
-			s, err := events.UnmarshalSpan(body)
-			if err == nil && s.TraceID == rec.TraceID && strings.HasPrefix(s.Name, "rollout.batch ") {
-				names = append(names, s.Name)
+			spans, _ := events.UnmarshalSpans(body)
+			for _, s := range spans {
+				if s.TraceID == rec.TraceID && strings.HasPrefix(s.Name, "rollout.batch ") {
+					names = append(names, s.Name)
+				}
 			}
 		}
 		return len(names) == len(want)-1, strings.Join(names, ", ")

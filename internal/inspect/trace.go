@@ -53,12 +53,16 @@ func (r *Reader) Spans(ctx context.Context, traceID string) ([]events.Span, erro
 	var spans []events.Span
 	seen := map[string]bool{}
 	err := r.scan(ctx, events.StreamSpans, cfg, func(m jetstream.Msg) {
-		s, err := events.UnmarshalSpan(m.Data())
-		if err != nil || seen[s.SpanID] {
+		stored, err := events.UnmarshalSpans(m.Data())
+		if err != nil {
 			return
 		}
-		seen[s.SpanID] = true
-		spans = append(spans, s)
+		for _, s := range stored {
+			if !seen[s.SpanID] {
+				seen[s.SpanID] = true
+				spans = append(spans, s)
+			}
+		}
 	})
 	if err == nil && len(spans) == 0 {
 		err = fmt.Errorf("no spans stored for trace %s", traceID)

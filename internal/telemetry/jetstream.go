@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,7 +17,9 @@ import (
 // JetStreamExporter stores finished spans in the KVLIVE_SPANS stream: each
 // under its own trace's subject, and again under every trace it links to,
 // so a rollout whose per-VM spans root their own traces is read from the
-// plan's trace in one go.
+// plan's trace in one go. The spans of one export filed under one subject
+// go in one message (events.MarshalSpans): the thousand per-VM spans that
+// link to a rollout's plan are a message or two, not a thousand.
 type JetStreamExporter struct {
 	js jetstream.JetStream
 }
@@ -26,27 +29,47 @@ func NewJetStreamExporter(js jetstream.JetStream) *JetStreamExporter {
 	return &JetStreamExporter{js: js}
 }
 
+// maxSpansMessage bounds a message of spans, well under NATS's default
+// payload limit (1 MiB); a larger group is split.
+const maxSpansMessage = 256 << 10
+
 // ExportSpans publishes a batch of spans and waits for the stream to store them.
 func (e *JetStreamExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
-	futures := make([]jetstream.PubAckFuture, 0, len(spans))
+	var order []string
+	bySubject := map[string][]events.Span{}
 	for _, ro := range spans {
 		s := Record(ro)
-		body, err := events.MarshalSpan(s)
+		traces := []string{s.TraceID}
+		for _, l := range s.Links {
+			if l.TraceID != s.TraceID && !slices.Contains(traces, l.TraceID) {
+				traces = append(traces, l.TraceID)
+			}
+		}
+		for _, traceID := range traces {
+			if _, ok := bySubject[traceID]; !ok {
+				order = append(order, traceID)
+			}
+			bySubject[traceID] = append(bySubject[traceID], s)
+		}
+	}
+	limit := maxSpansMessage
+	if nc := e.js.Conn(); nc != nil && nc.MaxPayload() > 0 {
+		limit = min(limit, int(nc.MaxPayload()/2))
+	}
+	var futures []jetstream.PubAckFuture
+	for _, traceID := range order {
+		bodies, err := spanMessages(bySubject[traceID], limit)
 		if err != nil {
 			return err
 		}
-		subjects := []string{s.TraceID}
-		for _, l := range s.Links {
-			if l.TraceID != s.TraceID {
-				subjects = append(subjects, l.TraceID)
-			}
-		}
-		for _, traceID := range subjects {
+		for _, b := range bodies {
 			m := nats.NewMsg(events.SpanSubject(traceID))
-			m.Data = body
-			f, err := e.js.PublishMsgAsync(m, jetstream.WithMsgID(traceID+"/"+s.SpanID))
+			m.Data = b.data
+			// The same id for the same spans: a publish retried within the
+			// duplicate window is stored once.
+			f, err := e.js.PublishMsgAsync(m, jetstream.WithMsgID(fmt.Sprintf("%s/%s+%d", traceID, b.first, b.n)))
 			if err != nil {
-				return fmt.Errorf("telemetry: publish span: %w", err)
+				return fmt.Errorf("telemetry: publish spans: %w", err)
 			}
 			futures = append(futures, f)
 		}
@@ -62,6 +85,36 @@ func (e *JetStreamExporter) ExportSpans(ctx context.Context, spans []sdktrace.Re
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// spansMessage is one message of spans: its body, its first span's id and
+// how many it holds.
+type spansMessage struct {
+	data  []byte
+	first string
+	n     int
+}
+
+// spanMessages encodes spans in as few messages as fit limit each (a span
+// larger than limit on its own still goes, alone).
+func spanMessages(spans []events.Span, limit int) ([]spansMessage, error) {
+	var out []spansMessage
+	for len(spans) > 0 {
+		n := len(spans)
+		for {
+			body, err := events.MarshalSpans(spans[:n])
+			if err != nil {
+				return nil, err
+			}
+			if len(body) <= limit || n == 1 {
+				out = append(out, spansMessage{data: body, first: spans[0].SpanID, n: n})
+				break
+			}
+			n = max(n*limit/len(body), 1) // fewer each time: len(body) > limit
+		}
+		spans = spans[n:]
+	}
+	return out, nil
 }
 
 // Shutdown has nothing to release: the NATS connection belongs to the caller.

@@ -14,6 +14,7 @@ import (
 
 	"kvlive/cmd/kvlive/pipeline"
 	"kvlive/events"
+	"kvlive/internal/inspect"
 	"kvlive/internal/kube"
 	"kvlive/internal/telemetry"
 	"kvlive/internal/testenv"
@@ -137,16 +138,31 @@ func TestLargeFanoutRootsATraceAVM(t *testing.T) {
 			t.Fatalf("%s links %v, want the publish span", s.Name(), links)
 		}
 	}
-	// The span store files every linked VM span under the plan's trace too.
+	// The span store files every linked VM span under the plan's trace
+	// too, the spans of one export in one message.
+	planTrace := publish.SpanContext().TraceID().String()
+	stored, err := inspect.NewReader(js).Spans(context.Background(), planTrace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applies := 0
+	for _, s := range stored {
+		if strings.HasPrefix(s.Name, "applier.apply ") && s.TraceID != planTrace {
+			applies++
+		}
+	}
+	if len(stored) < fleetSize+3 || applies != fleetSize {
+		t.Errorf("%d spans stored under the plan's trace, %d of them VMs' apply spans of their own traces; want at least %d, and %d", len(stored), applies, fleetSize+3, fleetSize)
+	}
 	stream, err := js.Stream(context.Background(), events.StreamSpans)
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter(events.SpanSubject(publish.SpanContext().TraceID().String())))
+	info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter(events.SpanSubject(planTrace)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := info.State.Subjects[events.SpanSubject(publish.SpanContext().TraceID().String())]; got < fleetSize+3 {
-		t.Errorf("%d spans stored under the plan's trace, want at least %d", got, fleetSize+3)
+	if msgs := info.State.Subjects[events.SpanSubject(planTrace)]; msgs >= uint64(len(stored)) {
+		t.Errorf("%d messages hold the plan trace's %d spans, want fewer: one per export", msgs, len(stored))
 	}
 }
