@@ -69,6 +69,9 @@ type Config struct {
 	// Recorder, when set, records Kubernetes Events on a batched rollout's
 	// object: a batch released, a gate that paused or aborted it.
 	Recorder record.EventRecorder
+	// Activity, when set, records the plans in hand, for the revision
+	// pruner to wait on.
+	Activity *Activity
 }
 
 // Applier consumes plans, moves VMs and publishes outcomes.
@@ -206,6 +209,8 @@ func (a *Applier) Run(ctx context.Context) error {
 // settled; a transient failure is retried until the last delivery, which
 // records a failed outcome and keeps the plan as a dead letter.
 func (a *Applier) handle(ctx context.Context, msg jetstream.Msg, d consumer.Delivery) consumer.Fate {
+	a.cfg.Activity.begin()
+	defer func() { a.cfg.Activity.end(a.cfg.Clock.Now()) }()
 	ctx = a.prop.Extract(ctx, events.HeaderCarrier(msg.Headers()))
 	var plan events.Plan
 	if _, err := events.Decode(msg.Data(), events.TypePlan, &plan); err != nil {

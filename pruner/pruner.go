@@ -1,10 +1,12 @@
 package pruner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,7 +33,21 @@ type Config struct {
 	Retention int
 	Log       *slog.Logger
 	Metrics   *telemetry.Metrics
+	// Busy, when set, reports whether kvlive is moving VMs (the applier's
+	// Activity); pruning waits while it is, MaxYield at a stretch.
+	Busy func() bool
+	// MaxYield bounds how long pruning waits for Busy to end before it
+	// goes on beside the rollout; zero means DefaultMaxYield.
+	MaxYield time.Duration
 }
+
+// DefaultMaxYield is how long pruning waits at most for the VMs being
+// moved: a rollout shorter than that shares the API server with no
+// deletion; a longer one does after it.
+const DefaultMaxYield = 2 * time.Minute
+
+// yieldPoll is how often a waiting pruner looks at Busy again.
+const yieldPoll = 250 * time.Millisecond
 
 // Pruner deletes, VM by VM as the cache sees them change, the revisions
 // kvlive created and then superseded.
@@ -39,6 +55,10 @@ type Pruner struct {
 	cfg   Config
 	queue workqueue.TypedRateLimitingInterface[string]
 	regs  []registration
+	// yielding is when the current wait for Busy began, and sharing
+	// whether it ran out (MaxYield); both reset when kvlive is idle.
+	yielding time.Time
+	sharing  bool
 }
 
 type registration struct {
@@ -130,6 +150,7 @@ func (p *Pruner) next(ctx context.Context) bool {
 		return false
 	}
 	defer p.queue.Done(key)
+	p.yield(ctx)
 	err := p.sync(ctx, key)
 	switch {
 	case err == nil:
@@ -143,6 +164,38 @@ func (p *Pruner) next(ctx context.Context) bool {
 		p.cfg.Log.Warn("pruner: gave up on a VM's revisions until its next change or resync", "vm", key, "attempts", maxRetries+1, "err", err)
 	}
 	return true
+}
+
+// yield waits while kvlive is moving VMs, so a rollout's writes do not
+// share the API server with the pruner's reads and deletes, up to MaxYield
+// from when the wait began: past it, pruning goes on beside the rollout
+// until kvlive is idle again, and the next busy spell is waited out anew.
+func (p *Pruner) yield(ctx context.Context) {
+	if p.cfg.Busy == nil || !p.cfg.Busy() {
+		p.yielding, p.sharing = time.Time{}, false
+		return
+	}
+	if p.sharing {
+		return
+	}
+	limit := cmp.Or(p.cfg.MaxYield, DefaultMaxYield)
+	if p.yielding.IsZero() {
+		p.yielding = time.Now()
+		p.cfg.Log.Info("revision pruning waits while VMs are being moved", "at most", limit)
+	}
+	for p.cfg.Busy() {
+		if waited := time.Since(p.yielding); waited >= limit {
+			p.cfg.Log.Info("revision pruning goes on beside the VMs being moved", "waited", waited.Round(time.Second))
+			p.sharing = true
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(yieldPoll):
+		}
+	}
+	p.yielding = time.Time{}
 }
 
 func (p *Pruner) sync(ctx context.Context, key string) error {

@@ -82,6 +82,10 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// Webhooks calls the confirm and check webhooks of rollout policies.
 	Webhooks *webhook.Client
+
+	// moving is this process's applier's activity, which its revision
+	// pruner waits on; Start sets it.
+	moving *applier.Activity
 }
 
 // DefaultShutdownGrace lets in-flight writes finish on SIGTERM well within
@@ -129,6 +133,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	cfg.moving = new(applier.Activity)
 	newCache := kube.NewCache
 	if cfg.StandIn {
 		newCache = kube.NewWholeCache // the stand-in starts VMIs from whole templates
@@ -246,7 +251,7 @@ func addPlanner(ctx context.Context, cfg Config, fleet *kube.Cache, recorder rec
 // permissions.
 func addApplier(ctx context.Context, cfg Config, fleet *kube.Cache, recorder record.EventRecorder, grace time.Duration) ([]func() error, error) {
 	a, err := applier.New(applier.Config{Recorder: recorder, Clients: cfg.Clients, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer,
-		Workers: cfg.ApplierWorkers, Rate: cfg.Rate, ObserveTimeout: cfg.ObserveTimeout, Metrics: cfg.Metrics, Grace: grace})
+		Workers: cfg.ApplierWorkers, Rate: cfg.Rate, ObserveTimeout: cfg.ObserveTimeout, Metrics: cfg.Metrics, Grace: grace, Activity: cfg.moving})
 	if err != nil {
 		return nil, err
 	}
@@ -295,12 +300,14 @@ func addWatcher(ctx context.Context, cfg Config, fleet *kube.Cache, current *ato
 }
 
 // runWatcher runs w and, if cfg asks for it, the revision pruner, which
-// like the watcher is one per fleet: until ctx ends or either fails.
+// like the watcher is one per fleet: until ctx ends or either fails. The
+// pruner waits while this process's applier moves VMs.
 func runWatcher(ctx context.Context, cfg Config, fleet *kube.Cache, w *watcher.Watcher) error {
 	if cfg.RevisionRetention == nil {
 		return w.Run(ctx)
 	}
-	p, err := pruner.New(pruner.Config{Fleet: fleet, Retention: *cfg.RevisionRetention, Log: cfg.Log, Metrics: cfg.Metrics})
+	p, err := pruner.New(pruner.Config{Fleet: fleet, Retention: *cfg.RevisionRetention, Log: cfg.Log, Metrics: cfg.Metrics,
+		Busy: func() bool { return cfg.moving.Busy(time.Now()) }})
 	if err != nil {
 		return err
 	}
