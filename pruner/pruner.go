@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -41,6 +42,12 @@ type Config struct {
 	MaxYield time.Duration
 }
 
+// workers is how many VMs are pruned at once (each a read and a delete or
+// two): a rollout of 10,000 VMs leaves 10,000 revisions to delete, which
+// one at a time took the API server here about two minutes, after the
+// rollout (the pruner waits for it).
+const workers = 4
+
 // DefaultMaxYield is how long pruning waits at most for the VMs being
 // moved: a rollout shorter than that shares the API server with no
 // deletion; a longer one does after it.
@@ -55,8 +62,10 @@ type Pruner struct {
 	cfg   Config
 	queue workqueue.TypedRateLimitingInterface[string]
 	regs  []registration
-	// yielding is when the current wait for Busy began, and sharing
-	// whether it ran out (MaxYield); both reset when kvlive is idle.
+	// yieldMu makes the workers wait for Busy together; yielding is when
+	// the current wait began, and sharing whether it ran out (MaxYield);
+	// both reset when kvlive is idle.
+	yieldMu  sync.Mutex
 	yielding time.Time
 	sharing  bool
 }
@@ -102,13 +111,19 @@ func (p *Pruner) Run(ctx context.Context) error {
 	if err := p.handle(f.RevisionInformer(), cache.ResourceEventHandlerFuncs{AddFunc: p.enqueueOwner}); err != nil {
 		return err
 	}
-	p.cfg.Log.Info("revision pruner started", "retention", p.cfg.Retention)
+	p.cfg.Log.Info("revision pruner started", "retention", p.cfg.Retention, "workers", workers)
 	go func() {
 		<-ctx.Done()
 		p.queue.ShutDown()
 	}()
-	for p.next(ctx) {
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for p.next(ctx) {
+			}
+		})
 	}
+	wg.Wait()
 	return nil
 }
 
@@ -171,7 +186,12 @@ func (p *Pruner) next(ctx context.Context) bool {
 // from when the wait began: past it, pruning goes on beside the rollout
 // until kvlive is idle again, and the next busy spell is waited out anew.
 func (p *Pruner) yield(ctx context.Context) {
-	if p.cfg.Busy == nil || !p.cfg.Busy() {
+	if p.cfg.Busy == nil {
+		return
+	}
+	p.yieldMu.Lock()
+	defer p.yieldMu.Unlock()
+	if !p.cfg.Busy() {
 		p.yielding, p.sharing = time.Time{}, false
 		return
 	}
