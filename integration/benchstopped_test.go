@@ -75,7 +75,7 @@ func benchStopped(t *testing.T, tab *benchTable) {
 				e.kvliveCommand(10*time.Minute, "revisions", "prune", "--kubeconfig", e.kubeconfig)
 			}
 			tab.add("time", fmt.Sprintf("the stopped section at %d VMs", n), fmt.Sprintf("%v: fleet seeded and pinned in %v, %d runs in %v",
-				time.Since(began).Round(time.Second), seeded.Round(time.Second), len(kv[0]), (time.Since(began) - seeded).Round(time.Second)), "")
+				time.Since(began).Round(time.Second), seeded.Round(time.Second), len(kv[0]), (time.Since(began)-seeded).Round(time.Second)), "")
 			for i, move := range []string{"re-pin", "switch"} {
 				what := fmt.Sprintf("%s %d stopped VMs, nothing reacting, %s (%d runs)", move, n, benchDefaults, len(kv[i]))
 				k, r := rates(kv[i]), rates(raw[i])
