@@ -206,6 +206,7 @@ func (p *Pruner) yield(ctx context.Context) {
 	for p.cfg.Busy() {
 		if waited := time.Since(p.yielding); waited >= limit {
 			p.cfg.Log.Info("revision pruning goes on beside the VMs being moved", "waited", waited.Round(time.Second))
+			p.cfg.Metrics.PruneWaitEnded()
 			p.sharing = true
 			return
 		}

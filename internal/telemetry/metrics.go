@@ -40,6 +40,7 @@ type Metrics struct {
 	verdictFailed   prometheus.Counter
 	pruned          prometheus.Counter
 	pruneFailed     prometheus.Counter
+	pruneYieldEnded prometheus.Counter
 	mismatches      prometheus.Counter
 }
 
@@ -109,6 +110,9 @@ func New() *Metrics {
 		pruneFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvlive_revision_prunes_failed_total", Help: "VMs whose superseded revisions could not be pruned after retries; each is looked at again at its next change or resync.",
 		}),
+		pruneYieldEnded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvlive_revision_pruning_waits_ended_total", Help: "Times the revision pruner stopped waiting for the VMs being moved after its longest wait (two minutes) and pruned beside the rollout.",
+		}),
 		mismatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvlive_verdict_mismatches_total", Help: "Stored verdicts where KubeVirt did other than kvlive predicted (kvlive_verdicts_total with predicted != observed).",
 		}),
@@ -116,7 +120,7 @@ func New() *Metrics {
 			Name: "kvlive_rollouts_kept_past_horizon", Help: "Rollouts older than the replay horizon whose records are kept because they have not settled (paused, waiting for a promote, plans in flight), as the last sweep found.",
 		}),
 	}
-	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.sweepsFailed, m.verdicts, m.verdictFailed, m.pruned, m.pruneFailed,
+	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.sweepsFailed, m.verdicts, m.verdictFailed, m.pruned, m.pruneFailed, m.pruneYieldEnded,
 		m.mismatches, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.zeroSeries()
 	return m
@@ -408,6 +412,14 @@ func (c *behindCollector) Collect(ch chan<- prometheus.Metric) {
 func (m *Metrics) Pruned(n int) {
 	if m != nil && n > 0 {
 		m.pruned.Add(float64(n))
+	}
+}
+
+// PruneWaitEnded counts a wait of the pruner for the VMs being moved that
+// ran out (pruner.Config.MaxYield): it prunes beside the rollout after it.
+func (m *Metrics) PruneWaitEnded() {
+	if m != nil {
+		m.pruneYieldEnded.Inc()
 	}
 }
 
