@@ -25,14 +25,7 @@ func TestPruningWaitsWhileVMsAreMoved(t *testing.T) {
 	case <-time.After(3 * yieldPoll):
 	}
 	busy.Store(false)
-	testenv.Eventually(t, time.Minute, "the pruner to go on once kvlive is idle", func() bool {
-		select {
-		case <-done:
-			return true
-		default:
-			return false
-		}
-	})
+	testenv.Eventually(t, time.Minute, "the pruner to go on once kvlive is idle", closed(done))
 
 	// A rollout longer than MaxYield: one wait, then no more until idle.
 	busy.Store(true)
@@ -48,17 +41,22 @@ func TestPruningWaitsWhileVMsAreMoved(t *testing.T) {
 	p.cfg.MaxYield = time.Hour
 	returned := make(chan struct{})
 	go func() { p.yield(context.Background()); close(returned) }()
-	testenv.Eventually(t, time.Minute, "the pruner to go on beside the same rollout without waiting again", func() bool {
-		select {
-		case <-returned:
-			return true
-		default:
-			return false
-		}
-	})
+	testenv.Eventually(t, time.Minute, "the pruner to go on beside the same rollout without waiting again", closed(returned))
 	busy.Store(false)
 	p.yield(context.Background())
 	if p.sharing || !p.yielding.IsZero() {
 		t.Fatal("an idle look did not reset the wait")
+	}
+}
+
+// closed reports, each time it is called, whether ch has been closed.
+func closed(ch <-chan struct{}) func() bool {
+	return func() bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
 	}
 }
