@@ -102,10 +102,12 @@ type Applier struct {
 	openReads openReads
 }
 
-// openReads remembers when a read last found each rollout open.
+// openReads remembers when a read last found each rollout open; the
+// workers that meet a rollout whose last read is too old share the next.
 type openReads struct {
-	mu sync.Mutex
-	at map[string]time.Time
+	reading singleflight.Group
+	mu      sync.Mutex
+	at      map[string]time.Time
 }
 
 // fresh reports whether a read found eventID's rollout open less than
@@ -321,7 +323,7 @@ func (a *Applier) checkOpen(ctx context.Context, eventID string) error {
 	if a.openReads.fresh(eventID, a.cfg.Clock.Now()) {
 		return nil
 	}
-	v, err, _ := a.reading.Do("open/"+eventID, func() (any, error) {
+	v, err, _ := a.openReads.reading.Do(eventID, func() (any, error) {
 		read := a.cfg.Clock.Now()
 		c, _, err := a.control.Get(ctx, eventID)
 		if err == nil && c.Settled.IsZero() {
