@@ -10,6 +10,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -182,6 +183,9 @@ func (c *Cache) ObjectInformers() ObjectInformers { return c.objects }
 
 func indexRefs(obj any) ([]string, error) {
 	vm, ok := obj.(*virtv1.VirtualMachine)
+	if s, stored := obj.(*storedVM); stored {
+		vm, ok = s.vm, true // the references, not the template: no need to decode it
+	}
 	if !ok {
 		return nil, nil
 	}
@@ -223,14 +227,14 @@ func (c *Cache) Referencing(ref events.Ref, namespace string, selector labels.Se
 	}
 	vms := make([]*virtv1.VirtualMachine, 0, len(objs))
 	for _, o := range objs {
-		vm := o.(*virtv1.VirtualMachine)
-		if namespace != "" && vm.Namespace != namespace {
+		m, _ := meta.Accessor(o)
+		if namespace != "" && m.GetNamespace() != namespace {
 			continue
 		}
-		if selector != nil && !selector.Matches(labels.Set(vm.Labels)) {
+		if selector != nil && !selector.Matches(labels.Set(m.GetLabels())) {
 			continue
 		}
-		vms = append(vms, vm)
+		vms = append(vms, asVM(o))
 	}
 	return vms, nil
 }
@@ -247,9 +251,8 @@ func (c *Cache) VMs(namespace string, selector labels.Selector) []*virtv1.Virtua
 	}
 	vms := make([]*virtv1.VirtualMachine, 0, len(objs))
 	for _, o := range objs {
-		vm := o.(*virtv1.VirtualMachine)
-		if selector == nil || selector.Matches(labels.Set(vm.Labels)) {
-			vms = append(vms, vm)
+		if m, _ := meta.Accessor(o); selector == nil || selector.Matches(labels.Set(m.GetLabels())) {
+			vms = append(vms, asVM(o))
 		}
 	}
 	return vms
@@ -275,7 +278,7 @@ func (c *Cache) VM(namespace, name string) *virtv1.VirtualMachine {
 	if !ok {
 		return nil
 	}
-	return o.(*virtv1.VirtualMachine)
+	return asVM(o)
 }
 
 // VMI returns the cached VMI of a VM, or nil when it is not running.
@@ -284,7 +287,7 @@ func (c *Cache) VMI(namespace, name string) *virtv1.VirtualMachineInstance {
 	if !ok {
 		return nil
 	}
-	return o.(*virtv1.VirtualMachineInstance)
+	return asVMI(o)
 }
 
 // Revision returns a cached instancetype ControllerRevision.

@@ -91,25 +91,30 @@ func DeclaredOwners(entries []metav1.ManagedFieldsEntry) []metav1.ManagedFieldsE
 
 // TrimUnread is the transform of kvlive's own caches: StripUnread, then
 // each VM and VMI cut down to what kvlive reads (instancetype.TrimVM and
-// TrimVMI), so a cache of a large fleet holds little more than the
-// instance type, preference and hotplug state of each VM
-// (docs/performance.md measures it), sharing equal labels, annotations
-// and revision snapshots among objects (intern). A cache the virt-controller stand-in
-// reads keeps objects whole (NewWholeCache).
+// TrimVMI) and kept in a stored form (storedVM, storedVMI: a VM's
+// template as JSON, a VMI's few fields without the struct around them),
+// so a cache of a large fleet holds little more than the instance type,
+// preference and hotplug state of each VM (docs/performance.md measures
+// it), sharing equal labels, annotations and revision snapshots among
+// objects (intern). The cache's readers rebuild typed objects. A cache
+// the virt-controller stand-in reads keeps objects whole and typed
+// (NewWholeCache).
 func TrimUnread(obj any) (any, error) {
+	switch obj.(type) {
+	case *storedVM, *storedVMI:
+		return obj, nil // trimmed already: a transform runs again on a relist
+	}
 	obj, err := StripUnread(obj)
 	if err != nil {
 		return obj, err
 	}
+	intern(obj)
 	switch o := obj.(type) {
 	case *virtv1.VirtualMachineInstance:
-		obj = instancetype.TrimVMI(o)
+		return storeVMI(instancetype.TrimVMI(o)), nil
 	case *virtv1.VirtualMachine:
 		instancetype.TrimVM(o)
-		if t := o.Spec.Template; t != nil {
-			t.ObjectMeta.Labels, t.ObjectMeta.Annotations = internMap(t.ObjectMeta.Labels), internMap(t.ObjectMeta.Annotations)
-		}
+		return storeVM(o)
 	}
-	intern(obj)
 	return obj, nil
 }

@@ -14,7 +14,7 @@ import (
 func TestSettledAfterPinning(t *testing.T) {
 	it := testenv.ClusterInstancetype("u1.small", 1, "2Gi")
 	clients := testenv.FakeClients(nil, it, testenv.VM("ns", "vm-1", it.Name))
-	fleet := testenv.StartCache(t, clients)
+	fleet := testenv.StartWholeCache(t, clients)
 	c := New(Config{Kube: clients.Kube, Virt: clients.Virt, VMs: fleet.VMInformer(), VMIs: fleet.VMIInformer(), KubeVirts: fleet.KubeVirtInformer()})
 	// Before Run nothing was reconciled; whether the VM is queued yet
 	// depends on when the informer hands it over.

@@ -22,7 +22,9 @@ type Config struct {
 	Kube kubernetes.Interface
 	Virt kubevirt.Interface
 	// VMs, VMIs and KubeVirts are informers (of the process's shared
-	// cache) the stand-in reads VMs, VMIs and the KubeVirt CR from.
+	// cache) the stand-in reads VMs, VMIs and the KubeVirt CR from: a
+	// cache of whole, typed objects (kube.NewWholeCache), since it starts
+	// VMIs from VM templates.
 	VMs, VMIs, KubeVirts cache.SharedIndexInformer
 	Log                  *slog.Logger
 	// Workers is how many VMs are reconciled at once.

@@ -96,6 +96,24 @@ func StartCache(t testing.TB, clients kube.Clients) *kube.Cache {
 	return c
 }
 
+// StartWholeCache runs a cache of whole, typed objects (kube.NewWholeCache,
+// what the virt-controller stand-in reads) over clients until the test
+// ends.
+func StartWholeCache(t testing.TB, clients kube.Clients) *kube.Cache {
+	t.Helper()
+	c, err := kube.NewWholeCache(clients, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); c.Shutdown() })
+	c.Start(ctx)
+	if err := c.WaitForSync(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // Eventually waits up to timeout for cond, polling, and fails the test
 // saying what it waited for.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {

@@ -1,0 +1,142 @@
+package kube
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	virtv1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/api/instancetype/v1beta1"
+
+	"kvlive/instancetype"
+)
+
+// A VM and its VMI as the API server serves them: a template with disks,
+// a cloud-init volume, firmware, CPU and memory, labels and annotations;
+// a VMI with devices, interfaces and guest OS beside what kvlive reads.
+const (
+	servedVM = `{"metadata":{"name":"web-1","namespace":"team-1","uid":"0b7d3c9e-7c53-4b0e-9d47-7a5d2c1a0e11","resourceVersion":"42","generation":3,
+"labels":{"tier":"web"},"annotations":{"kubevirt.io/latest-observed-api-version":"v1"},"finalizers":["kubevirt.io/virtualMachineControllerFinalize"],
+"managedFields":[{"manager":"kvlive","operation":"Apply","apiVersion":"kubevirt.io/v1","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{"f:instancetype":{"f:name":{}}}}}]},
+"spec":{"runStrategy":"Always","instancetype":{"kind":"VirtualMachineClusterInstancetype","name":"u1.medium","revisionName":"web-1-u1.medium-1"},
+"preference":{"kind":"VirtualMachineClusterPreference","name":"fedora"},
+"dataVolumeTemplates":[{"metadata":{"name":"root"},"spec":{"storage":{"resources":{"requests":{"storage":"30Gi"}}}}}],
+"template":{"metadata":{"labels":{"kubevirt.io/vm":"web-1"},"annotations":{"a":"b"}},"spec":{"architecture":"amd64",
+"domain":{"cpu":{"maxSockets":8},"memory":{"maxGuest":"16Gi"},"firmware":{"uuid":"5d1c3f0a-8d7e-4bb0-9a43-2b1f1c7d9e10"},"devices":{"disks":[{"name":"root","disk":{"bus":"virtio"}},{"name":"cloudinit","disk":{"bus":"virtio"}}],"interfaces":[{"name":"default","masquerade":{}}]},"resources":{}},
+"networks":[{"name":"default","pod":{}}],
+"volumes":[{"name":"root","dataVolume":{"name":"root"}},{"name":"cloudinit","cloudInitNoCloud":{"userData":"#cloud-config\npassword: fedora\n"}}]}}},
+"status":{"printableStatus":"Running","ready":true,"created":true,
+"instancetypeRef":{"kind":"VirtualMachineClusterInstancetype","name":"u1.medium","controllerRevisionRef":{"name":"web-1-u1.medium-1"}},
+"conditions":[{"type":"Ready","status":"True","lastProbeTime":null,"lastTransitionTime":"2026-12-03T03:00:01Z"}],
+"volumeSnapshotStatuses":[{"name":"root","enabled":false}]}}`
+	servedVMI = `{"metadata":{"name":"web-1","namespace":"team-1","uid":"7f3e","resourceVersion":"43","labels":{"kubevirt.io/vm":"web-1"},"annotations":{"kubevirt.io/latest-observed-api-version":"v1"}},
+"spec":{"architecture":"amd64","domain":{"cpu":{"sockets":2,"cores":1,"threads":1,"maxSockets":8},"memory":{"guest":"4Gi","maxGuest":"16Gi"},
+"devices":{"disks":[{"name":"root"}]},"resources":{"requests":{"memory":"4Gi"}}},"volumes":[{"name":"root","dataVolume":{"name":"root"}}]},
+"status":{"phase":"Running","nodeName":"node-1","conditions":[{"type":"Ready","status":"True"},{"type":"LiveMigratable","status":"True"}],
+"memory":{"guestAtBoot":"4Gi","guestCurrent":"4Gi","guestRequested":"4Gi"},"currentCPUTopology":{"sockets":2,"cores":1,"threads":1},
+"virtualMachineRevisionName":"revision-start-web-1-3","interfaces":[{"name":"default","ipAddress":"10.0.0.7"}],"guestOSInfo":{"name":"Fedora Linux"}}}`
+)
+
+func served[T any](t *testing.T, raw string) *T {
+	t.Helper()
+	var obj T
+	if err := json.Unmarshal([]byte(raw), &obj); err != nil {
+		t.Fatal(err)
+	}
+	return &obj
+}
+
+// trimmedTyped is what the cache kept before stored forms: the objects
+// trimmed in their Go types.
+func trimmedTyped(t *testing.T) (*virtv1.VirtualMachine, *virtv1.VirtualMachineInstance) {
+	t.Helper()
+	vm := served[virtv1.VirtualMachine](t, servedVM)
+	if _, err := StripUnread(vm); err != nil {
+		t.Fatal(err)
+	}
+	instancetype.TrimVM(vm)
+	vmi := served[virtv1.VirtualMachineInstance](t, servedVMI)
+	if _, err := StripUnread(vmi); err != nil {
+		t.Fatal(err)
+	}
+	return vm, instancetype.TrimVMI(vmi)
+}
+
+// readBack is what a trimmed cache hands out for a served VM and VMI:
+// TrimUnread's stored forms, read as the cache reads them.
+func readBack(t *testing.T) (*virtv1.VirtualMachine, *virtv1.VirtualMachineInstance) {
+	t.Helper()
+	transform := func(obj any) any {
+		out, err := TrimUnread(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := TrimUnread(out) // a relist passes stored objects again
+		if err != nil || again != out {
+			t.Fatalf("a stored object transformed again: %v, %v (%T)", err, again == out, out)
+		}
+		return out
+	}
+	vm, vmi := transform(served[virtv1.VirtualMachine](t, servedVM)), transform(served[virtv1.VirtualMachineInstance](t, servedVMI))
+	if _, ok := vm.(*storedVM); !ok {
+		t.Fatalf("a VM is cached as %T", vm)
+	}
+	if _, ok := vmi.(*storedVMI); !ok {
+		t.Fatalf("a VMI is cached as %T", vmi)
+	}
+	return asVM(vm), asVMI(vmi)
+}
+
+// TestStoredObjectsReadBackAsTrimmed: the VM and VMI a trimmed cache
+// hands out are the trimmed objects, field for field (the same JSON), and
+// every read gets a template of its own.
+func TestStoredObjectsReadBackAsTrimmed(t *testing.T) {
+	wantVM, wantVMI := trimmedTyped(t)
+	gotVM, gotVMI := readBack(t)
+	same := func(what string, got, want any) {
+		g, _ := json.Marshal(got)
+		w, _ := json.Marshal(want)
+		if string(g) != string(w) || !equality.Semantic.DeepEqual(got, want) {
+			t.Errorf("%s read back\n%s\nwant\n%s", what, g, w)
+		}
+	}
+	same("VM", gotVM, wantVM)
+	same("VMI", gotVMI, wantVMI)
+	if !reflect.DeepEqual(gotVMI, wantVMI) {
+		t.Errorf("VMI read back differs in Go from TrimVMI's: %+v", gotVMI)
+	}
+	if gotVM.Spec.Template == nil || gotVM.Spec.Template.Spec.Volumes[1].CloudInitNoCloud.UserData == "#cloud-config\npassword: fedora\n" {
+		t.Fatalf("template read back without its trim: %+v", gotVM.Spec.Template)
+	}
+	s, err := TrimUnread(served[virtv1.VirtualMachine](t, servedVM))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := asVM(s), asVM(s); a.Spec.Template == b.Spec.Template {
+		t.Error("two reads of a VM share one template")
+	}
+}
+
+// TestPlansSameFromStoredObjects: a running VM with a preference, moved
+// to a larger instance type, is planned the same from the trimmed typed
+// objects and from what a trimmed cache hands out.
+func TestPlansSameFromStoredObjects(t *testing.T) {
+	gen := func(cpus uint32, mem string) instancetype.Generation {
+		return instancetype.Generation{
+			Instancetype: &v1beta1.VirtualMachineInstancetypeSpec{CPU: v1beta1.CPUInstancetype{Guest: cpus}, Memory: v1beta1.MemoryInstancetype{Guest: resource.MustParse(mem)}},
+			Preference:   &v1beta1.VirtualMachinePreferenceSpec{Devices: &v1beta1.DevicePreferences{PreferredDiskBus: virtv1.DiskBusVirtio}},
+		}
+	}
+	cluster := instancetype.Cluster{LiveUpdate: true, LiveMigrate: true, MaxHotplugRatio: 4}
+	wantVM, wantVMI := trimmedTyped(t)
+	gotVM, gotVMI := readBack(t)
+	for _, target := range []instancetype.Generation{gen(4, "8Gi"), gen(2, "4Gi"), gen(2, "32Gi")} {
+		want := instancetype.Decide(instancetype.Input{VM: wantVM, VMI: wantVMI, Pinned: gen(2, "4Gi"), Target: target, Cluster: cluster})
+		got := instancetype.Decide(instancetype.Input{VM: gotVM, VMI: gotVMI, Pinned: gen(2, "4Gi"), Target: target, Cluster: cluster})
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("to %d vCPUs %s: stored objects planned\n%+v\ntrimmed typed ones\n%+v", target.Instancetype.CPU.Guest, &target.Instancetype.Memory.Guest, got, want)
+		}
+	}
+}
