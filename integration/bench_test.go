@@ -809,23 +809,33 @@ func sizes(t *testing.T, list string) []int {
 	return out
 }
 
+// rss is kvlive run's resident memory (VmRSS); the log gets its parts:
+// anonymous (the Go heap and stacks), file (the binary's pages) and shared.
 func rss(t *testing.T, p *kvliveProc) uint64 {
 	t.Helper()
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
 		t.Fatal(err)
 	}
+	var total uint64
+	var parts []string
 	for line := range strings.Lines(string(raw)) {
+		if strings.HasPrefix(line, "Rss") {
+			parts = append(parts, strings.Join(strings.Fields(line), " "))
+		}
 		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
 			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return kb * 1024
+			total = kb * 1024
 		}
 	}
-	t.Fatal("no VmRSS")
-	return 0
+	if total == 0 {
+		t.Fatal("no VmRSS")
+	}
+	t.Logf("kvlive run RSS %s: %s", mib(total), strings.Join(parts, ", "))
+	return total
 }
 
 func mib(b uint64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
