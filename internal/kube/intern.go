@@ -4,11 +4,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unique"
 	"unsafe"
 	"weak"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	virtv1 "kubevirt.io/api/core/v1"
 )
 
 // A fleet's cached objects repeat themselves: every VM pinned to one
@@ -91,7 +93,10 @@ func internBytes(b []byte) []byte {
 }
 
 // intern shares obj's labels and annotations, and a revision's snapshot,
-// with the equal ones of objects cached before it.
+// with the equal ones of objects cached before it, and the strings that
+// repeat from object to object (namespaces, finalizers, owners' kinds,
+// instance type and preference names, condition reasons) with every
+// other object holding an equal one (internStrings).
 func intern(obj any) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
@@ -99,7 +104,69 @@ func intern(obj any) {
 	}
 	m.SetLabels(internMap(m.GetLabels()))
 	m.SetAnnotations(internMap(m.GetAnnotations()))
+	internStrings(obj)
 	if cr, ok := obj.(*appsv1.ControllerRevision); ok {
 		cr.Data.Raw = internBytes(cr.Data.Raw)
 	}
 }
+
+// internStrings makes each string of obj that objects of a fleet repeat
+// the one canonical copy of it (package unique), in place. Names, uids and
+// resource versions, which no two objects share, are left alone.
+func internStrings(obj any) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	m.SetNamespace(unique.Make(m.GetNamespace()).Value())
+	fs := m.GetFinalizers() // the object's own slice: interned in place
+	for i := range fs {
+		shared(&fs[i])
+	}
+	refs := m.GetOwnerReferences()
+	for i := range refs {
+		shared(&refs[i].APIVersion)
+		shared(&refs[i].Kind)
+	}
+	switch o := obj.(type) {
+	case *virtv1.VirtualMachine:
+		if it := o.Spec.Instancetype; it != nil {
+			shared(&it.Kind)
+			shared(&it.Name)
+		}
+		if p := o.Spec.Preference; p != nil {
+			shared(&p.Kind)
+			shared(&p.Name)
+		}
+		for _, r := range []*virtv1.InstancetypeStatusRef{o.Status.InstancetypeRef, o.Status.PreferenceRef} {
+			if r != nil {
+				shared(&r.Kind)
+				shared(&r.Name)
+			}
+		}
+		sharedAs(&o.Status.PrintableStatus)
+		for i := range o.Status.Conditions {
+			c := &o.Status.Conditions[i]
+			sharedAs(&c.Type)
+			sharedAs(&c.Status)
+			shared(&c.Reason)
+			shared(&c.Message)
+		}
+	case *virtv1.VirtualMachineInstance:
+		sharedAs(&o.Status.Phase)
+		for i := range o.Status.Conditions {
+			c := &o.Status.Conditions[i]
+			sharedAs(&c.Type)
+			sharedAs(&c.Status)
+			shared(&c.Reason)
+			shared(&c.Message)
+		}
+	}
+}
+
+// shared replaces *s by its canonical copy.
+func shared(s *string) { *s = unique.Make(*s).Value() }
+
+// sharedAs is shared for the string types of the API (phases, condition
+// types and statuses).
+func sharedAs[S ~string](s *S) { *s = S(unique.Make(string(*s)).Value()) }

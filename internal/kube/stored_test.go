@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"unsafe"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -138,5 +139,35 @@ func TestPlansSameFromStoredObjects(t *testing.T) {
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("to %d vCPUs %s: stored objects planned\n%+v\ntrimmed typed ones\n%+v", target.Instancetype.CPU.Guest, &target.Instancetype.Memory.Guest, got, want)
 		}
+	}
+}
+
+// TestTrimUnreadSharesRepeatedStrings: two VMs decoded apart hold one
+// copy of the strings a fleet repeats, and their own names.
+func TestTrimUnreadSharesRepeatedStrings(t *testing.T) {
+	vm := func(name string) *virtv1.VirtualMachine {
+		v := served[virtv1.VirtualMachine](t, servedVM)
+		v.Name = name
+		if _, err := TrimUnread(v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	a, b := vm("web-1"), vm("web-2")
+	for what, pair := range map[string][2]string{
+		"namespace":         {a.Namespace, b.Namespace},
+		"finalizer":         {a.Finalizers[0], b.Finalizers[0]},
+		"instance type":     {a.Spec.Instancetype.Name, b.Spec.Instancetype.Name},
+		"pinned kind":       {a.Status.InstancetypeRef.Kind, b.Status.InstancetypeRef.Kind},
+		"condition type":    {string(a.Status.Conditions[0].Type), string(b.Status.Conditions[0].Type)},
+		"printable status":  {string(a.Status.PrintableStatus), string(b.Status.PrintableStatus)},
+		"preference (spec)": {a.Spec.Preference.Name, b.Spec.Preference.Name},
+	} {
+		if unsafe.StringData(pair[0]) != unsafe.StringData(pair[1]) {
+			t.Errorf("%s %q: a copy per VM", what, pair[0])
+		}
+	}
+	if a.Name != "web-1" || b.Name != "web-2" {
+		t.Errorf("names: %q, %q", a.Name, b.Name)
 	}
 }
