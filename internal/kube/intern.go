@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -104,7 +105,7 @@ func intern(obj any) {
 	}
 	m.SetLabels(internMap(m.GetLabels()))
 	m.SetAnnotations(internMap(m.GetAnnotations()))
-	internStrings(obj)
+	internStrings(obj, m)
 	if cr, ok := obj.(*appsv1.ControllerRevision); ok {
 		cr.Data.Raw = internBytes(cr.Data.Raw)
 	}
@@ -112,13 +113,12 @@ func intern(obj any) {
 
 // internStrings makes each string of obj that objects of a fleet repeat
 // the one canonical copy of it (package unique), in place. Names, uids and
-// resource versions, which no two objects share, are left alone.
-func internStrings(obj any) {
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return
-	}
-	m.SetNamespace(unique.Make(m.GetNamespace()).Value())
+// resource versions, which no two objects share, are left alone. m is
+// obj's metadata.
+func internStrings(obj any, m metav1.Object) {
+	ns := m.GetNamespace()
+	shared(&ns)
+	m.SetNamespace(ns)
 	fs := m.GetFinalizers() // the object's own slice: interned in place
 	for i := range fs {
 		shared(&fs[i])
@@ -147,21 +147,24 @@ func internStrings(obj any) {
 		sharedAs(&o.Status.PrintableStatus)
 		for i := range o.Status.Conditions {
 			c := &o.Status.Conditions[i]
-			sharedAs(&c.Type)
-			sharedAs(&c.Status)
-			shared(&c.Reason)
-			shared(&c.Message)
+			sharedCondition(&c.Type, &c.Status, &c.Reason, &c.Message)
 		}
 	case *virtv1.VirtualMachineInstance:
 		sharedAs(&o.Status.Phase)
 		for i := range o.Status.Conditions {
 			c := &o.Status.Conditions[i]
-			sharedAs(&c.Type)
-			sharedAs(&c.Status)
-			shared(&c.Reason)
-			shared(&c.Message)
+			sharedCondition(&c.Type, &c.Status, &c.Reason, &c.Message)
 		}
 	}
+}
+
+// sharedCondition shares the strings of a VM's or a VMI's condition (two
+// types with the same fields).
+func sharedCondition[T, S ~string](typ *T, status *S, reason, message *string) {
+	sharedAs(typ)
+	sharedAs(status)
+	shared(reason)
+	shared(message)
 }
 
 // shared replaces *s by its canonical copy.

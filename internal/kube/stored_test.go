@@ -142,8 +142,8 @@ func TestPlansSameFromStoredObjects(t *testing.T) {
 	}
 }
 
-// TestTrimUnreadSharesRepeatedStrings: two VMs decoded apart hold one
-// copy of the strings a fleet repeats, and their own names.
+// TestTrimUnreadSharesRepeatedStrings: two VMs (and two VMIs) decoded
+// apart hold one copy of the strings a fleet repeats, and their own names.
 func TestTrimUnreadSharesRepeatedStrings(t *testing.T) {
 	vm := func(name string) *virtv1.VirtualMachine {
 		v := served[virtv1.VirtualMachine](t, servedVM)
@@ -153,15 +153,25 @@ func TestTrimUnreadSharesRepeatedStrings(t *testing.T) {
 		}
 		return v
 	}
+	vmi := func() *virtv1.VirtualMachineInstance {
+		v := served[virtv1.VirtualMachineInstance](t, servedVMI)
+		if _, err := TrimUnread(v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
 	a, b := vm("web-1"), vm("web-2")
+	ia, ib := vmi(), vmi()
 	for what, pair := range map[string][2]string{
-		"namespace":         {a.Namespace, b.Namespace},
-		"finalizer":         {a.Finalizers[0], b.Finalizers[0]},
-		"instance type":     {a.Spec.Instancetype.Name, b.Spec.Instancetype.Name},
-		"pinned kind":       {a.Status.InstancetypeRef.Kind, b.Status.InstancetypeRef.Kind},
-		"condition type":    {string(a.Status.Conditions[0].Type), string(b.Status.Conditions[0].Type)},
-		"printable status":  {string(a.Status.PrintableStatus), string(b.Status.PrintableStatus)},
-		"preference (spec)": {a.Spec.Preference.Name, b.Spec.Preference.Name},
+		"VMI phase":          {string(ia.Status.Phase), string(ib.Status.Phase)},
+		"VMI condition type": {string(ia.Status.Conditions[1].Type), string(ib.Status.Conditions[1].Type)},
+		"namespace":          {a.Namespace, b.Namespace},
+		"finalizer":          {a.Finalizers[0], b.Finalizers[0]},
+		"instance type":      {a.Spec.Instancetype.Name, b.Spec.Instancetype.Name},
+		"pinned kind":        {a.Status.InstancetypeRef.Kind, b.Status.InstancetypeRef.Kind},
+		"condition type":     {string(a.Status.Conditions[0].Type), string(b.Status.Conditions[0].Type)},
+		"printable status":   {string(a.Status.PrintableStatus), string(b.Status.PrintableStatus)},
+		"preference (spec)":  {a.Spec.Preference.Name, b.Spec.Preference.Name},
 	} {
 		if unsafe.StringData(pair[0]) != unsafe.StringData(pair[1]) {
 			t.Errorf("%s %q: a copy per VM", what, pair[0])
