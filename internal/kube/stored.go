@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	virtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -43,13 +44,16 @@ func storeVM(vm *virtv1.VirtualMachine) (*storedVM, error) {
 
 // object is the VM as it was stored: a copy of the VM with its template
 // decoded, sharing everything else with the stored one (callers must not
-// mutate it, as with any informer object). A template that no longer
-// decodes, which a template json.Marshal wrote cannot be, is left out.
+// mutate it, as with any informer object). A template that does not
+// decode, which one json.Marshal wrote cannot be, is reported through
+// client-go's error handlers (logged) and left out.
 func (s *storedVM) object() *virtv1.VirtualMachine {
 	vm := *s.vm
 	if s.template != nil {
 		t := &virtv1.VirtualMachineInstanceTemplateSpec{}
-		if json.Unmarshal(s.template, t) == nil {
+		if err := json.Unmarshal(s.template, t); err != nil {
+			utilruntime.HandleError(fmt.Errorf("kube: VM %s/%s: the cached template does not decode, read without it: %w", vm.Namespace, vm.Name, err))
+		} else {
 			vm.Spec.Template = t
 		}
 	}

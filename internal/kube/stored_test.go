@@ -1,13 +1,16 @@
 package kube
 
 import (
+	"context"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"unsafe"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	virtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/api/instancetype/v1beta1"
 
@@ -179,5 +182,19 @@ func TestTrimUnreadSharesRepeatedStrings(t *testing.T) {
 	}
 	if a.Name != "web-1" || b.Name != "web-2" {
 		t.Errorf("names: %q, %q", a.Name, b.Name)
+	}
+}
+
+// TestStoredVMUndecodableTemplateIsReported: a stored template that does
+// not decode is read as no template and reported, not dropped silently.
+func TestStoredVMUndecodableTemplateIsReported(t *testing.T) {
+	var reported []error
+	saved := utilruntime.ErrorHandlers
+	t.Cleanup(func() { utilruntime.ErrorHandlers = saved })
+	utilruntime.ErrorHandlers = []utilruntime.ErrorHandler{func(_ context.Context, err error, _ string, _ ...any) { reported = append(reported, err) }}
+	s := &storedVM{vm: served[virtv1.VirtualMachine](t, servedVM), template: []byte(`{"spec":`)}
+	s.vm.Spec.Template = nil
+	if vm := s.object(); vm.Spec.Template != nil || len(reported) != 1 || !strings.Contains(reported[0].Error(), "team-1/web-1") {
+		t.Fatalf("template %v, reported %v", vm.Spec.Template, reported)
 	}
 }
