@@ -62,14 +62,21 @@ func keepFixture(t *testing.T) jetstream.JetStream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch, err := c.FetchNoWait(4)
+	// Fetch waits for all four (FetchNoWait returns what the consumer has
+	// delivered so far, fewer on a loaded machine).
+	batch, err := c.Fetch(4, jetstream.FetchMaxWait(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
+	acked := 0
 	for m := range batch.Messages() {
 		if err := m.DoubleAck(ctx); err != nil {
 			t.Fatal(err)
 		}
+		acked++
+	}
+	if acked != 4 {
+		t.Fatalf("the planner acked %d events, want 4 (%v)", acked, batch.Error())
 	}
 	record("complete", 2)
 	outcome("complete", "complete-a")
