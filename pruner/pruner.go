@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
@@ -150,8 +149,8 @@ func (p *Pruner) enqueue(obj any) {
 
 // enqueueOwner queues the VM that owns a revision kvlive created.
 func (p *Pruner) enqueueOwner(obj any) {
-	cr, ok := obj.(*appsv1.ControllerRevision)
-	if !ok || !instancetype.CreatedByKvlive(cr) {
+	cr := kube.RevisionOf(obj)
+	if cr == nil || !instancetype.CreatedByKvlive(cr) {
 		return
 	}
 	if owner := metav1.GetControllerOf(cr); owner != nil && owner.Kind == virtv1.VirtualMachineGroupVersionKind.Kind {

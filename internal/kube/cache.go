@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -26,7 +27,7 @@ import (
 const RefIndex = "kvlive.io/referenced"
 
 // OwnerIndex is the revision informer index by the UID of the revision's
-// controller (the VM that owns it).
+// controller (the VM that owns it): read it with OwnedRevisions.
 const OwnerIndex = "kvlive.io/owner"
 
 // Cache is the process's informer cache: VMs (indexed by the instance types
@@ -192,24 +193,40 @@ func indexRefs(obj any) ([]string, error) {
 	return instancetype.RefKeys(vm), nil
 }
 
+// ownerBucket is the OwnerIndex key of a revision whose controller has
+// uid.
+func ownerBucket(uid types.UID) string { return string(uid) }
+
 func indexOwner(obj any) ([]string, error) {
-	cr, ok := obj.(*appsv1.ControllerRevision)
-	if !ok {
-		return nil, nil
-	}
-	if owner := metav1.GetControllerOf(cr); owner != nil {
-		return []string{string(owner.UID)}, nil
+	if uid := controllerUID(obj); uid != "" {
+		return []string{ownerBucket(uid)}, nil
 	}
 	return nil, nil
 }
 
+// controllerUID is the UID of the controller of a cached revision, stored
+// or typed, or "".
+func controllerUID(obj any) types.UID {
+	switch o := obj.(type) {
+	case *storedRevision:
+		return o.controllerUID()
+	case *appsv1.ControllerRevision:
+		if owner := metav1.GetControllerOf(o); owner != nil {
+			return owner.UID
+		}
+	}
+	return ""
+}
+
 // OwnedRevisions returns the cached instancetype ControllerRevisions whose
-// controller is the object of uid (a VM). The objects are the informer's.
+// controller is the object of uid (a VM). Callers must not mutate them.
 func (c *Cache) OwnedRevisions(uid string) []*appsv1.ControllerRevision {
-	objs, _ := c.revisions.GetIndexer().ByIndex(OwnerIndex, uid)
-	out := make([]*appsv1.ControllerRevision, 0, len(objs))
+	objs, _ := c.revisions.GetIndexer().ByIndex(OwnerIndex, ownerBucket(types.UID(uid)))
+	var out []*appsv1.ControllerRevision
 	for _, o := range objs {
-		out = append(out, o.(*appsv1.ControllerRevision))
+		if controllerUID(o) == types.UID(uid) {
+			out = append(out, RevisionOf(o))
+		}
 	}
 	return out
 }
@@ -290,13 +307,14 @@ func (c *Cache) VMI(namespace, name string) *virtv1.VirtualMachineInstance {
 	return asVMI(o)
 }
 
-// Revision returns a cached instancetype ControllerRevision.
+// Revision returns a cached instancetype ControllerRevision. Callers must
+// not mutate it.
 func (c *Cache) Revision(namespace, name string) (*appsv1.ControllerRevision, bool) {
 	o, ok, _ := c.revisions.GetIndexer().GetByKey(namespace + "/" + name)
 	if !ok {
 		return nil, false
 	}
-	return o.(*appsv1.ControllerRevision), true
+	return RevisionOf(o), true
 }
 
 // KubeVirt returns the cached KubeVirt CR, or nil when there is none.

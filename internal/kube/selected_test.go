@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	"kvlive/internal/kube"
 	"kvlive/internal/testenv"
@@ -40,5 +41,36 @@ func TestStartCacheForReadsOnlyInvolvedRevisions(t *testing.T) {
 	}
 	if _, ok := c.Revision("ns", unrelated.Name); ok {
 		t.Errorf("the unrelated revision %s is cached", unrelated.Name)
+	}
+}
+
+// TestOwnedRevisionsOfOneVMOnly: VMs whose UIDs fall in one owner-index
+// bucket each own only their revisions, and a VM without any owns none.
+func TestOwnedRevisionsOfOneVMOnly(t *testing.T) {
+	small, medium := testenv.ClusterInstancetype("u1.small", 1, "2Gi"), testenv.ClusterInstancetype("u1.medium", 2, "4Gi")
+	var kubeObjs []runtime.Object
+	virtObjs := []runtime.Object{small, medium}
+	want := map[string][]string{}
+	for _, name := range []string{"a", "b", "c"} {
+		vm := testenv.VM("ns", name, medium.Name)
+		vm.UID = types.UID("0b7-" + name) // one bucket: the UIDs' first three characters
+		for _, it := range []runtime.Object{small, medium} {
+			cr := testenv.Pin(t, vm, it)
+			kubeObjs = append(kubeObjs, cr)
+			want[string(vm.UID)] = append(want[string(vm.UID)], cr.Name)
+		}
+		virtObjs = append(virtObjs, vm)
+	}
+	c := testenv.StartCache(t, testenv.FakeClients(kubeObjs, virtObjs...))
+	for uid, names := range map[string][]string{"0b7-a": want["0b7-a"], "0b7-b": want["0b7-b"], "0b7-c": want["0b7-c"], "0b7-none": nil} {
+		var got []string
+		for _, cr := range c.OwnedRevisions(uid) {
+			got = append(got, cr.Name)
+		}
+		slices.Sort(got)
+		slices.Sort(names)
+		if !slices.Equal(got, names) {
+			t.Errorf("VM %s owns %v, want %v", uid, got, names)
+		}
 	}
 }

@@ -4,19 +4,25 @@ import (
 	"encoding/json"
 	"fmt"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	virtv1 "kubevirt.io/api/core/v1"
 )
 
-// A KubeVirt object decoded into its Go type costs more than its content:
-// a VirtualMachine's template is a 1,000-byte struct before any field is
-// set, a VirtualMachineInstance 1,528 bytes, most of it for fields kvlive
-// never reads. A trimmed cache (NewCache) therefore keeps each VM and VMI
-// in a stored form, storedVM and storedVMI, and hands out typed objects
-// rebuilt from it on every read (the cache's VM, VMI, VMs and Referencing);
-// the informers' handlers get the stored forms, which carry the object's
-// metadata for keys (meta.Accessor). docs/performance.md measures it.
+// An object decoded into its Go type costs more than its content: a
+// VirtualMachine's template is a 1,000-byte struct before any field is
+// set, a VirtualMachineInstance 1,528 bytes, a ControllerRevision 312,
+// most of it for fields kvlive never reads or that are never set. A
+// trimmed cache (NewCache) therefore keeps each VM, VMI and instancetype
+// ControllerRevision in a stored form, storedVM, storedVMI and
+// storedRevision, and hands out typed objects rebuilt from it on every
+// read (the cache's VM, VMI, VMs, Referencing, Revision and
+// OwnedRevisions); the informers' handlers get the stored forms, which
+// carry the object's metadata for keys (meta.Accessor), and RevisionOf
+// reads a revision from one. docs/performance.md measures it.
 
 // storedVM is a cached VM: the VM without its template, and the template
 // as JSON, decoded when the VM is read.
@@ -120,6 +126,120 @@ func asVMI(obj any) *virtv1.VirtualMachineInstance {
 	case *storedVMI:
 		return o.object()
 	case *virtv1.VirtualMachineInstance:
+		return o
+	}
+	return nil
+}
+
+// storedRevision is a cached ControllerRevision as KubeVirt and kvlive
+// make them: the metadata they set (one controller owner kept inline, not
+// in a slice of its own), the snapshot (shared with equal ones, intern)
+// and the revision number. A revision with any other metadata (more
+// owners, finalizers, a deletion under way) stays typed (storeRevision).
+type storedRevision struct {
+	name, namespace, resourceVersion string
+	uid                              types.UID
+	created                          metav1.Time
+	labels, annotations              map[string]string
+	owner                            storedOwner
+	data                             []byte
+	revision                         int64
+}
+
+// storedOwner is a revision's one owner reference, if any (kind set).
+type storedOwner struct {
+	apiVersion, kind, name    string
+	uid                       types.UID
+	controller, blockDeletion optionalBool
+}
+
+// optionalBool is a *bool kept in a byte: unset, false or true.
+type optionalBool uint8
+
+const (
+	unset optionalBool = iota
+	isFalse
+	isTrue
+)
+
+func optional(b *bool) optionalBool {
+	switch {
+	case b == nil:
+		return unset
+	case *b:
+		return isTrue
+	}
+	return isFalse
+}
+
+func (o optionalBool) pointer() *bool {
+	if o == unset {
+		return nil
+	}
+	b := o == isTrue
+	return &b
+}
+
+// storeRevision keeps cr, a revision the cache now owns, in its stored
+// form, or returns it as it is when its metadata holds more than the
+// stored form keeps.
+func storeRevision(cr *appsv1.ControllerRevision) any {
+	m := &cr.ObjectMeta
+	if cr.TypeMeta != (metav1.TypeMeta{}) || cr.Data.Object != nil || len(m.OwnerReferences) > 1 ||
+		m.GenerateName != "" || m.SelfLink != "" || m.Generation != 0 || m.DeletionTimestamp != nil ||
+		m.DeletionGracePeriodSeconds != nil || len(m.Finalizers) > 0 || len(m.ManagedFields) > 0 {
+		return cr
+	}
+	s := &storedRevision{
+		name: m.Name, namespace: m.Namespace, resourceVersion: m.ResourceVersion, uid: m.UID,
+		created: m.CreationTimestamp, labels: m.Labels, annotations: m.Annotations,
+		data: cr.Data.Raw, revision: cr.Revision,
+	}
+	if len(m.OwnerReferences) == 1 {
+		o := &m.OwnerReferences[0]
+		s.owner = storedOwner{apiVersion: o.APIVersion, kind: o.Kind, name: o.Name, uid: o.UID,
+			controller: optional(o.Controller), blockDeletion: optional(o.BlockOwnerDeletion)}
+	}
+	return s
+}
+
+// object is the revision as it was stored.
+func (s *storedRevision) object() *appsv1.ControllerRevision {
+	cr := &appsv1.ControllerRevision{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: s.name, Namespace: s.namespace, ResourceVersion: s.resourceVersion, UID: s.uid,
+			CreationTimestamp: s.created, Labels: s.labels, Annotations: s.annotations,
+		},
+		Data:     runtime.RawExtension{Raw: s.data},
+		Revision: s.revision,
+	}
+	if o := s.owner; o.kind != "" {
+		cr.OwnerReferences = []metav1.OwnerReference{{APIVersion: o.apiVersion, Kind: o.kind, Name: o.name, UID: o.uid,
+			Controller: o.controller.pointer(), BlockOwnerDeletion: o.blockDeletion.pointer()}}
+	}
+	return cr
+}
+
+// GetObjectMeta makes a storedRevision an object to client-go's key
+// functions.
+func (s *storedRevision) GetObjectMeta() metav1.Object { return &s.object().ObjectMeta }
+
+// controllerUID is the UID of the revision's controller, or "".
+func (s *storedRevision) controllerUID() types.UID {
+	if s.owner.controller == isTrue {
+		return s.owner.uid
+	}
+	return ""
+}
+
+// RevisionOf is the ControllerRevision an informer of the cache holds as
+// obj (stored or typed; what its event handlers get), or nil for anything
+// else.
+func RevisionOf(obj any) *appsv1.ControllerRevision {
+	switch o := obj.(type) {
+	case *storedRevision:
+		return o.object()
+	case *appsv1.ControllerRevision:
 		return o
 	}
 	return nil

@@ -8,8 +8,11 @@ import (
 	"testing"
 	"unsafe"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	virtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/api/instancetype/v1beta1"
@@ -43,7 +46,7 @@ const (
 "virtualMachineRevisionName":"revision-start-web-1-3","interfaces":[{"name":"default","ipAddress":"10.0.0.7"}],"guestOSInfo":{"name":"Fedora Linux"}}}`
 )
 
-func served[T any](t *testing.T, raw string) *T {
+func served[T any](t testing.TB, raw string) *T {
 	t.Helper()
 	var obj T
 	if err := json.Unmarshal([]byte(raw), &obj); err != nil {
@@ -196,5 +199,60 @@ func TestStoredVMUndecodableTemplateIsReported(t *testing.T) {
 	s.vm.Spec.Template = nil
 	if vm := s.object(); vm.Spec.Template != nil || len(reported) != 1 || !strings.Contains(reported[0].Error(), "team-1/web-1") {
 		t.Fatalf("template %v, reported %v", vm.Spec.Template, reported)
+	}
+}
+
+// servedRevision is an instancetype ControllerRevision as the API server
+// serves the one KubeVirt makes for web-1.
+func servedRevision(t testing.TB) *appsv1.ControllerRevision {
+	t.Helper()
+	return served[appsv1.ControllerRevision](t, `{"metadata":{"name":"web-1-u1.medium-v1beta1-5c0e-1","namespace":"team-1","uid":"9a1f","resourceVersion":"77",
+"creationTimestamp":"2026-12-03T03:00:00Z","labels":{"instancetype.kubevirt.io/object-kind":"VirtualMachineClusterInstancetype","instancetype.kubevirt.io/object-name":"u1.medium"},
+"ownerReferences":[{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachine","name":"web-1","uid":"0b7d","controller":true,"blockOwnerDeletion":true}],
+"managedFields":[{"manager":"virt-controller","operation":"Update","apiVersion":"apps/v1","fieldsType":"FieldsV1","fieldsV1":{"f:data":{}}}]},
+"data":{"apiVersion":"instancetype.kubevirt.io/v1beta1","kind":"VirtualMachineClusterInstancetype","spec":{"cpu":{"guest":2},"memory":{"guest":"4Gi"}}},"revision":1}`)
+}
+
+// TestStoredRevisionReadsBackAsServed: a revision kept in its stored form
+// reads back as the typed revision without its managed fields, owner,
+// times and snapshot included; one whose metadata holds more (finalizers,
+// a second owner, a deletion under way) is kept typed, whole.
+func TestStoredRevisionReadsBackAsServed(t *testing.T) {
+	want := servedRevision(t)
+	want.ManagedFields = nil
+	stored, err := TrimUnread(servedRevision(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := stored.(*storedRevision); !ok {
+		t.Fatalf("a revision is cached as %T", stored)
+	}
+	if again, err := TrimUnread(stored); err != nil || again != stored {
+		t.Fatalf("a stored revision transformed again: %v, %T", err, again)
+	}
+	got := RevisionOf(stored)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("revision read back\n%+v\nwant\n%+v", got, want)
+	}
+	if m, _ := meta.Accessor(stored); m.GetName() != want.Name || m.GetNamespace() != want.Namespace {
+		t.Errorf("metadata for keys: %s/%s", m.GetNamespace(), m.GetName())
+	}
+	now := metav1.Now()
+	for name, more := range map[string]func(*appsv1.ControllerRevision){
+		"finalizers": func(cr *appsv1.ControllerRevision) { cr.Finalizers = []string{"example.com/hold"} },
+		"second owner": func(cr *appsv1.ControllerRevision) {
+			cr.OwnerReferences = append(cr.OwnerReferences, metav1.OwnerReference{Kind: "Other", Name: "x"})
+		},
+		"deletion": func(cr *appsv1.ControllerRevision) { cr.DeletionTimestamp = &now },
+	} {
+		cr := servedRevision(t)
+		more(cr)
+		out, err := TrimUnread(cr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if RevisionOf(out) != cr {
+			t.Errorf("a revision with %s is cached as %T, not whole", name, out)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package kube
 import (
 	"encoding/json"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -91,8 +92,9 @@ func DeclaredOwners(entries []metav1.ManagedFieldsEntry) []metav1.ManagedFieldsE
 
 // TrimUnread is the transform of kvlive's own caches: StripUnread, then
 // each VM and VMI cut down to what kvlive reads (instancetype.TrimVM and
-// TrimVMI) and kept in a stored form (storedVM, storedVMI: a VM's
-// template as JSON, a VMI's few fields without the struct around them),
+// TrimVMI) and kept, with each ControllerRevision, in a stored form
+// (storedVM, storedVMI, storedRevision: a VM's template as JSON, a VMI's
+// few fields and a revision's metadata without the structs around them),
 // so a cache of a large fleet holds little more than the instance type,
 // preference and hotplug state of each VM (docs/performance.md measures
 // it), sharing equal labels, annotations and revision snapshots among
@@ -101,7 +103,7 @@ func DeclaredOwners(entries []metav1.ManagedFieldsEntry) []metav1.ManagedFieldsE
 // (NewWholeCache).
 func TrimUnread(obj any) (any, error) {
 	switch obj.(type) {
-	case *storedVM, *storedVMI:
+	case *storedVM, *storedVMI, *storedRevision:
 		return obj, nil // trimmed already: a transform runs again on a relist
 	}
 	obj, err := StripUnread(obj)
@@ -115,6 +117,8 @@ func TrimUnread(obj any) (any, error) {
 	case *virtv1.VirtualMachine:
 		instancetype.TrimVM(o)
 		return storeVM(o)
+	case *appsv1.ControllerRevision:
+		return storeRevision(o), nil
 	}
 	return obj, nil
 }

@@ -84,9 +84,9 @@ func TestTrimUnreadSharesWhatObjectsRepeat(t *testing.T) {
 		}
 		return out
 	}
-	a := trim(rev("vm-a-u1.medium-2", `{"spec":{"cpu":{"guest":2}}}`)).(*appsv1.ControllerRevision)
-	b := trim(rev("vm-b-u1.medium-2", `{"spec":{"cpu":{"guest":2}}}`)).(*appsv1.ControllerRevision)
-	c := trim(rev("vm-c-u1.medium-3", `{"spec":{"cpu":{"guest":3}}}`)).(*appsv1.ControllerRevision)
+	a := kube.RevisionOf(trim(rev("vm-a-u1.medium-2", `{"spec":{"cpu":{"guest":2}}}`)))
+	b := kube.RevisionOf(trim(rev("vm-b-u1.medium-2", `{"spec":{"cpu":{"guest":2}}}`)))
+	c := kube.RevisionOf(trim(rev("vm-c-u1.medium-3", `{"spec":{"cpu":{"guest":3}}}`)))
 	if &a.Data.Raw[0] != &b.Data.Raw[0] || reflect.ValueOf(a.Labels).UnsafePointer() != reflect.ValueOf(b.Labels).UnsafePointer() {
 		t.Error("two revisions of one generation hold a snapshot or labels each")
 	}
