@@ -3,6 +3,7 @@ package drift
 import (
 	"cmp"
 	"fmt"
+	"iter"
 	"slices"
 	"strconv"
 
@@ -19,9 +20,10 @@ import (
 // Source is what drift reads: the process's informer cache
 // (*kube.Cache).
 type Source interface {
-	// VMs lists the cached VMs of namespace ("" for all) that selector
-	// (nil for all) matches.
-	VMs(namespace string, selector labels.Selector) []*virtv1.VirtualMachine
+	// VMsWithoutTemplates yields the cached VMs of namespace ("" for all)
+	// that selector (nil for all) matches, one at a time and without their
+	// templates, which Measure does not read.
+	VMsWithoutTemplates(namespace string, selector labels.Selector) iter.Seq[*virtv1.VirtualMachine]
 	// VMI returns the cached VMI of VM namespace/name, or nil.
 	VMI(namespace, name string) *virtv1.VirtualMachineInstance
 	// Revision returns a cached instancetype ControllerRevision.
@@ -109,7 +111,7 @@ func (r Row) NotLatest() int { return r.Behind + r.Unknown }
 // a preference is counted under both.
 func Measure(src Source, f Filter) []Row {
 	tallies := map[string]*tally{}
-	for _, vm := range src.VMs(f.Namespace, f.Selector) {
+	for vm := range src.VMsWithoutTemplates(f.Namespace, f.Selector) {
 		vmi := src.VMI(vm.Namespace, vm.Name)
 		for _, preference := range []bool{false, true} {
 			ref, ok := instancetype.RefOf(vm, preference)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -270,19 +272,46 @@ func (c *Cache) Referencing(ref events.Ref, namespace string, selector labels.Se
 // for all) matches. The objects are the informer's: callers must not
 // mutate them.
 func (c *Cache) VMs(namespace string, selector labels.Selector) []*virtv1.VirtualMachine {
+	objs := c.vmObjects(namespace, selector)
+	vms := make([]*virtv1.VirtualMachine, 0, len(objs))
+	for _, o := range objs {
+		vms = append(vms, asVM(o))
+	}
+	return vms
+}
+
+// VMsWithoutTemplates yields the cached VMs of namespace ("" for all)
+// that selector (nil for all) matches, one at a time and without their
+// templates (Spec.Template is nil): for readers of references, pins and
+// status across the fleet (drift, on every metrics scrape), which so
+// neither hold the fleet decoded at once nor decode a template. Callers
+// must not mutate the VMs.
+func (c *Cache) VMsWithoutTemplates(namespace string, selector labels.Selector) iter.Seq[*virtv1.VirtualMachine] {
+	return func(yield func(*virtv1.VirtualMachine) bool) {
+		for _, o := range c.vmObjects(namespace, selector) {
+			if !yield(withoutTemplate(o)) {
+				return
+			}
+		}
+	}
+}
+
+// vmObjects are the VM informer's objects of namespace ("" for all) that
+// selector (nil for all) matches.
+func (c *Cache) vmObjects(namespace string, selector labels.Selector) []any {
 	var objs []any
 	if namespace == "" {
 		objs = c.vms.GetIndexer().List()
 	} else {
 		objs, _ = c.vms.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
 	}
-	vms := make([]*virtv1.VirtualMachine, 0, len(objs))
-	for _, o := range objs {
-		if m, _ := meta.Accessor(o); selector == nil || selector.Matches(labels.Set(m.GetLabels())) {
-			vms = append(vms, asVM(o))
-		}
+	if selector == nil {
+		return objs
 	}
-	return vms
+	return slices.DeleteFunc(objs, func(o any) bool {
+		m, _ := meta.Accessor(o)
+		return !selector.Matches(labels.Set(m.GetLabels()))
+	})
 }
 
 // HasSynced reports whether every informer has listed once: before that

@@ -120,6 +120,22 @@ func asVM(obj any) *virtv1.VirtualMachine {
 	return nil
 }
 
+// withoutTemplate is the VM an informer holds as obj without its
+// template: a copy of the VM, sharing everything else with it.
+func withoutTemplate(obj any) *virtv1.VirtualMachine {
+	var vm virtv1.VirtualMachine
+	switch o := obj.(type) {
+	case *storedVM:
+		vm = *o.vm
+	case *virtv1.VirtualMachine:
+		vm = *o
+	default:
+		return nil
+	}
+	vm.Spec.Template = nil
+	return &vm
+}
+
 // asVMI is the VMI an informer holds as obj, stored or typed, or nil.
 func asVMI(obj any) *virtv1.VirtualMachineInstance {
 	switch o := obj.(type) {

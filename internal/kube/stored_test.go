@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	virtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/api/instancetype/v1beta1"
@@ -254,5 +256,48 @@ func TestStoredRevisionReadsBackAsServed(t *testing.T) {
 		if RevisionOf(out) != cr {
 			t.Errorf("a revision with %s is cached as %T, not whole", name, out)
 		}
+	}
+}
+
+// TestVMsWithoutTemplatesDecodesNone: the fleet read a metrics scrape
+// makes yields each VM of the namespace and selector asked, without its
+// template, and decodes none (a template that does not decode is not
+// even reported).
+func TestVMsWithoutTemplatesDecodesNone(t *testing.T) {
+	var reported []error
+	saved := utilruntime.ErrorHandlers
+	t.Cleanup(func() { utilruntime.ErrorHandlers = saved })
+	utilruntime.ErrorHandlers = []utilruntime.ErrorHandler{func(_ context.Context, err error, _ string, _ ...any) { reported = append(reported, err) }}
+	c, err := CacheOf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"web-1", "web-2", "db-1"} {
+		vm := served[virtv1.VirtualMachine](t, strings.ReplaceAll(servedVM, "web-1", name))
+		if name == "db-1" {
+			vm.Labels = map[string]string{"tier": "db"}
+		}
+		s, err := storeVM(vm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.template = []byte(`{"spec":`) // decoding it would be reported
+		if err := c.vms.GetIndexer().Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for vm := range c.VMsWithoutTemplates("team-1", labels.SelectorFromSet(labels.Set{"tier": "web"})) {
+		if vm.Spec.Template != nil || vm.Status.InstancetypeRef == nil {
+			t.Errorf("%s: template %v, pin %v", vm.Name, vm.Spec.Template, vm.Status.InstancetypeRef)
+		}
+		got = append(got, vm.Name)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"web-1", "web-2"}) || len(reported) > 0 {
+		t.Errorf("yielded %v, reported %v", got, reported)
+	}
+	for range c.VMsWithoutTemplates("", nil) {
+		break // a reader that stops early stops the iteration
 	}
 }
