@@ -706,7 +706,8 @@ var memoryAims = map[[2]int]uint64{
 
 // benchRSS reads kvlive run's resident memory and live heap with fleets
 // of the sizes asked for (three VMs in four running, and all stopped),
-// logs where the heap goes by function (every per-VM structure kvlive
+// idle after a metrics scrape (what a monitored kvlive does), logs where
+// the heap goes by function (every per-VM structure kvlive
 // holds, the informers' included), and what dropping managed fields saves
 // per cached object.
 func benchRSS(t *testing.T, tab *benchTable) {
@@ -731,10 +732,11 @@ func benchRSS(t *testing.T, tab *benchTable) {
 			proc := e.runKvlive("kvlive defaults", append(benchDefaults.args(), "--profiling")...)
 			e.waitGenerations()
 			time.Sleep(5 * time.Second) // informers settled
+			e.logGoMemory(proc)         // a scrape, as Prometheus makes every 30 s or so
 			r := rss(t, proc)
 			running := len(e.view().vmis)
 			heap := e.heapProfile(proc, fmt.Sprintf("%d VMs and %d VMIs cached", n, running))
-			what := fmt.Sprintf("kvlive run RSS, %d VMs and %d VMIs cached, idle", n, running)
+			what := fmt.Sprintf("kvlive run RSS, %d VMs and %d VMIs cached, idle, scraped", n, running)
 			figure := fmt.Sprintf("%s (live heap %s, %.1f KiB per VM)", mib(r), mib(heap), float64(heap)/float64(n)/1024)
 			if limit, ok := memoryAims[[2]int{n, running}]; ok {
 				tab.aim("memory", what, figure, "< "+mib(limit), r < limit)
@@ -753,6 +755,29 @@ func benchRSS(t *testing.T, tab *benchTable) {
 		a, b := points[0], points[len(points)-1]
 		tab.add("memory", fmt.Sprintf("RSS growth per cached VM (with its VMI), %d → %d VMs", a.vms, b.vms), fmt.Sprintf("%.1f KiB", float64(b.rss-a.rss)/float64(b.vms-a.vms)/1024), "")
 	}
+}
+
+// logGoMemory scrapes kvlive run's metrics and logs where its Go runtime
+// says its memory is (the go_memstats_ metrics): what the heap holds, what
+// it has freed but kept, what it gave back, the next collection's goal and
+// the stacks.
+func (e *env) logGoMemory(p *kvliveProc) {
+	e.t.Helper()
+	_, body, err := httpGet("http://" + e.metricsAddr(p) + "/metrics")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var parts []string
+	for line := range strings.Lines(body) {
+		for _, name := range []string{"heap_alloc", "heap_inuse", "heap_idle", "heap_released", "next_gc", "stack_inuse", "sys"} {
+			if v, ok := strings.CutPrefix(line, "go_memstats_"+name+"_bytes "); ok {
+				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+					parts = append(parts, fmt.Sprintf("%s %s", name, mib(uint64(f))))
+				}
+			}
+		}
+	}
+	e.t.Logf("kvlive run's Go memory: %s", strings.Join(parts, ", "))
 }
 
 // benchManagedFields measures, in this process, the heap a list of the
