@@ -67,9 +67,26 @@ type VerifierConfig struct {
 }
 
 // awaited is one moved VM's outcome, unacked until its verdict is stored.
+// It keeps the outcome's reply subject, not its message: a message holds
+// its body and headers (some 3 KiB a VM, and a rollout may await 100,000
+// VMs), and settling one is a publish to its reply subject (JetStream's
+// ack protocol: "+ACK", "-NAK"; what jetstream.Msg's Ack and Nak send).
 type awaited struct {
-	out events.Outcome
-	msg jetstream.Msg
+	out   events.Outcome
+	reply string
+}
+
+// Bodies of JetStream's ack protocol: the acknowledgement, and the
+// negative one that has the server deliver the message again at once.
+var (
+	ackBody = []byte("+ACK")
+	nakBody = []byte("-NAK")
+)
+
+// settleAwaited acks or naks (body) the awaited outcome a, logging a
+// failure as settle does.
+func (v *Verifier) settleAwaited(a awaited, body []byte) {
+	v.settleFailed(v.cfg.JetStream.Conn().Publish(a.reply, body), "vm", a.out.VM.String(), "event", a.out.EventID)
 }
 
 // Verifier stores KubeVirt's verdict on every VM kvlive moved.
@@ -193,7 +210,7 @@ func (v *Verifier) handBack() {
 	n := 0
 	for key, byEvent := range v.byVM {
 		for _, a := range byEvent {
-			v.settle(a.msg, a.msg.Nak)
+			v.settleAwaited(a, nakBody)
 			n++
 		}
 		delete(v.byVM, key)
@@ -241,7 +258,7 @@ func (v *Verifier) receive(ctx context.Context, msg jetstream.Msg) {
 		v.settle(msg, msg.Ack) // another attempt's outcome: the first one awaits
 		return
 	}
-	byEvent[out.EventID] = awaited{out: out, msg: msg}
+	byEvent[out.EventID] = awaited{out: out, reply: msg.Reply()}
 	v.mu.Unlock()
 	v.queue.Add(key)
 	v.queue.AddAfter(key, out.FinishedAt.Add(out.VerdictDeadline).Sub(v.cfg.Clock.Now()))
@@ -272,9 +289,15 @@ func (v *Verifier) deadLetter(ctx context.Context, msg jetstream.Msg, reason str
 // redelivers it after the ack wait, and the verdict's subject keeps it
 // from being stored twice.
 func (v *Verifier) settle(msg jetstream.Msg, do func() error) {
-	if err := do(); err != nil {
+	v.settleFailed(do(), "subject", msg.Subject())
+}
+
+// settleFailed counts and logs err, a failure to settle the outcome what
+// names, if any.
+func (v *Verifier) settleFailed(err error, what ...any) {
+	if err != nil {
 		v.cfg.Metrics.Settled(events.ConsumerVerifier, consumer.OutcomeFailed)
-		v.cfg.Log.Warn("verifier: settling an outcome failed; it comes again after the ack wait", "subject", msg.Subject(), "err", err)
+		v.cfg.Log.Warn("verifier: settling an outcome failed; it comes again after the ack wait", append(what, "err", err)...)
 	}
 }
 
@@ -328,7 +351,7 @@ func (v *Verifier) judge(ctx context.Context, key string) error {
 			delete(v.byVM, key)
 		}
 		v.mu.Unlock()
-		v.settle(a.msg, a.msg.Ack)
+		v.settleAwaited(a, ackBody)
 	}
 	return errors.Join(errs...)
 }

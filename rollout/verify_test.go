@@ -152,6 +152,45 @@ func TestEveryMovedVMGetsOneVerdict(t *testing.T) {
 	})
 }
 
+// TestAwaitedOutcomesAreSettledAtOnce: with an ack wait of hours, an
+// outcome is acked as soon as its verdict is stored, and one still
+// awaited when its verifier stops is handed back at once: another replica
+// stores its verdict within seconds, not after the ack wait.
+func TestAwaitedOutcomesAreSettledAtOnce(t *testing.T) {
+	js := testenv.JetStream(t, func(o *events.StreamOptions) { o.VerdictDeadline = 2 * time.Hour })
+	vmi := testenv.RunningVMI("ns", "live")
+	clients := testenv.FakeClients(nil, verifyVM("stopped"), verifyVM("live"), vmi)
+	cache := testenv.StartCache(t, clients)
+	ctx := t.Context()
+	ackPending := func() int {
+		c, err := js.Consumer(ctx, events.StreamOutcomes, events.ConsumerVerifier)
+		if err != nil {
+			return -1
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return -1
+		}
+		return info.NumAckPending
+	}
+
+	first := startVerifier(t, js, cache, 2*time.Hour)
+	moved(t, js, "stopped", events.ResultNextBoot, 1, 2*time.Hour)
+	moved(t, js, "live", events.ResultLive, 1, 2*time.Hour)
+	testenv.Eventually(t, 30*time.Second, "the stopped VM's verdict", func() bool { _, n := verdictOf(t, js, "stopped"); return n == 1 })
+	testenv.Eventually(t, 10*time.Second, "the stopped VM's outcome acked (the live one awaits)", func() bool { return ackPending() == 1 })
+	first()
+	second := startVerifier(t, js, cache, 2*time.Hour)
+	defer second()
+	vmi = vmi.DeepCopy()
+	vmi.Spec.Domain.CPU.Sockets, vmi.Status.CurrentCPUTopology = 4, &virtv1.CPUTopology{Sockets: 4}
+	if _, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Update(ctx, vmi, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the live VM's verdict, by the replica it was handed to", func() bool { _, n := verdictOf(t, js, "live"); return n == 1 })
+	testenv.Eventually(t, 10*time.Second, "every outcome acked", func() bool { return ackPending() == 0 })
+}
+
 // TestEachOutcomeOfAVMIsJudgedAtItsDeadline: a VM moved again while its
 // first verdict is awaited gets both verdicts, each at its own deadline,
 // though the first deadline's wake-up comes before the second is due.
