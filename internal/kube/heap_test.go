@@ -82,7 +82,7 @@ func heapOf[T any](build func() T) uint64 {
 // stopped VMs with their revisions, and three running in four with their
 // VMIs (go test -bench CachedHeap -benchtime 1x ./internal/kube/).
 func BenchmarkCachedHeapPerVM(b *testing.B) {
-	const n = 5000
+	const n = 20000
 	for _, c := range []struct {
 		name    string
 		running func(int) bool
