@@ -202,7 +202,7 @@ func (o optionalBool) pointer() *bool {
 func storeRevision(cr *appsv1.ControllerRevision) any {
 	m := &cr.ObjectMeta
 	if cr.TypeMeta != (metav1.TypeMeta{}) || cr.Data.Object != nil || len(m.OwnerReferences) > 1 ||
-		m.GenerateName != "" || m.SelfLink != "" || m.Generation != 0 || m.DeletionTimestamp != nil ||
+		m.GenerateName != "" || m.Generation != 0 || m.DeletionTimestamp != nil ||
 		m.DeletionGracePeriodSeconds != nil || len(m.Finalizers) > 0 || len(m.ManagedFields) > 0 {
 		return cr
 	}
