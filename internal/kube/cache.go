@@ -7,6 +7,7 @@ import (
 	"iter"
 	"reflect"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,8 +30,8 @@ import (
 const RefIndex = "kvlive.io/referenced"
 
 // OwnerIndex is the revision informer index by the UID of the revision's
-// controller (the VM that owns it), in buckets (ownerBucket): read it
-// with OwnedRevisions.
+// controller (the VM that owns it), in buckets of UIDs (ownerBucket):
+// read it with OwnedRevisions.
 const OwnerIndex = "kvlive.io/owner"
 
 // Cache is the process's informer cache: VMs (indexed by the instance types
@@ -196,17 +197,22 @@ func indexRefs(obj any) ([]string, error) {
 	return instancetype.RefKeys(vm), nil
 }
 
+// ownerBuckets is how many keys the owner index has at most.
+const ownerBuckets = 1 << 12
+
 // ownerBucket is the OwnerIndex key of a revision whose controller has
-// uid: the UID's first three characters. A key per owner would make the
-// index hold a set per VM (client-go keeps one map per key, about 200
-// bytes for a set of one); a few thousand buckets hold the same keys for
-// a fraction of that, and a lookup reads one bucket (tens of revisions in
-// a fleet of 100,000 VMs) for the revisions uid controls.
+// uid: one of 4,096 buckets, by a hash of the UID (FNV-1a), so UIDs that
+// share a prefix (a seeded demo's, a test's) spread as random ones do. A
+// key per owner would make the index hold a set per VM (client-go keeps
+// one map per key, about 200 bytes for a set of one); the buckets hold the
+// same keys for a fraction of that, and a lookup reads one bucket (tens of
+// revisions in a fleet of 100,000 VMs) for the revisions uid controls.
 func ownerBucket(uid types.UID) string {
-	if len(uid) > 3 {
-		return string(uid[:3])
+	h := uint32(2166136261)
+	for i := range len(uid) {
+		h = (h ^ uint32(uid[i])) * 16777619
 	}
-	return string(uid)
+	return strconv.FormatUint(uint64(h%ownerBuckets), 16)
 }
 
 func indexOwner(obj any) ([]string, error) {

@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -51,9 +52,17 @@ func TestOwnedRevisionsOfOneVMOnly(t *testing.T) {
 	var kubeObjs []runtime.Object
 	virtObjs := []runtime.Object{small, medium}
 	want := map[string][]string{}
-	for _, name := range []string{"a", "b", "c"} {
+	uids := map[string][]types.UID{} // by bucket, until one holds three
+	var shared []types.UID
+	for i := 0; len(shared) < 3; i++ {
+		uid := types.UID(fmt.Sprintf("uid-%d", i))
+		b := kube.OwnerBucket(uid)
+		uids[b] = append(uids[b], uid)
+		shared = uids[b]
+	}
+	for i, name := range []string{"a", "b", "c"} {
 		vm := testenv.VM("ns", name, medium.Name)
-		vm.UID = types.UID("0b7-" + name) // one bucket: the UIDs' first three characters
+		vm.UID = shared[i] // one bucket
 		for _, it := range []runtime.Object{small, medium} {
 			cr := testenv.Pin(t, vm, it)
 			kubeObjs = append(kubeObjs, cr)
@@ -62,7 +71,8 @@ func TestOwnedRevisionsOfOneVMOnly(t *testing.T) {
 		virtObjs = append(virtObjs, vm)
 	}
 	c := testenv.StartCache(t, testenv.FakeClients(kubeObjs, virtObjs...))
-	for uid, names := range map[string][]string{"0b7-a": want["0b7-a"], "0b7-b": want["0b7-b"], "0b7-c": want["0b7-c"], "0b7-none": nil} {
+	for uid, names := range map[string][]string{string(shared[0]): want[string(shared[0])], string(shared[1]): want[string(shared[1])],
+		string(shared[2]): want[string(shared[2])], "uid-none": nil} {
 		var got []string
 		for _, cr := range c.OwnedRevisions(uid) {
 			got = append(got, cr.Name)
@@ -72,5 +82,22 @@ func TestOwnedRevisionsOfOneVMOnly(t *testing.T) {
 		if !slices.Equal(got, names) {
 			t.Errorf("VM %s owns %v, want %v", uid, got, names)
 		}
+	}
+}
+
+// TestOwnerBucketsSpreadSeededUIDs: UIDs that share a long prefix (the
+// demo seeds its VMs' UIDs so) spread over the owner index's buckets as
+// random ones do, so no lookup reads the whole fleet's revisions.
+func TestOwnerBucketsSpreadSeededUIDs(t *testing.T) {
+	buckets := map[string]int{}
+	for i := range 4096 {
+		buckets[kube.OwnerBucket(types.UID(fmt.Sprintf("0a0a0a0a-0000-4000-8000-%012d", i)))]++
+	}
+	largest := 0
+	for _, n := range buckets {
+		largest = max(largest, n)
+	}
+	if len(buckets) < 2000 || largest > 16 {
+		t.Errorf("4,096 seeded UIDs fill %d buckets, the largest with %d", len(buckets), largest)
 	}
 }
