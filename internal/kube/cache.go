@@ -66,8 +66,8 @@ type Cache struct {
 }
 
 // NewCache registers the informers over namespace ("" for all); nothing
-// lists or watches until Start. It keeps of each VM and VMI only what
-// kvlive reads (TrimUnread).
+// lists or watches until Start. It keeps of each VM, VMI and revision only
+// what kvlive reads, in stored forms (TrimUnread).
 func NewCache(c Clients, namespace string) (*Cache, error) {
 	ca, err := newCache(c, namespace, true, true)
 	if err != nil {

@@ -150,8 +150,10 @@ func asVMI(obj any) *virtv1.VirtualMachineInstance {
 // storedRevision is a cached ControllerRevision as KubeVirt and kvlive
 // make them: the metadata they set (one controller owner kept inline, not
 // in a slice of its own), the snapshot (shared with equal ones, intern)
-// and the revision number. A revision with any other metadata (more
-// owners, finalizers, a deletion under way) stays typed (storeRevision).
+// and the revision number; not its type meta, which client-go clears as
+// it decodes (a fake clientset sets it). A revision with any other
+// metadata (more owners, finalizers, a deletion under way) stays typed
+// (storeRevision).
 type storedRevision struct {
 	name, namespace, resourceVersion string
 	uid                              types.UID
@@ -201,7 +203,7 @@ func (o optionalBool) pointer() *bool {
 // stored form keeps.
 func storeRevision(cr *appsv1.ControllerRevision) any {
 	m := &cr.ObjectMeta
-	if cr.TypeMeta != (metav1.TypeMeta{}) || cr.Data.Object != nil || len(m.OwnerReferences) > 1 ||
+	if cr.Data.Object != nil || len(m.OwnerReferences) > 1 || (len(m.OwnerReferences) == 1 && m.OwnerReferences[0].Kind == "") ||
 		m.GenerateName != "" || m.Generation != 0 || m.DeletionTimestamp != nil ||
 		m.DeletionGracePeriodSeconds != nil || len(m.Finalizers) > 0 || len(m.ManagedFields) > 0 {
 		return cr
@@ -221,24 +223,28 @@ func storeRevision(cr *appsv1.ControllerRevision) any {
 
 // object is the revision as it was stored.
 func (s *storedRevision) object() *appsv1.ControllerRevision {
-	cr := &appsv1.ControllerRevision{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: s.name, Namespace: s.namespace, ResourceVersion: s.resourceVersion, UID: s.uid,
-			CreationTimestamp: s.created, Labels: s.labels, Annotations: s.annotations,
-		},
-		Data:     runtime.RawExtension{Raw: s.data},
-		Revision: s.revision,
+	return &appsv1.ControllerRevision{ObjectMeta: s.meta(), Data: runtime.RawExtension{Raw: s.data}, Revision: s.revision}
+}
+
+// meta is the revision's metadata as it was stored.
+func (s *storedRevision) meta() metav1.ObjectMeta {
+	m := metav1.ObjectMeta{
+		Name: s.name, Namespace: s.namespace, ResourceVersion: s.resourceVersion, UID: s.uid,
+		CreationTimestamp: s.created, Labels: s.labels, Annotations: s.annotations,
 	}
 	if o := s.owner; o.kind != "" {
-		cr.OwnerReferences = []metav1.OwnerReference{{APIVersion: o.apiVersion, Kind: o.kind, Name: o.name, UID: o.uid,
+		m.OwnerReferences = []metav1.OwnerReference{{APIVersion: o.apiVersion, Kind: o.kind, Name: o.name, UID: o.uid,
 			Controller: o.controller.pointer(), BlockOwnerDeletion: o.blockDeletion.pointer()}}
 	}
-	return cr
+	return m
 }
 
 // GetObjectMeta makes a storedRevision an object to client-go's key
 // functions.
-func (s *storedRevision) GetObjectMeta() metav1.Object { return &s.object().ObjectMeta }
+func (s *storedRevision) GetObjectMeta() metav1.Object {
+	m := s.meta()
+	return &m
+}
 
 // controllerUID is the UID of the revision's controller, or "".
 func (s *storedRevision) controllerUID() types.UID {

@@ -216,9 +216,10 @@ func servedRevision(t testing.TB) *appsv1.ControllerRevision {
 }
 
 // TestStoredRevisionReadsBackAsServed: a revision kept in its stored form
-// reads back as the typed revision without its managed fields, owner,
-// times and snapshot included; one whose metadata holds more (finalizers,
-// a second owner, a deletion under way) is kept typed, whole.
+// reads back as the typed revision without its managed fields (and type
+// meta), owner, times and snapshot included; one whose metadata holds
+// more (finalizers, a second owner, a deletion under way, an owner without
+// a kind) is kept typed, whole.
 func TestStoredRevisionReadsBackAsServed(t *testing.T) {
 	want := servedRevision(t)
 	want.ManagedFields = nil
@@ -236,8 +237,13 @@ func TestStoredRevisionReadsBackAsServed(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("revision read back\n%+v\nwant\n%+v", got, want)
 	}
-	if m, _ := meta.Accessor(stored); m.GetName() != want.Name || m.GetNamespace() != want.Namespace {
-		t.Errorf("metadata for keys: %s/%s", m.GetNamespace(), m.GetName())
+	if m, _ := meta.Accessor(stored); !reflect.DeepEqual(m, &want.ObjectMeta) {
+		t.Errorf("metadata for keys and handlers: %+v", m)
+	}
+	typed := servedRevision(t)
+	typed.APIVersion, typed.Kind = "apps/v1", "ControllerRevision" // as a fake clientset leaves it
+	if out, err := TrimUnread(typed); err != nil || !reflect.DeepEqual(RevisionOf(out), want) {
+		t.Errorf("a revision with type meta is cached as %T: %v", out, err)
 	}
 	now := metav1.Now()
 	for name, more := range map[string]func(*appsv1.ControllerRevision){
@@ -245,7 +251,8 @@ func TestStoredRevisionReadsBackAsServed(t *testing.T) {
 		"second owner": func(cr *appsv1.ControllerRevision) {
 			cr.OwnerReferences = append(cr.OwnerReferences, metav1.OwnerReference{Kind: "Other", Name: "x"})
 		},
-		"deletion": func(cr *appsv1.ControllerRevision) { cr.DeletionTimestamp = &now },
+		"deletion":       func(cr *appsv1.ControllerRevision) { cr.DeletionTimestamp = &now },
+		"kindless owner": func(cr *appsv1.ControllerRevision) { cr.OwnerReferences[0].Kind = "" },
 	} {
 		cr := servedRevision(t)
 		more(cr)

@@ -92,9 +92,10 @@ func DeclaredOwners(entries []metav1.ManagedFieldsEntry) []metav1.ManagedFieldsE
 
 // TrimUnread is the transform of kvlive's own caches: StripUnread, then
 // each VM and VMI cut down to what kvlive reads (instancetype.TrimVM and
-// TrimVMI) and kept, with each ControllerRevision, in a stored form
-// (storedVM, storedVMI, storedRevision: a VM's template as JSON, a VMI's
-// few fields and a revision's metadata without the structs around them),
+// TrimVMI) and kept, with each ControllerRevision of the usual metadata,
+// in a stored form (storedVM, storedVMI, storedRevision: a VM's template
+// as JSON, a VMI's few fields and a revision's metadata without the
+// structs around them),
 // so a cache of a large fleet holds little more than the instance type,
 // preference and hotplug state of each VM (docs/performance.md measures
 // it), sharing equal labels, annotations and revision snapshots among
