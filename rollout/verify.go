@@ -74,6 +74,9 @@ type VerifierConfig struct {
 type awaited struct {
 	out   events.Outcome
 	reply string
+	// seq is the outcome's stream sequence, which tells the outcome
+	// delivered again from another attempt's outcome of the same VM.
+	seq uint64
 }
 
 // Bodies of JetStream's ack protocol: the acknowledgement, and the
@@ -242,9 +245,13 @@ func (v *Verifier) receive(ctx context.Context, msg jetstream.Msg) {
 		v.deadLetter(ctx, msg, "an outcome of a moved VM without the VM's uid")
 		return
 	}
-	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 && v.stored(ctx, out) {
-		v.settle(msg, msg.Ack) // a replica that died stored it first
-		return
+	var seq uint64
+	if md, err := msg.Metadata(); err == nil {
+		if md.NumDelivered > 1 && v.stored(ctx, out) {
+			v.settle(msg, msg.Ack) // a replica that died stored it first
+			return
+		}
+		seq = md.Sequence.Stream
 	}
 	key := out.VM.Namespace + "/" + out.VM.Name
 	v.mu.Lock()
@@ -254,11 +261,20 @@ func (v *Verifier) receive(ctx context.Context, msg jetstream.Msg) {
 		v.byVM[key] = byEvent
 	}
 	if a, ok := byEvent[out.EventID]; ok && a.out.VM.UID == out.VM.UID {
+		if seq != 0 && a.seq == seq {
+			// The awaited outcome itself, delivered again once the ack
+			// wait passed: it stays unacked, settled from now on through
+			// this delivery's reply subject.
+			a.reply = msg.Reply()
+			byEvent[out.EventID] = a
+			v.mu.Unlock()
+			return
+		}
 		v.mu.Unlock()
 		v.settle(msg, msg.Ack) // another attempt's outcome: the first one awaits
 		return
 	}
-	byEvent[out.EventID] = awaited{out: out, reply: msg.Reply()}
+	byEvent[out.EventID] = awaited{out: out, reply: msg.Reply(), seq: seq}
 	v.mu.Unlock()
 	v.queue.Add(key)
 	v.queue.AddAfter(key, out.FinishedAt.Add(out.VerdictDeadline).Sub(v.cfg.Clock.Now()))

@@ -203,6 +203,36 @@ func consumerInfo(t *testing.T, js jetstream.JetStream) *jetstream.ConsumerInfo 
 	return info
 }
 
+// TestARedeliveredAwaitedOutcomeStaysUnacked: an outcome awaited past the
+// consumer's ack wait is delivered again; the verifier keeps awaiting it
+// unacked (it was acked as another attempt's outcome, so a verifier that
+// stopped then lost it), and the replica it is handed back to stores the
+// verdict.
+func TestARedeliveredAwaitedOutcomeStaysUnacked(t *testing.T) {
+	js := testenv.JetStream(t, func(o *events.StreamOptions) { o.VerdictDeadline = time.Second }) // an ack wait of 2 s
+	vmi := testenv.RunningVMI("ns", "live")
+	clients := testenv.FakeClients(nil, verifyVM("live"), vmi)
+	cache := testenv.StartCache(t, clients)
+	first := startVerifier(t, js, cache, time.Hour)
+	moved(t, js, "live", events.ResultLive, 1, time.Hour) // its applier waits an hour for the verdict
+	testenv.Eventually(t, 30*time.Second, "the outcome delivered again after the ack wait", func() bool {
+		info := consumerInfo(t, js)
+		return info != nil && info.Delivered.Consumer >= 2
+	})
+	if info := consumerInfo(t, js); info == nil || info.NumAckPending != 1 {
+		t.Errorf("the awaited outcome was acked on its second delivery: %+v", info)
+	}
+	first()
+	second := startVerifier(t, js, cache, time.Hour)
+	defer second()
+	vmi = vmi.DeepCopy()
+	vmi.Spec.Domain.CPU.Sockets, vmi.Status.CurrentCPUTopology = 4, &virtv1.CPUTopology{Sockets: 4}
+	if _, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Update(t.Context(), vmi, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the verdict, by the replica the outcome was handed to", func() bool { _, n := verdictOf(t, js, "live"); return n == 1 })
+}
+
 // TestEachOutcomeOfAVMIsJudgedAtItsDeadline: a VM moved again while its
 // first verdict is awaited gets both verdicts, each at its own deadline,
 // though the first deadline's wake-up comes before the second is due.
