@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"iter"
 	"reflect"
 	"slices"
@@ -208,11 +209,9 @@ const ownerBuckets = 1 << 12
 // same keys for a fraction of that, and a lookup reads one bucket (tens of
 // revisions in a fleet of 100,000 VMs) for the revisions uid controls.
 func ownerBucket(uid types.UID) string {
-	h := uint32(2166136261)
-	for i := range len(uid) {
-		h = (h ^ uint32(uid[i])) * 16777619
-	}
-	return strconv.FormatUint(uint64(h%ownerBuckets), 16)
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(uid))
+	return strconv.FormatUint(uint64(h.Sum32()%ownerBuckets), 16)
 }
 
 func indexOwner(obj any) ([]string, error) {
