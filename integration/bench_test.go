@@ -332,7 +332,7 @@ func (e *env) waitPinnedTo(it string) {
 	e.t.Helper()
 	e.waitFor("every benched VM pinned to "+it, settleTimeout, func() (bool, string) {
 		left := 0
-		for _, vm := range e.view().vms {
+		for _, vm := range e.fleetView().vms {
 			if vm.Spec.Instancetype == nil || vm.Spec.Instancetype.Name == itSmall {
 				continue
 			}
@@ -348,7 +348,7 @@ func (e *env) waitPinnedTo(it string) {
 // benchVMsOn lists the benched VMs on it, as pinned now.
 func (e *env) benchVMsOn(it string) []*virtv1.VirtualMachine {
 	var vms []*virtv1.VirtualMachine
-	for _, vm := range e.view().vms {
+	for _, vm := range e.fleetView().vms {
 		if vm.Spec.Instancetype != nil && vm.Spec.Instancetype.Name == it {
 			vms = append(vms, vm)
 		}
@@ -734,7 +734,7 @@ func benchRSS(t *testing.T, tab *benchTable) {
 			time.Sleep(5 * time.Second) // informers settled
 			e.logGoMemory(proc)         // a scrape, as Prometheus makes every 30 s or so
 			r := rss(t, proc)
-			running := len(e.view().vmis)
+			running := len(e.fleetView().vmis)
 			heap := e.heapProfile(proc, fmt.Sprintf("%d VMs and %d VMIs cached", n, running))
 			what := fmt.Sprintf("kvlive run RSS, %d VMs and %d VMIs cached, idle, scraped", n, running)
 			figure := fmt.Sprintf("%s (live heap %s, %.1f KiB per VM)", mib(r), mib(heap), float64(heap)/float64(n)/1024)

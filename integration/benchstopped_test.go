@@ -182,7 +182,7 @@ func (e *env) waitReferencing(it string) {
 	e.t.Helper()
 	e.waitFor("every benched VM referencing "+it, settleTimeout, func() (bool, string) {
 		left := 0
-		for _, vm := range e.view().vms {
+		for _, vm := range e.fleetView().vms {
 			if vm.Spec.Instancetype != nil && vm.Spec.Instancetype.Name != itSmall && vm.Spec.Instancetype.Name != it {
 				left++
 			}

@@ -31,6 +31,22 @@ type clusterView struct {
 // view lists the cluster.
 func (e *env) view() clusterView {
 	e.t.Helper()
+	v := e.fleetView()
+	revs, err := e.clients.Kube.AppsV1().ControllerRevisions("").List(e.ctx, metav1.ListOptions{LabelSelector: instancetypeapi.ControllerRevisionObjectKindLabel})
+	if err != nil {
+		e.t.Fatalf("list ControllerRevisions: %v", err)
+	}
+	for i := range revs.Items {
+		v.revs[revs.Items[i].Namespace+"/"+revs.Items[i].Name] = &revs.Items[i]
+	}
+	return v
+}
+
+// fleetView lists the cluster's VMs and VMIs only: what waits poll for,
+// which a listing of every revision (several a VM, snapshots included)
+// would slow, and the API server with them.
+func (e *env) fleetView() clusterView {
+	e.t.Helper()
 	v := clusterView{vms: map[string]*virtv1.VirtualMachine{}, vmis: map[string]*virtv1.VirtualMachineInstance{}, revs: map[string]*appsv1.ControllerRevision{}}
 	vms, err := e.clients.Virt.KubevirtV1().VirtualMachines("").List(e.ctx, metav1.ListOptions{})
 	if err != nil {
@@ -45,13 +61,6 @@ func (e *env) view() clusterView {
 	}
 	for i := range vmis.Items {
 		v.vmis[vmis.Items[i].Namespace+"/"+vmis.Items[i].Name] = &vmis.Items[i]
-	}
-	revs, err := e.clients.Kube.AppsV1().ControllerRevisions("").List(e.ctx, metav1.ListOptions{LabelSelector: instancetypeapi.ControllerRevisionObjectKindLabel})
-	if err != nil {
-		e.t.Fatalf("list ControllerRevisions: %v", err)
-	}
-	for i := range revs.Items {
-		v.revs[revs.Items[i].Namespace+"/"+revs.Items[i].Name] = &revs.Items[i]
 	}
 	return v
 }

@@ -133,7 +133,7 @@ func newEnv(t *testing.T, o fleetOptions) *env {
 	seed(e.ctx, t, clients, o, e.shapes)
 	e.waitPinned()
 	e.uids = map[string]string{}
-	for key, vm := range e.view().vms {
+	for key, vm := range e.fleetView().vms {
 		e.uids[key] = string(vm.UID)
 	}
 	return e
@@ -258,7 +258,7 @@ func (e *env) waitPinned() {
 	// busy machine: a bench's 100,000-VM fleet takes longer than any test's.
 	timeout := max(settleTimeout, time.Duration(len(e.shapes))*30*time.Millisecond)
 	e.waitFor("the stand-in to pin every VM", timeout, func() (bool, string) {
-		v := e.view()
+		v := e.fleetView()
 		unpinned := 0
 		for _, vm := range v.vms {
 			if r := vm.Status.InstancetypeRef; r == nil || r.ControllerRevisionRef == nil || r.ControllerRevisionRef.Name == "" {
