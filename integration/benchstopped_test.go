@@ -39,15 +39,18 @@ func benchStopped(t *testing.T, tab *benchTable) {
 			seeded := time.Since(began)
 			on := &fleetOn{itMedium, itLarge}
 			var kv, raw [2][]applyRun
+			lap := lapClock(t)
 			for run := range *benchStoppedRuns {
 				proc := e.runKvlive("kvlive defaults", append(benchDefaults.args(), "--profiling")...)
 				e.waitGenerations()
+				lap("kvlive run started and synced")
 				if run > 0 {
 					// The loop's edit, made while kvlive was stopped, is an
 					// event kvlive plans when it starts (every VM at the
 					// target already: a "none" each); it is not timed, and
 					// must not share the NATS server with the timed re-pin.
 					e.follow(raw[0][run-1].eventID)
+					lap("kvlive planned the loop's edit")
 				}
 				e.waitQuiet("kvlive's re-pin")
 				var profiled func()
@@ -58,7 +61,9 @@ func benchStopped(t *testing.T, tab *benchTable) {
 				if profiled != nil {
 					profiled()
 				}
+				lap("kvlive's re-pin")
 				kv[1] = append(kv[1], e.stoppedRollout(on, true))
+				lap("kvlive's switch")
 				if run == *benchStoppedRuns-1 {
 					r := rss(t, proc)
 					heap := e.heapProfile(proc, fmt.Sprintf("%d stopped VMs cached", n))
@@ -66,13 +71,20 @@ func benchStopped(t *testing.T, tab *benchTable) {
 						fmt.Sprintf("%s (live heap %s, %.1f KiB per VM)", mib(r), mib(heap), float64(heap)/float64(n)/1024), "aim < 120 MiB at 20,000: -bench.sections memory -bench.memory-stopped 20000")
 				}
 				proc.terminate()
+				lap("kvlive run's figures read and stopped")
 				raw[1] = append(raw[1], e.stoppedRawLoop(on, true))
+				lap("the loop's switch")
 				raw[0] = append(raw[0], e.stoppedRawLoop(on, false))
-				// The loop prunes nothing; what it superseded is pruned
-				// here, untimed, not by the next kvlive run's pruner while
-				// its rollout is timed. kvlive's pruning of what its own
-				// moves superseded stays in its figures (the api rows).
-				e.kvliveCommand(10*time.Minute, "revisions", "prune", "--kubeconfig", e.kubeconfig)
+				lap("the loop's re-pin")
+				if run < *benchStoppedRuns-1 {
+					// The loop prunes nothing; what it superseded is pruned
+					// here, untimed, not by the next kvlive run's pruner
+					// while its rollout is timed. kvlive's pruning of what
+					// its own moves superseded stays in its figures (the
+					// api rows).
+					e.kvliveCommand(10*time.Minute, "revisions", "prune", "-A", "--kubeconfig", e.kubeconfig)
+					lap("kvlive revisions prune")
+				}
 			}
 			tab.add("time", fmt.Sprintf("the stopped section at %d VMs", n), fmt.Sprintf("%v: fleet seeded and pinned in %v, %d runs in %v",
 				time.Since(began).Round(time.Second), seeded.Round(time.Second), len(kv[0]), (time.Since(began)-seeded).Round(time.Second)), "")
@@ -89,6 +101,16 @@ func benchStopped(t *testing.T, tab *benchTable) {
 				tab.add("cpu", what, "raw loop "+sumOf(raw[i], func(r applyRun) cpuUse { return r.cpu }).perVM(runs), "")
 			}
 		})
+	}
+}
+
+// lapClock returns a function that logs how long the section spent since
+// its last call, on what: where a section's time goes.
+func lapClock(t *testing.T) func(what string) {
+	last := time.Now()
+	return func(what string) {
+		t.Logf("%v: %s", time.Since(last).Round(100*time.Millisecond), what)
+		last = time.Now()
 	}
 }
 
