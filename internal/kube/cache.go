@@ -188,11 +188,8 @@ func (c *Cache) KubeVirtInformer() cache.SharedIndexInformer { return c.kubevirt
 func (c *Cache) ObjectInformers() ObjectInformers { return c.objects }
 
 func indexRefs(obj any) ([]string, error) {
-	vm, ok := obj.(*virtv1.VirtualMachine)
-	if s, stored := obj.(*storedVM); stored {
-		vm, ok = s.vm, true // the references, not the template: no need to decode it
-	}
-	if !ok {
+	vm := withoutTemplate(obj) // the references, not the template: no need to decode it
+	if vm == nil {
 		return nil, nil
 	}
 	return instancetype.RefKeys(vm), nil

@@ -3,6 +3,7 @@ package kube
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,37 +25,167 @@ import (
 // carry the object's metadata for keys (meta.Accessor), and RevisionOf
 // reads a revision from one. docs/performance.md measures it.
 
-// storedVM is a cached VM: the VM without its template, and the template
-// as JSON, decoded when the VM is read.
+// storedVM is a cached VM: its metadata and the fields of its spec and
+// status that VMs as KubeVirt manages them set, in one struct rather than
+// the VirtualMachine's 552 bytes and the five small structs its
+// references point to, and its template as JSON, decoded when the VM is
+// read. A VM with anything else set (a data volume template kept, a state
+// change request, a reference inferred from a volume) is kept as it is,
+// typed, beside its template: storeVM never loses a field.
 type storedVM struct {
-	vm       *virtv1.VirtualMachine
-	template []byte
+	meta metav1.ObjectMeta
+	// kinded is a type meta of kubevirt.io/v1 VirtualMachine (a fake
+	// clientset's; client-go clears it as it decodes).
+	kinded                   bool
+	running                  optionalBool
+	hasRunStrategy           bool
+	created, ready           bool
+	runStrategy              virtv1.VirtualMachineRunStrategy
+	instancetype, preference storedRef
+	printableStatus          virtv1.VirtualMachinePrintableStatus
+	statusRunStrategy        virtv1.VirtualMachineRunStrategy
+	conditions               []virtv1.VirtualMachineCondition
+	observedGeneration       int64
+	desiredGeneration        int64
+	// instancetypeRef and preferenceRef are the status's pins.
+	instancetypeRef, preferenceRef storedRef
+	template                       []byte
+	// typed is the VM (without its template) when it holds more than the
+	// fields above, which are then unset.
+	typed *virtv1.VirtualMachine
+}
+
+// storedRef is a spec's instance type or preference matcher, or a status's
+// pin: its name, kind and revision name (a pin's ControllerRevisionRef).
+type storedRef struct {
+	set, hasRevision         bool
+	name, kind, revisionName string
 }
 
 // GetObjectMeta makes a storedVM an object to client-go's key functions.
-func (s *storedVM) GetObjectMeta() metav1.Object { return &s.vm.ObjectMeta }
+func (s *storedVM) GetObjectMeta() metav1.Object {
+	if s.typed != nil {
+		return &s.typed.ObjectMeta
+	}
+	return &s.meta
+}
+
+// vmTypeMeta is the type meta a kinded VM has.
+var vmTypeMeta = metav1.TypeMeta{APIVersion: virtv1.GroupVersion.String(), Kind: "VirtualMachine"}
 
 // storeVM keeps vm, a trimmed VM the cache now owns, in its stored form.
 func storeVM(vm *virtv1.VirtualMachine) (*storedVM, error) {
-	s := &storedVM{vm: vm}
+	var template []byte
 	if t := vm.Spec.Template; t != nil {
 		raw, err := json.Marshal(t)
 		if err != nil {
 			return nil, fmt.Errorf("kube: VM %s/%s: template: %w", vm.Namespace, vm.Name, err)
 		}
-		s.template = raw
+		template = raw
 		vm.Spec.Template = nil
 	}
-	return s, nil
+	if s, ok := compactVM(vm); ok {
+		s.template = template
+		return s, nil
+	}
+	return &storedVM{typed: vm, template: template}, nil
 }
 
-// object is the VM as it was stored: a copy of the VM with its template
-// decoded, sharing everything else with the stored one (callers must not
-// mutate it, as with any informer object). A template that does not
-// decode, which one json.Marshal wrote cannot be, is reported through
-// client-go's error handlers (logged) and left out.
+// compactVM is vm, without its template, as a storedVM's fields, or false
+// when it holds more than they keep.
+func compactVM(vm *virtv1.VirtualMachine) (*storedVM, bool) {
+	spec, st := vm.Spec, vm.Status
+	s := &storedVM{
+		meta: vm.ObjectMeta, kinded: vm.TypeMeta == vmTypeMeta, running: optional(spec.Running),
+		created: st.Created, ready: st.Ready, printableStatus: st.PrintableStatus, statusRunStrategy: st.RunStrategy,
+		conditions: st.Conditions, observedGeneration: st.ObservedGeneration, desiredGeneration: st.DesiredGeneration,
+	}
+	if spec.RunStrategy != nil {
+		s.hasRunStrategy, s.runStrategy = true, *spec.RunStrategy
+	}
+	ok := s.kinded || vm.TypeMeta == (metav1.TypeMeta{})
+	if m := spec.Instancetype; m != nil {
+		s.instancetype = storedRef{set: true, name: m.Name, kind: m.Kind, revisionName: m.RevisionName}
+		ok = ok && m.InferFromVolume == "" && m.InferFromVolumeFailurePolicy == nil
+	}
+	if m := spec.Preference; m != nil {
+		s.preference = storedRef{set: true, name: m.Name, kind: m.Kind, revisionName: m.RevisionName}
+		ok = ok && m.InferFromVolume == "" && m.InferFromVolumeFailurePolicy == nil
+	}
+	var pinned bool
+	s.instancetypeRef, pinned = storedPin(st.InstancetypeRef)
+	ok = ok && pinned
+	s.preferenceRef, pinned = storedPin(st.PreferenceRef)
+	ok = ok && pinned
+	// What is left once the fields above are taken must be unset.
+	spec.Running, spec.RunStrategy, spec.Instancetype, spec.Preference = nil, nil, nil, nil
+	st.Created, st.Ready, st.PrintableStatus, st.RunStrategy, st.Conditions = false, false, "", "", nil
+	st.ObservedGeneration, st.DesiredGeneration, st.InstancetypeRef, st.PreferenceRef = 0, 0, nil, nil
+	if !ok || !reflect.ValueOf(spec).IsZero() || !reflect.ValueOf(st).IsZero() {
+		return nil, false
+	}
+	return s, true
+}
+
+// storedPin is a status pin as a storedRef, and false when it holds more.
+func storedPin(r *virtv1.InstancetypeStatusRef) (storedRef, bool) {
+	if r == nil {
+		return storedRef{}, true
+	}
+	s := storedRef{set: true, name: r.Name, kind: r.Kind}
+	if r.ControllerRevisionRef != nil {
+		s.hasRevision, s.revisionName = true, r.ControllerRevisionRef.Name
+	}
+	return s, r.InferFromVolume == "" && r.InferFromVolumeFailurePolicy == nil
+}
+
+// withoutTemplate is the VM as it was stored, without its template, in a
+// struct of its own that shares everything else with the stored one.
+func (s *storedVM) withoutTemplate() *virtv1.VirtualMachine {
+	if s.typed != nil {
+		vm := *s.typed
+		return &vm
+	}
+	vm := &virtv1.VirtualMachine{ObjectMeta: s.meta}
+	if s.kinded {
+		vm.TypeMeta = vmTypeMeta
+	}
+	spec, st := &vm.Spec, &vm.Status
+	spec.Running = s.running.pointer()
+	if s.hasRunStrategy {
+		spec.RunStrategy = &s.runStrategy
+	}
+	if r := s.instancetype; r.set {
+		spec.Instancetype = &virtv1.InstancetypeMatcher{Name: r.name, Kind: r.kind, RevisionName: r.revisionName}
+	}
+	if r := s.preference; r.set {
+		spec.Preference = &virtv1.PreferenceMatcher{Name: r.name, Kind: r.kind, RevisionName: r.revisionName}
+	}
+	st.Created, st.Ready, st.PrintableStatus, st.RunStrategy, st.Conditions = s.created, s.ready, s.printableStatus, s.statusRunStrategy, s.conditions
+	st.ObservedGeneration, st.DesiredGeneration = s.observedGeneration, s.desiredGeneration
+	st.InstancetypeRef, st.PreferenceRef = s.instancetypeRef.pin(), s.preferenceRef.pin()
+	return vm
+}
+
+// pin is r as a status pin, or nil when unset.
+func (r storedRef) pin() *virtv1.InstancetypeStatusRef {
+	if !r.set {
+		return nil
+	}
+	p := &virtv1.InstancetypeStatusRef{Name: r.name, Kind: r.kind}
+	if r.hasRevision {
+		p.ControllerRevisionRef = &virtv1.ControllerRevisionRef{Name: r.revisionName}
+	}
+	return p
+}
+
+// object is the VM as it was stored, its template decoded, sharing
+// everything else with the stored one (callers must not mutate it, as
+// with any informer object). A template that does not decode, which one
+// json.Marshal wrote cannot be, is reported through client-go's error
+// handlers (logged) and left out.
 func (s *storedVM) object() *virtv1.VirtualMachine {
-	vm := *s.vm
+	vm := s.withoutTemplate()
 	if s.template != nil {
 		t := &virtv1.VirtualMachineInstanceTemplateSpec{}
 		if err := json.Unmarshal(s.template, t); err != nil {
@@ -63,7 +194,7 @@ func (s *storedVM) object() *virtv1.VirtualMachine {
 			vm.Spec.Template = t
 		}
 	}
-	return &vm
+	return vm
 }
 
 // storedVMI is a cached VMI: of its spec and status only the fields
@@ -123,17 +254,15 @@ func asVM(obj any) *virtv1.VirtualMachine {
 // withoutTemplate is the VM an informer holds as obj without its
 // template: a copy of the VM, sharing everything else with it.
 func withoutTemplate(obj any) *virtv1.VirtualMachine {
-	var vm virtv1.VirtualMachine
 	switch o := obj.(type) {
 	case *storedVM:
-		vm = *o.vm
+		return o.withoutTemplate()
 	case *virtv1.VirtualMachine:
-		vm = *o
-	default:
-		return nil
+		vm := *o
+		vm.Spec.Template = nil
+		return &vm
 	}
-	vm.Spec.Template = nil
-	return &vm
+	return nil
 }
 
 // asVMI is the VMI an informer holds as obj, stored or typed, or nil.

@@ -89,8 +89,8 @@ func readBack(t *testing.T) (*virtv1.VirtualMachine, *virtv1.VirtualMachineInsta
 		return out
 	}
 	vm, vmi := transform(served[virtv1.VirtualMachine](t, servedVM)), transform(served[virtv1.VirtualMachineInstance](t, servedVMI))
-	if _, ok := vm.(*storedVM); !ok {
-		t.Fatalf("a VM is cached as %T", vm)
+	if s, ok := vm.(*storedVM); !ok || s.typed != nil {
+		t.Fatalf("a VM is cached as %T, not in its compact form", vm)
 	}
 	if _, ok := vmi.(*storedVMI); !ok {
 		t.Fatalf("a VMI is cached as %T", vmi)
@@ -125,6 +125,65 @@ func TestStoredObjectsReadBackAsTrimmed(t *testing.T) {
 	}
 	if a, b := asVM(s), asVM(s); a.Spec.Template == b.Spec.Template {
 		t.Error("two reads of a VM share one template")
+	}
+}
+
+// TestStoredVMKeepsWhatItCannotCompact: a VM holding more than the
+// compact form keeps (a state change request, a reference inferred from a
+// volume, another type meta) is kept typed and reads back whole; a VM
+// with kubevirt.io/v1's type meta (a fake clientset's) is compact and
+// reads back with it. Every one reads back equal to what was stored.
+func TestStoredVMKeepsWhatItCannotCompact(t *testing.T) {
+	policy := virtv1.IgnoreInferFromVolumeFailure
+	for _, c := range []struct {
+		name    string
+		edit    func(*virtv1.VirtualMachine)
+		compact bool
+	}{
+		{"as served", func(*virtv1.VirtualMachine) {}, true},
+		{"kinded", func(vm *virtv1.VirtualMachine) { vm.TypeMeta = vmTypeMeta }, true},
+		{"stopped, running false, no pins", func(vm *virtv1.VirtualMachine) {
+			f := false
+			vm.Spec.RunStrategy, vm.Spec.Running, vm.Status = nil, &f, virtv1.VirtualMachineStatus{}
+		}, true},
+		{"another type meta", func(vm *virtv1.VirtualMachine) { vm.Kind = "Other" }, false},
+		{"a state change request", func(vm *virtv1.VirtualMachine) {
+			vm.Status.StateChangeRequests = []virtv1.VirtualMachineStateChangeRequest{{Action: virtv1.StopRequest}}
+		}, false},
+		{"an instance type inferred from a volume", func(vm *virtv1.VirtualMachine) {
+			vm.Spec.Instancetype.InferFromVolume, vm.Spec.Instancetype.InferFromVolumeFailurePolicy = "root", &policy
+		}, false},
+		{"a preference pin inferred from a volume", func(vm *virtv1.VirtualMachine) {
+			vm.Status.PreferenceRef = &virtv1.InstancetypeStatusRef{Name: "fedora", InferFromVolume: "root"}
+		}, false},
+		{"an owner", func(vm *virtv1.VirtualMachine) {
+			vm.OwnerReferences = []metav1.OwnerReference{{Kind: "VirtualMachinePool", Name: "pool", UID: "1"}}
+		}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			vm := served[virtv1.VirtualMachine](t, servedVM)
+			if _, err := StripUnread(vm); err != nil {
+				t.Fatal(err)
+			}
+			instancetype.TrimVM(vm)
+			c.edit(vm)
+			want := vm.DeepCopy()
+			s, err := storeVM(vm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if compact := s.typed == nil; compact != c.compact {
+				t.Errorf("compact %v, want %v", compact, c.compact)
+			}
+			if got := s.object(); !reflect.DeepEqual(got, want) {
+				g, _ := json.Marshal(got)
+				w, _ := json.Marshal(want)
+				t.Errorf("read back\n%s\nwant\n%s", g, w)
+			}
+			if m, err := meta.Accessor(s); err != nil || m.GetName() != "web-1" || m.GetNamespace() != "team-1" || m.GetResourceVersion() != "42" {
+				t.Errorf("metadata for keys: %v, %v", m, err)
+			}
+		})
 	}
 }
 
@@ -197,8 +256,11 @@ func TestStoredVMUndecodableTemplateIsReported(t *testing.T) {
 	saved := utilruntime.ErrorHandlers
 	t.Cleanup(func() { utilruntime.ErrorHandlers = saved })
 	utilruntime.ErrorHandlers = []utilruntime.ErrorHandler{func(_ context.Context, err error, _ string, _ ...any) { reported = append(reported, err) }}
-	s := &storedVM{vm: served[virtv1.VirtualMachine](t, servedVM), template: []byte(`{"spec":`)}
-	s.vm.Spec.Template = nil
+	s, err := storeVM(served[virtv1.VirtualMachine](t, servedVM))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.template = []byte(`{"spec":`)
 	if vm := s.object(); vm.Spec.Template != nil || len(reported) != 1 || !strings.Contains(reported[0].Error(), "team-1/web-1") {
 		t.Fatalf("template %v, reported %v", vm.Spec.Template, reported)
 	}
