@@ -40,6 +40,7 @@ type storedVM struct {
 	running                  optionalBool
 	hasRunStrategy           bool
 	created, ready           bool
+	refs                     refBits
 	runStrategy              virtv1.VirtualMachineRunStrategy
 	instancetype, preference storedRef
 	printableStatus          virtv1.VirtualMachinePrintableStatus
@@ -58,9 +59,23 @@ type storedVM struct {
 // storedRef is a spec's instance type or preference matcher, or a status's
 // pin: its name, kind and revision name (a pin's ControllerRevisionRef).
 type storedRef struct {
-	set, hasRevision         bool
 	name, kind, revisionName string
 }
+
+// refBits says which of a storedVM's references are set: the spec's
+// matchers, the status's pins and their ControllerRevisionRefs (a byte,
+// not two bools a reference, which would take the struct past a size
+// class of the allocator: 576 bytes, not 640).
+type refBits uint8
+
+const (
+	specInstancetype refBits = 1 << iota
+	specPreference
+	pinInstancetype
+	pinInstancetypeRevision
+	pinPreference
+	pinPreferenceRevision
+)
 
 // GetObjectMeta makes a storedVM an object to client-go's key functions.
 func (s *storedVM) GetObjectMeta() metav1.Object {
@@ -105,18 +120,17 @@ func compactVM(vm *virtv1.VirtualMachine) (*storedVM, bool) {
 	}
 	ok := s.kinded || vm.TypeMeta == (metav1.TypeMeta{})
 	if m := spec.Instancetype; m != nil {
-		s.instancetype = storedRef{set: true, name: m.Name, kind: m.Kind, revisionName: m.RevisionName}
+		s.refs |= specInstancetype
+		s.instancetype = storedRef{name: m.Name, kind: m.Kind, revisionName: m.RevisionName}
 		ok = ok && m.InferFromVolume == "" && m.InferFromVolumeFailurePolicy == nil
 	}
 	if m := spec.Preference; m != nil {
-		s.preference = storedRef{set: true, name: m.Name, kind: m.Kind, revisionName: m.RevisionName}
+		s.refs |= specPreference
+		s.preference = storedRef{name: m.Name, kind: m.Kind, revisionName: m.RevisionName}
 		ok = ok && m.InferFromVolume == "" && m.InferFromVolumeFailurePolicy == nil
 	}
-	var pinned bool
-	s.instancetypeRef, pinned = storedPin(st.InstancetypeRef)
-	ok = ok && pinned
-	s.preferenceRef, pinned = storedPin(st.PreferenceRef)
-	ok = ok && pinned
+	ok = s.storePin(&s.instancetypeRef, st.InstancetypeRef, pinInstancetype, pinInstancetypeRevision) && ok
+	ok = s.storePin(&s.preferenceRef, st.PreferenceRef, pinPreference, pinPreferenceRevision) && ok
 	// What is left once the fields above are taken must be unset.
 	spec.Running, spec.RunStrategy, spec.Instancetype, spec.Preference = nil, nil, nil, nil
 	st.Created, st.Ready, st.PrintableStatus, st.RunStrategy, st.Conditions = false, false, "", "", nil
@@ -127,16 +141,20 @@ func compactVM(vm *virtv1.VirtualMachine) (*storedVM, bool) {
 	return s, true
 }
 
-// storedPin is a status pin as a storedRef, and false when it holds more.
-func storedPin(r *virtv1.InstancetypeStatusRef) (storedRef, bool) {
+// storePin keeps the status pin r, if any, in to, marking it set (and
+// its ControllerRevisionRef with revision), and returns false when r
+// holds more than a storedRef keeps.
+func (s *storedVM) storePin(to *storedRef, r *virtv1.InstancetypeStatusRef, set, revision refBits) bool {
 	if r == nil {
-		return storedRef{}, true
+		return true
 	}
-	s := storedRef{set: true, name: r.Name, kind: r.Kind}
+	s.refs |= set
+	*to = storedRef{name: r.Name, kind: r.Kind}
 	if r.ControllerRevisionRef != nil {
-		s.hasRevision, s.revisionName = true, r.ControllerRevisionRef.Name
+		s.refs |= revision
+		to.revisionName = r.ControllerRevisionRef.Name
 	}
-	return s, r.InferFromVolume == "" && r.InferFromVolumeFailurePolicy == nil
+	return r.InferFromVolume == "" && r.InferFromVolumeFailurePolicy == nil
 }
 
 // withoutTemplate is the VM as it was stored, without its template, in a
@@ -155,25 +173,26 @@ func (s *storedVM) withoutTemplate() *virtv1.VirtualMachine {
 	if s.hasRunStrategy {
 		spec.RunStrategy = &s.runStrategy
 	}
-	if r := s.instancetype; r.set {
+	if r := s.instancetype; s.refs&specInstancetype != 0 {
 		spec.Instancetype = &virtv1.InstancetypeMatcher{Name: r.name, Kind: r.kind, RevisionName: r.revisionName}
 	}
-	if r := s.preference; r.set {
+	if r := s.preference; s.refs&specPreference != 0 {
 		spec.Preference = &virtv1.PreferenceMatcher{Name: r.name, Kind: r.kind, RevisionName: r.revisionName}
 	}
 	st.Created, st.Ready, st.PrintableStatus, st.RunStrategy, st.Conditions = s.created, s.ready, s.printableStatus, s.statusRunStrategy, s.conditions
 	st.ObservedGeneration, st.DesiredGeneration = s.observedGeneration, s.desiredGeneration
-	st.InstancetypeRef, st.PreferenceRef = s.instancetypeRef.pin(), s.preferenceRef.pin()
+	st.InstancetypeRef = s.pin(s.instancetypeRef, pinInstancetype, pinInstancetypeRevision)
+	st.PreferenceRef = s.pin(s.preferenceRef, pinPreference, pinPreferenceRevision)
 	return vm
 }
 
 // pin is r as a status pin, or nil when unset.
-func (r storedRef) pin() *virtv1.InstancetypeStatusRef {
-	if !r.set {
+func (s *storedVM) pin(r storedRef, set, revision refBits) *virtv1.InstancetypeStatusRef {
+	if s.refs&set == 0 {
 		return nil
 	}
 	p := &virtv1.InstancetypeStatusRef{Name: r.name, Kind: r.kind}
-	if r.hasRevision {
+	if s.refs&revision != 0 {
 		p.ControllerRevisionRef = &virtv1.ControllerRevisionRef{Name: r.revisionName}
 	}
 	return p
