@@ -184,6 +184,7 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 	if _, err := setMemoryLimit(log, memlimit.FromCgroup); err != nil {
 		log.Warn("the Go runtime's memory limit stays as it was", "err", err)
 	}
+	setGCPercent(log)
 	clients, leader, err := o.cluster()
 	if err != nil {
 		return err
