@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 )
@@ -22,26 +24,56 @@ func setMemoryLimit(log *slog.Logger, provider memlimit.Provider) (int64, error)
 	return memlimit.Set(memlimit.WithRatio(memoryLimitRatio), memlimit.WithProvider(provider), memlimit.WithLogger(log))
 }
 
-// gcPercent is kvlive run's garbage collection target when the
-// environment sets no GOGC. Most of its heap is the informers' caches,
-// which live as long as the process; at Go's default of 100 the heap grows
-// to twice what is live before each collection, so an idle kvlive holds as
-// much again as its caches in memory it does not use. At 25 it grows by a
-// quarter: collections come four times as often while a rollout
-// allocates, a few percent of kvlive's CPU (docs/performance.md measures
-// both). Prometheus lowers its default the same way, to 75.
-const gcPercent = 25
+// kvlive run's garbage collection targets when the environment sets no
+// GOGC. Most of its heap is the informers' caches, which live as long as
+// the process; at Go's default of 100 the heap grows to twice what is live
+// before each collection, so an idle kvlive would hold as much again as
+// its caches in memory it does not use. While idle it collects at
+// idleGCPercent, the heap growing by a quarter; while its applier moves
+// VMs, at busyGCPercent, since a rollout allocates fast and collections
+// four times as often cost it a fifth of its CPU (docs/performance.md
+// measures both).
+const (
+	idleGCPercent = 25
+	busyGCPercent = 100
+)
 
-// setGCPercent sets the garbage collection target to gcPercent unless
-// GOGC is in the environment, which wins (GOGC=off included), and returns
-// the target now in force.
-func setGCPercent(log *slog.Logger) int {
+// gcFollowEvery is how often followActivity looks at the applier.
+const gcFollowEvery = time.Second
+
+// setGCPercent sets the garbage collection target to idleGCPercent and
+// returns true, unless GOGC is in the environment, which wins (GOGC=off
+// included): then it changes nothing and returns false.
+func setGCPercent(log *slog.Logger) bool {
 	if v, ok := os.LookupEnv("GOGC"); ok {
 		log.Debug("garbage collection target from GOGC", "GOGC", v)
-		percent := debug.SetGCPercent(-1)
-		debug.SetGCPercent(percent)
-		return percent
+		return false
 	}
-	debug.SetGCPercent(gcPercent)
-	return gcPercent
+	debug.SetGCPercent(idleGCPercent)
+	return true
+}
+
+// followActivity sets the garbage collection target to busyGCPercent
+// while moving reports true and back to idleGCPercent once it reports
+// false, looking every interval until ctx ends.
+func followActivity(ctx context.Context, log *slog.Logger, moving func() bool, interval time.Duration) {
+	current := idleGCPercent
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		want := idleGCPercent
+		if moving() {
+			want = busyGCPercent
+		}
+		if want != current {
+			debug.SetGCPercent(want)
+			log.Debug("garbage collection target follows the applier", "GOGC", want, "moving", want == busyGCPercent)
+			current = want
+		}
+	}
 }

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"math"
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 )
@@ -33,8 +37,8 @@ func TestMemoryLimitFollowsTheContainer(t *testing.T) {
 }
 
 // TestGCPercentDefaultsLowerUnlessGOGCIsSet: kvlive run collects at
-// gcPercent unless GOGC is in the environment, which it leaves as the
-// runtime read it.
+// idleGCPercent unless GOGC is in the environment, which it leaves as the
+// runtime read it (and then does not follow the applier).
 func TestGCPercentDefaultsLowerUnlessGOGCIsSet(t *testing.T) {
 	before := debug.SetGCPercent(100)
 	t.Cleanup(func() { debug.SetGCPercent(before) })
@@ -42,12 +46,47 @@ func TestGCPercentDefaultsLowerUnlessGOGCIsSet(t *testing.T) {
 
 	t.Setenv("GOGC", "") // restored when the test ends
 	os.Unsetenv("GOGC")
-	if got := setGCPercent(log); got != gcPercent || debug.SetGCPercent(100) != gcPercent {
-		t.Errorf("no GOGC: target %d, want %d", got, gcPercent)
+	if follow := setGCPercent(log); !follow || debug.SetGCPercent(100) != idleGCPercent {
+		t.Errorf("no GOGC: follow %v, target not %d", follow, idleGCPercent)
 	}
 
 	t.Setenv("GOGC", "100")
-	if got := setGCPercent(log); got != 100 || debug.SetGCPercent(100) != 100 {
-		t.Errorf("GOGC=100: target %d, want the runtime's 100 untouched", got)
+	if follow := setGCPercent(log); follow || debug.SetGCPercent(100) != 100 {
+		t.Errorf("GOGC=100: follow %v, want the runtime's 100 untouched", follow)
 	}
+}
+
+// TestGCTargetFollowsTheApplier: the target is busyGCPercent while the
+// applier moves VMs and idleGCPercent again once it stops.
+func TestGCTargetFollowsTheApplier(t *testing.T) {
+	before := debug.SetGCPercent(idleGCPercent)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+	var moving atomic.Bool
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		followActivity(ctx, slog.New(slog.DiscardHandler), moving.Load, time.Millisecond)
+	}()
+	target := func() int { // read, not set and restored, as followActivity sets it
+		sample := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+		metrics.Read(sample)
+		return int(sample[0].Value.Uint64())
+	}
+	wait := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for target() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("target %d after 10s, want %d", target(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	moving.Store(true)
+	wait(busyGCPercent)
+	moving.Store(false)
+	wait(idleGCPercent)
+	cancel()
+	<-done
 }

@@ -184,7 +184,7 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 	if _, err := setMemoryLimit(log, memlimit.FromCgroup); err != nil {
 		log.Warn("the Go runtime's memory limit stays as it was", "err", err)
 	}
-	setGCPercent(log)
+	followGC := setGCPercent(log)
 	clients, leader, err := o.cluster()
 	if err != nil {
 		return err
@@ -222,6 +222,9 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 		return err
 	}
 	ready.Store(running)
+	if followGC {
+		go followActivity(ctx, log, running.Moving, gcFollowEvery)
+	}
 	log.Info("kvlive running", "stages", o.stages, "namespace", o.kube.explicitNamespace())
 	return errors.Join(running.Wait(), served())
 }

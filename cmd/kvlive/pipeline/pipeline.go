@@ -97,7 +97,12 @@ type Running struct {
 	group   *errgroup.Group
 	cancel  context.CancelFunc
 	watcher atomic.Pointer[watcher.Watcher]
+	moving  *applier.Activity
 }
+
+// Moving reports whether this process's applier is moving VMs (a plan in
+// hand, or one let go less than two seconds ago).
+func (r *Running) Moving() bool { return r.moving.Busy(time.Now()) }
 
 // Ready reports what keeps this process from doing its job, for /readyz:
 // changes the watcher has not managed to publish yet.
@@ -154,7 +159,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	})
 	ctx, cancel := context.WithCancel(ctx)
 	group, ctx := errgroup.WithContext(ctx)
-	r := &Running{group: group, cancel: cancel}
+	r := &Running{group: group, cancel: cancel, moving: cfg.moving}
 	runs, err := addStages(ctx, cfg, fleet, &r.watcher)
 	if err != nil {
 		return nil, errors.Join(err, r.abandon(runs))
