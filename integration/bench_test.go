@@ -139,6 +139,13 @@ func cpuModel() string {
 func TestBench(t *testing.T) {
 	tab := &benchTable{}
 	defer tab.print()
+	if f := flag.Lookup("bench.sections"); *benchSections == f.DefValue {
+		began := time.Now()
+		defer func() {
+			took := time.Since(began)
+			tab.aim("time", "the default sections ("+f.DefValue+"), the servers' start included", took.Round(time.Second).String(), "≤ 10 minutes", took <= 10*time.Minute)
+		}()
+	}
 	for _, s := range []struct {
 		name string
 		run  func(*testing.T, *benchTable)
