@@ -45,7 +45,9 @@ func TestGCPercentDefaultsLowerUnlessGOGCIsSet(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 
 	t.Setenv("GOGC", "") // restored when the test ends
-	os.Unsetenv("GOGC")
+	if err := os.Unsetenv("GOGC"); err != nil {
+		t.Fatal(err)
+	}
 	if follow := setGCPercent(log); !follow || debug.SetGCPercent(100) != idleGCPercent {
 		t.Errorf("no GOGC: follow %v, target not %d", follow, idleGCPercent)
 	}
