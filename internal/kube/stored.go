@@ -122,12 +122,16 @@ func compactVM(vm *virtv1.VirtualMachine) (*storedVM, bool) {
 	if m := spec.Instancetype; m != nil {
 		s.refs |= specInstancetype
 		s.instancetype = storedRef{name: m.Name, kind: m.Kind, revisionName: m.RevisionName}
-		ok = ok && m.InferFromVolume == "" && m.InferFromVolumeFailurePolicy == nil
+		rest := *m
+		rest.Name, rest.Kind, rest.RevisionName = "", "", ""
+		ok = ok && reflect.ValueOf(rest).IsZero()
 	}
 	if m := spec.Preference; m != nil {
 		s.refs |= specPreference
 		s.preference = storedRef{name: m.Name, kind: m.Kind, revisionName: m.RevisionName}
-		ok = ok && m.InferFromVolume == "" && m.InferFromVolumeFailurePolicy == nil
+		rest := *m
+		rest.Name, rest.Kind, rest.RevisionName = "", "", ""
+		ok = ok && reflect.ValueOf(rest).IsZero()
 	}
 	ok = s.storePin(&s.instancetypeRef, st.InstancetypeRef, pinInstancetype, pinInstancetypeRevision) && ok
 	ok = s.storePin(&s.preferenceRef, st.PreferenceRef, pinPreference, pinPreferenceRevision) && ok
@@ -150,11 +154,19 @@ func (s *storedVM) storePin(to *storedRef, r *virtv1.InstancetypeStatusRef, set,
 	}
 	s.refs |= set
 	*to = storedRef{name: r.Name, kind: r.Kind}
-	if r.ControllerRevisionRef != nil {
+	rest := *r
+	rest.Name, rest.Kind, rest.ControllerRevisionRef = "", "", nil
+	if c := r.ControllerRevisionRef; c != nil {
 		s.refs |= revision
-		to.revisionName = r.ControllerRevisionRef.Name
+		to.revisionName = c.Name
+		cRest := *c
+		cRest.Name = ""
+		if !reflect.ValueOf(cRest).IsZero() {
+			return false
+		}
 	}
-	return r.InferFromVolume == "" && r.InferFromVolumeFailurePolicy == nil
+	// Whatever else a pin holds (inferred from a volume) keeps the VM typed.
+	return reflect.ValueOf(rest).IsZero()
 }
 
 // withoutTemplate is the VM as it was stored, without its template, in a

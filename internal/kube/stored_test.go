@@ -156,6 +156,24 @@ func TestStoredVMKeepsWhatItCannotCompact(t *testing.T) {
 		{"a preference pin inferred from a volume", func(vm *virtv1.VirtualMachine) {
 			vm.Status.PreferenceRef = &virtv1.InstancetypeStatusRef{Name: "fedora", InferFromVolume: "root"}
 		}, false},
+		{"a pin without its revision", func(vm *virtv1.VirtualMachine) {
+			vm.Status.InstancetypeRef.ControllerRevisionRef = nil
+			vm.Status.PreferenceRef = &virtv1.InstancetypeStatusRef{Name: "fedora", Kind: "VirtualMachineClusterPreference"}
+		}, true},
+		{"a data volume template", func(vm *virtv1.VirtualMachine) {
+			vm.Spec.DataVolumeTemplates = []virtv1.DataVolumeTemplateSpec{{}}
+			vm.Spec.DataVolumeTemplates[0].Name = "root"
+		}, false},
+		{"an update volumes strategy", func(vm *virtv1.VirtualMachine) {
+			strategy := virtv1.UpdateVolumesStrategyMigration
+			vm.Spec.UpdateVolumesStrategy = &strategy
+		}, false},
+		{"a preference inferred from a volume", func(vm *virtv1.VirtualMachine) {
+			vm.Spec.Preference.InferFromVolume = "root"
+		}, false},
+		{"an instance type pin inferred from a volume", func(vm *virtv1.VirtualMachine) {
+			vm.Status.InstancetypeRef.InferFromVolumeFailurePolicy = &policy
+		}, false},
 		{"an owner", func(vm *virtv1.VirtualMachine) {
 			vm.OwnerReferences = []metav1.OwnerReference{{Kind: "VirtualMachinePool", Name: "pool", UID: "1"}}
 		}, true},
@@ -179,6 +197,9 @@ func TestStoredVMKeepsWhatItCannotCompact(t *testing.T) {
 				g, _ := json.Marshal(got)
 				w, _ := json.Marshal(want)
 				t.Errorf("read back\n%s\nwant\n%s", g, w)
+			}
+			if keys, err := indexRefs(s); err != nil || !slices.Equal(keys, instancetype.RefKeys(want)) || len(keys) != 2 {
+				t.Errorf("indexed by %v (%v), want %v", keys, err, instancetype.RefKeys(want))
 			}
 			if m, err := meta.Accessor(s); err != nil || m.GetName() != "web-1" || m.GetNamespace() != "team-1" || m.GetResourceVersion() != "42" {
 				t.Errorf("metadata for keys: %v, %v", m, err)
