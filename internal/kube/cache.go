@@ -188,11 +188,31 @@ func (c *Cache) KubeVirtInformer() cache.SharedIndexInformer { return c.kubevirt
 func (c *Cache) ObjectInformers() ObjectInformers { return c.objects }
 
 func indexRefs(obj any) ([]string, error) {
-	vm := withoutTemplate(obj) // the references, not the template: no need to decode it
-	if vm == nil {
-		return nil, nil
+	switch o := obj.(type) {
+	case *virtv1.VirtualMachine:
+		return instancetype.RefKeys(o), nil
+	case *storedVM:
+		if o.typed != nil {
+			return instancetype.RefKeys(o.typed), nil
+		}
+		// What RefKeys reads, the namespace and the spec's matchers, not
+		// the whole VM: client-go indexes the old and the new object of
+		// every update.
+		var vm virtv1.VirtualMachine
+		vm.Namespace = o.meta.Namespace
+		var it virtv1.InstancetypeMatcher
+		var pref virtv1.PreferenceMatcher
+		if o.refs&specInstancetype != 0 {
+			it = virtv1.InstancetypeMatcher{Name: o.instancetype.name, Kind: o.instancetype.kind}
+			vm.Spec.Instancetype = &it
+		}
+		if o.refs&specPreference != 0 {
+			pref = virtv1.PreferenceMatcher{Name: o.preference.name, Kind: o.preference.kind}
+			vm.Spec.Preference = &pref
+		}
+		return instancetype.RefKeys(&vm), nil
 	}
-	return instancetype.RefKeys(vm), nil
+	return nil, nil
 }
 
 // ownerBuckets is how many keys the owner index has at most.
