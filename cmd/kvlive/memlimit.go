@@ -43,7 +43,9 @@ const gcFollowEvery = time.Second
 
 // setGCPercent sets the garbage collection target to idleGCPercent and
 // returns true, unless GOGC is in the environment, which wins (GOGC=off
-// included): then it changes nothing and returns false.
+// included, and an empty GOGC, which the runtime reads as 100): then it
+// changes nothing and returns false. kvlive run calls it once its caches
+// have synced.
 func setGCPercent(log *slog.Logger) bool {
 	if v, ok := os.LookupEnv("GOGC"); ok {
 		log.Debug("garbage collection target from GOGC", "GOGC", v)

@@ -70,7 +70,10 @@ func TestGCTargetFollowsTheApplier(t *testing.T) {
 		defer close(done)
 		followActivity(ctx, slog.New(slog.DiscardHandler), moving.Load, time.Millisecond)
 	}()
-	target := func() int { // read, not set and restored, as followActivity sets it
+	// Cleanups run last first: the follower stops before the target is restored.
+	t.Cleanup(func() { cancel(); <-done })
+	// Read, not set and restored, as followActivity sets it.
+	target := func() int {
 		sample := []metrics.Sample{{Name: "/gc/gogc:percent"}}
 		metrics.Read(sample)
 		return int(sample[0].Value.Uint64())
@@ -89,6 +92,4 @@ func TestGCTargetFollowsTheApplier(t *testing.T) {
 	wait(busyGCPercent)
 	moving.Store(false)
 	wait(idleGCPercent)
-	cancel()
-	<-done
 }

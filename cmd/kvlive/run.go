@@ -184,7 +184,6 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 	if _, err := setMemoryLimit(log, memlimit.FromCgroup); err != nil {
 		log.Warn("the Go runtime's memory limit stays as it was", "err", err)
 	}
-	followGC := setGCPercent(log)
 	clients, leader, err := o.cluster()
 	if err != nil {
 		return err
@@ -222,8 +221,16 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 		return err
 	}
 	ready.Store(running)
-	if followGC {
-		go followActivity(ctx, log, running.Moving, gcFollowEvery)
+	// Only now, the caches synced: the first lists allocate as a rollout
+	// does, at the target the process started with.
+	if setGCPercent(log) {
+		gcCtx, stopGC := context.WithCancel(ctx)
+		following := make(chan struct{})
+		go func() {
+			defer close(following)
+			followActivity(gcCtx, log, running.Moving, gcFollowEvery)
+		}()
+		defer func() { stopGC(); <-following }()
 	}
 	log.Info("kvlive running", "stages", o.stages, "namespace", o.kube.explicitNamespace())
 	return errors.Join(running.Wait(), served())
