@@ -139,7 +139,7 @@ func cpuModel() string {
 func TestBench(t *testing.T) {
 	tab := &benchTable{}
 	defer tab.print()
-	if f := flag.Lookup("bench.sections"); *benchSections == f.DefValue {
+	if f := flag.Lookup("bench.sections"); atDefaults("bench.sections", "bench.stopped", "bench.runs", "bench.plans") {
 		began := time.Now()
 		defer func() {
 			took := time.Since(began)
@@ -154,6 +154,16 @@ func TestBench(t *testing.T) {
 			t.Run(s.name, func(t *testing.T) { s.run(t, tab) })
 		}
 	}
+}
+
+// atDefaults reports whether each flag named is at its default value.
+func atDefaults(names ...string) bool {
+	for _, name := range names {
+		if f := flag.Lookup(name); f == nil || f.Value.String() != f.DefValue {
+			return false
+		}
+	}
+	return true
 }
 
 // fleetOn tracks which instance type the benched VMs are on.
