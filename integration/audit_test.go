@@ -19,10 +19,11 @@ const kvliveUserAgent = "kvlive/"
 
 // auditEvent is the part of an API server audit event the tests read.
 type auditEvent struct {
-	Stage     string `json:"stage"`
-	Verb      string `json:"verb"`
-	UserAgent string `json:"userAgent"`
-	ObjectRef struct {
+	Stage      string `json:"stage"`
+	Verb       string `json:"verb"`
+	RequestURI string `json:"requestURI"`
+	UserAgent  string `json:"userAgent"`
+	ObjectRef  struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
 		Namespace   string `json:"namespace"`
@@ -82,6 +83,15 @@ func (e *env) kvliveRequests(verb, resource string) []auditEvent {
 // the audit log, in the order the API server logged them.
 func (e *env) auditEvents(verb, resource string) []auditEvent {
 	e.t.Helper()
+	return slices.DeleteFunc(e.auditStage("ResponseComplete", verb, resource), func(ev auditEvent) bool { return ev.ResponseStatus == nil })
+}
+
+// auditStage reads everyone's requests of verb on resource that reached
+// stage (a watch logs ResponseStarted when it starts streaming and
+// ResponseComplete only when it ends), in the order the API server logged
+// them.
+func (e *env) auditStage(stage, verb, resource string) []auditEvent {
+	e.t.Helper()
 	f, err := os.Open(e.auditLog)
 	if err != nil {
 		e.t.Fatalf("audit log: %v", err)
@@ -95,7 +105,7 @@ func (e *env) auditEvents(verb, resource string) []auditEvent {
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			continue // the last line may be half written while the server runs
 		}
-		if ev.Stage == "ResponseComplete" && ev.Verb == verb && ev.ObjectRef.Resource == resource && ev.ResponseStatus != nil {
+		if ev.Stage == stage && ev.Verb == verb && ev.ObjectRef.Resource == resource {
 			out = append(out, ev)
 		}
 	}

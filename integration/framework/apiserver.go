@@ -26,7 +26,9 @@ var silenceOnce sync.Once
 // auditPolicy records every patch of a VirtualMachine and of its status,
 // the writes that move a VM's pin or reference (or ask for its restart),
 // every delete of a ControllerRevision, and every create and delete of a
-// VMI (a restart's stop and start, whoever carries it out). Request level keeps the patch itself (the request
+// VMI (a restart's stop and start, whoever carries it out), and each list
+// and watch of VMs, VMIs and revisions (how an informer took its first
+// list). Request level keeps the patch itself (the request
 // body; no response bodies), so a test can tell what a write tested and
 // replaced. Nothing else is logged, so the log stays small on large fleets.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
@@ -48,6 +50,13 @@ rules:
   resources:
   - group: kubevirt.io
     resources: ["virtualmachineinstances"]
+- level: Metadata
+  verbs: ["list", "watch"]
+  resources:
+  - group: kubevirt.io
+    resources: ["virtualmachines", "virtualmachineinstances"]
+  - group: apps
+    resources: ["controllerrevisions"]
 - level: None
 `
 
