@@ -198,11 +198,31 @@ func (v *Verifier) Run(ctx context.Context) error {
 		})
 	}
 	<-ctx.Done()
-	cc.Stop()
+	v.drain(cc)
 	v.queue.ShutDown()
 	workers.Wait()
 	v.handBack()
 	return nil
+}
+
+// drainTimeout bounds how long a stopping verifier waits for the outcomes
+// its client has taken from the server to be read.
+const drainTimeout = 10 * time.Second
+
+// drain stops consuming and reads what the client has taken from the
+// server but not yet read (Drain, not Stop, which drops it): each is then
+// awaited and handed back, where a dropped one would stay unacked until
+// the ack wait, hours. One still unread at drainTimeout comes back then.
+func (v *Verifier) drain(cc jetstream.ConsumeContext) {
+	cc.Drain()
+	timer := time.NewTimer(drainTimeout)
+	defer timer.Stop()
+	select {
+	case <-cc.Closed():
+	case <-timer.C:
+		v.cfg.Metrics.Settled(events.ConsumerVerifier, consumer.OutcomeFailed)
+		v.cfg.Log.Warn("verifier: outcomes taken from the server still unread when it stopped; they come again after the ack wait", "waited", drainTimeout)
+	}
 }
 
 // handBack naks every outcome still awaiting a verdict, so another

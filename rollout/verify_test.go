@@ -189,6 +189,51 @@ func TestAwaitedOutcomesAreSettledAtOnce(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, "every outcome acked", func() bool { return ackPending() == 0 })
 }
 
+// TestOutcomesTakenButNotReadAreHandedBack stops a verifier while the
+// outcomes of 200 moved VMs are still arriving: those its client had taken
+// from the server but not yet read must be handed back with the rest, so
+// another replica judges every VM within seconds, not after the ack wait
+// of hours.
+func TestOutcomesTakenButNotReadAreHandedBack(t *testing.T) {
+	const n = 200
+	js := testenv.JetStream(t, func(o *events.StreamOptions) { o.VerdictDeadline = 2 * time.Hour })
+	var objs []runtime.Object
+	for i := range n {
+		name := fmt.Sprintf("vm-%d", i)
+		objs = append(objs, verifyVM(name), testenv.RunningVMI("ns", name))
+	}
+	clients := testenv.FakeClients(nil, objs...)
+	cache := testenv.StartCache(t, clients)
+	for i := range n {
+		moved(t, js, fmt.Sprintf("vm-%d", i), events.ResultLive, 1, 2*time.Hour)
+	}
+
+	first := startVerifier(t, js, cache, 2*time.Hour)
+	testenv.Eventually(t, 30*time.Second, "the first outcomes delivered", func() bool {
+		info := consumerInfo(t, js)
+		return info != nil && info.NumAckPending > 0
+	})
+	first() // most outcomes are still on their way to it, or unread
+	second := startVerifier(t, js, cache, 2*time.Hour)
+	defer second()
+	ctx := t.Context()
+	for i := range n {
+		vmi := testenv.RunningVMI("ns", fmt.Sprintf("vm-%d", i))
+		vmi.Spec.Domain.CPU.Sockets, vmi.Status.CurrentCPUTopology = 4, &virtv1.CPUTopology{Sockets: 4}
+		if _, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Update(ctx, vmi, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 30*time.Second, "every VM's verdict, by the replica they were handed to", func() bool {
+		n, err := CountSubjects(ctx, js, events.StreamOutcomes, events.VerdictsOf(verifyEvent))
+		return err == nil && n == 200 // one each
+	})
+	testenv.Eventually(t, 10*time.Second, "every outcome acked", func() bool {
+		info := consumerInfo(t, js)
+		return info != nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
+}
+
 // consumerInfo reads the verifier consumer's state, or nil.
 func consumerInfo(t *testing.T, js jetstream.JetStream) *jetstream.ConsumerInfo {
 	t.Helper()
