@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // memoryLimitRatio is the share of the container's memory limit the Go
@@ -60,14 +61,7 @@ func setGCPercent(log *slog.Logger) bool {
 // false, looking every interval until ctx ends.
 func followActivity(ctx context.Context, log *slog.Logger, moving func() bool, interval time.Duration) {
 	current := idleGCPercent
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	wait.UntilWithContext(ctx, func(context.Context) {
 		want := idleGCPercent
 		if moving() {
 			want = busyGCPercent
@@ -77,5 +71,5 @@ func followActivity(ctx context.Context, log *slog.Logger, moving func() bool, i
 			log.Debug("garbage collection target follows the applier", "GOGC", want, "moving", want == busyGCPercent)
 			current = want
 		}
-	}
+	}, interval)
 }
