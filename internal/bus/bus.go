@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // EmbeddedOptions configure the in-process NATS server.
@@ -150,54 +148,4 @@ func Connect(name string, log *slog.Logger, url string, extra ...nats.Option) (*
 		return nil, fmt.Errorf("nats: connect %s: %w", Redact(url), redactErr(err, url))
 	}
 	return nc, nil
-}
-
-// Consume feeds messages from cons to handle on workers goroutines until ctx
-// ends. handle decides each message's fate (ack, nak, term). When the
-// iterator fails (consumer recreated, server gone for good), the failure is
-// reported to onErr and consumption starts over after a pause.
-func Consume(ctx context.Context, cons jetstream.Consumer, workers int, handle func(context.Context, jetstream.Msg), onErr func(error)) {
-	workers = max(workers, 1)
-	for ctx.Err() == nil {
-		if err := consumeOnce(ctx, cons, workers, handle); err != nil && ctx.Err() == nil {
-			onErr(err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}
-}
-
-func consumeOnce(ctx context.Context, cons jetstream.Consumer, workers int, handle func(context.Context, jetstream.Msg)) error {
-	it, err := cons.Messages(jetstream.PullMaxMessages(max(2*workers, 16)))
-	if err != nil {
-		return fmt.Errorf("nats: consume: %w", err)
-	}
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
-	errs := make(chan error, workers)
-	for range workers {
-		go func() {
-			for {
-				msg, err := it.Next()
-				if err != nil {
-					it.Stop()
-					if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-						err = nil
-					}
-					errs <- err
-					return
-				}
-				handle(ctx, msg)
-			}
-		}()
-	}
-	var all []error
-	for range workers {
-		if err := <-errs; err != nil {
-			all = append(all, err)
-		}
-	}
-	return errors.Join(all...)
 }
