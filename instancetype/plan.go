@@ -411,9 +411,6 @@ func quantity(q *resource.Quantity) string {
 	return c.String()
 }
 
-// QuantityString renders q without writing to it (see quantity).
-func QuantityString(q *resource.Quantity) string { return quantity(q) }
-
 // u32 renders a count, with zero as unset.
 func u32(n uint32) string {
 	if n == 0 {

@@ -230,14 +230,6 @@ func (c *NATSCluster) Start() {
 	}
 }
 
-// Stop stops every node.
-func (c *NATSCluster) Stop() {
-	c.t.Helper()
-	for _, s := range c.Nodes {
-		s.Stop()
-	}
-}
-
 func newNATSServer(t testing.TB, bin string, node natsNode, cluster string, routes []string) *NATSServer {
 	t.Helper()
 	dir := t.TempDir()

@@ -67,17 +67,13 @@ func (p Publisher) Apply(ctx context.Context, stored []Stored) ([]Replayed, erro
 	return out, nil
 }
 
-// Retry publishes s again as a new event limited to the VMs with the UIDs
-// only (those that failed in it): a fresh id, the Kvlive-Retry-Of header
-// naming the original, and a new trace linked to the original's. A change
-// retries as its object's current generation.
-func (p Publisher) Retry(ctx context.Context, s Stored, only []string) (Replayed, error) {
-	return p.retryAs(ctx, s, only, retryID())
-}
-
 // retryID is a fresh retry event id.
 func retryID() string { return "retry/" + uuid.NewString() }
 
+// retryAs publishes s again as event id, limited to the VMs with the UIDs
+// only (those that failed in it): the Kvlive-Retry-Of header names the
+// original, and the new trace links to the original's. A change retries as
+// its object's current generation.
 func (p Publisher) retryAs(ctx context.Context, s Stored, only []string, id string) (Replayed, error) {
 	if len(only) == 0 {
 		return Replayed{}, fmt.Errorf("retry %s: no VM to retry", s.ID)

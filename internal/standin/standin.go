@@ -93,11 +93,6 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// HasSynced reports whether the stand-in's caches are filled.
-func (c *Controller) HasSynced() bool {
-	return c.vms.HasSynced() && c.vmis.HasSynced()
-}
-
 func (c *Controller) processNext(ctx context.Context) bool {
 	key, quit := c.queue.Get()
 	if quit {
