@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +20,10 @@ import (
 	"kvlive/events"
 	"kvlive/integration/framework"
 )
+
+// completeLine is the state line of a complete rollout in kvlive rollout
+// status (not "incomplete").
+var completeLine = regexp.MustCompile(`(?m)^state:\s+complete$`)
 
 // TestKvliveOnASecuredNATS runs kvlive against a nats-server that requires
 // TLS and a user: kvlive run rolls an edit out and the read commands see
@@ -42,11 +47,12 @@ func TestKvliveOnASecuredNATS(t *testing.T) {
 	it, eventID := e.editInstancetype(itMedium, 3, "6Gi")
 	edited := e.selectShapes(onInstancetype(itMedium))
 	e.checkRollout(e.follow(eventID), rolloutWant{eventID: eventID, shapes: edited, action: vmShape.expected, revision: revisionOf(it), clean: true})
-	out := e.kvliveCommand(time.Minute, append([]string{"rollout", "status", eventID, "--nats-url", e.natsURL}, e.natsArgs...)...)
-	if !strings.Contains(out, "complete") {
-		t.Errorf("rollout status over TLS as kvlive:\n%s", out)
-	}
-	out = e.kvliveCommand(time.Minute, "events", "--nats-url", e.natsURL, "--nats-ca", e.nats.CAFile, "--nats-nkey", seedFile)
+	// Every VM has an outcome; KubeVirt's verdicts may still be awaited.
+	e.waitFor("rollout status over TLS as kvlive to say complete", 3*time.Minute, func() (bool, string) {
+		out := e.kvliveCommand(time.Minute, append([]string{"rollout", "status", eventID, "--nats-url", e.natsURL}, e.natsArgs...)...)
+		return completeLine.MatchString(out), out
+	})
+	out := e.kvliveCommand(time.Minute, "events", "--nats-url", e.natsURL, "--nats-ca", e.nats.CAFile, "--nats-nkey", seedFile)
 	if !strings.Contains(out, events.ShortEventID(eventID)) {
 		t.Errorf("kvlive events as an NKey user:\n%s", out)
 	}
