@@ -47,11 +47,13 @@ func TestKvliveOnASecuredNATS(t *testing.T) {
 	it, eventID := e.editInstancetype(itMedium, 3, "6Gi")
 	edited := e.selectShapes(onInstancetype(itMedium))
 	e.checkRollout(e.follow(eventID), rolloutWant{eventID: eventID, shapes: edited, action: vmShape.expected, revision: revisionOf(it), clean: true})
-	// Every VM has an outcome; KubeVirt's verdicts may still be awaited.
-	e.waitFor("rollout status over TLS as kvlive to say complete", 3*time.Minute, func() (bool, string) {
-		out := e.kvliveCommand(time.Minute, append([]string{"rollout", "status", eventID, "--nats-url", e.natsURL}, e.natsArgs...)...)
-		return completeLine.MatchString(out), out
-	})
+	// Every VM has an outcome; KubeVirt's verdicts may still be awaited,
+	// which --watch follows until the rollout is done.
+	status := append([]string{"rollout", "status", eventID, "--nats-url", e.natsURL}, e.natsArgs...)
+	e.kvliveCommand(4*time.Minute, append(status, "--watch", "--timeout", "3m")...)
+	if out := e.kvliveCommand(time.Minute, status...); !completeLine.MatchString(out) {
+		t.Errorf("rollout status over TLS as kvlive:\n%s", out)
+	}
 	out := e.kvliveCommand(time.Minute, "events", "--nats-url", e.natsURL, "--nats-ca", e.nats.CAFile, "--nats-nkey", seedFile)
 	if !strings.Contains(out, events.ShortEventID(eventID)) {
 		t.Errorf("kvlive events as an NKey user:\n%s", out)
