@@ -67,27 +67,15 @@ func (p Publisher) Apply(ctx context.Context, stored []Stored) ([]Replayed, erro
 	return out, nil
 }
 
-// retryID is a fresh retry event id.
-func retryID() string { return "retry/" + uuid.NewString() }
-
-// retryAs publishes s again as event id, limited to the VMs with the UIDs
-// only (those that failed in it): the Kvlive-Retry-Of header names the
-// original, and the new trace links to the original's. A change retries as
-// its object's current generation.
-func (p Publisher) retryAs(ctx context.Context, s Stored, only []string, id string) (Replayed, error) {
-	if len(only) == 0 {
-		return Replayed{}, fmt.Errorf("retry %s: no VM to retry", s.ID)
-	}
-	return p.apply(ctx, s, "retry", id, only)
-}
-
 // RetryFailed retries the VMs of eventID's finished rollout whose latest
 // outcome is failed and that no earlier retry of it took: it claims them
 // on the rollout's control record (so of two retries at once one goes
-// ahead), then publishes the retry (Retry), and releases the claim if that
-// fails. eventID may be a unique prefix of a recorded event id; by names
-// who asked. It returns the retry (its Original the id in full) and the
-// VMs it took.
+// ahead), then publishes the event again as a new one limited to those
+// VMs (a fresh id, the Kvlive-Retry-Of header naming the original, a new
+// trace linked to the original's; a change retries as its object's current
+// generation), and releases the claim if that fails. eventID may be a
+// unique prefix of a recorded event id; by names who asked. It returns the
+// retry (its Original the id in full) and the VMs it took.
 func (p Publisher) RetryFailed(ctx context.Context, eventID, by string) (Replayed, []string, error) {
 	eventID, err := rollout.ResolveEventID(ctx, p.JetStream, eventID)
 	if err != nil {
@@ -130,11 +118,11 @@ func (p Publisher) RetryFailed(ctx context.Context, eventID, by string) (Replaye
 	if err != nil {
 		return Replayed{}, nil, err
 	}
-	id := retryID()
+	id := "retry/" + uuid.NewString()
 	if err := store.ClaimRetry(ctx, eventID, id, failed, by, p.now()); err != nil {
 		return Replayed{}, nil, err
 	}
-	r, err := p.retryAs(ctx, stored[len(stored)-1], failed, id)
+	r, err := p.apply(ctx, stored[len(stored)-1], "retry", id, failed)
 	if err != nil {
 		if rerr := store.ReleaseRetry(context.WithoutCancel(ctx), eventID, id); rerr != nil {
 			err = fmt.Errorf("%w; and its VMs stay marked retried as %s: %w", err, id, rerr)
