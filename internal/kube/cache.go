@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -148,6 +149,10 @@ func (c *Cache) WaitForSync(ctx context.Context, timeout time.Duration) error {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	// Looked at every syncPoll until the informers kvlive reads have
+	// synced; the factory's own wait, which looks every 100 ms, then finds
+	// them synced at its first look (and covers any informer not listed).
+	_ = wait.PollUntilContextCancel(ctx, syncPoll, true, func(context.Context) (bool, error) { return c.synced(), nil })
 	var missing []string
 	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
@@ -158,6 +163,27 @@ func (c *Cache) WaitForSync(ctx context.Context, timeout time.Duration) error {
 		return fmt.Errorf("kube: caches of %v did not sync: %w", missing, errors.Join(ctx.Err(), context.Cause(ctx)))
 	}
 	return nil
+}
+
+// syncPoll is how often a wait for the informers' first lists looks at
+// them. client-go's WaitForCacheSync looks every 100 ms: a one-shot command
+// that waits for two syncs (StartCacheFor) would wait out up to a fifth of
+// a second after its lists arrived.
+const syncPoll = 5 * time.Millisecond
+
+// synced says whether the cache's informers have each had their first list.
+func (c *Cache) synced() bool {
+	for _, inf := range []cache.SharedIndexInformer{c.vms, c.vmis, c.kubevirts, c.revisions} {
+		if inf != nil && !inf.HasSynced() {
+			return false
+		}
+	}
+	for _, inf := range c.objects {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
 }
 
 // Shutdown waits for every informer goroutine to end; call it after the
@@ -466,7 +492,8 @@ func waitSynced(ctx context.Context, timeout time.Duration, inf cache.SharedInde
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	err := wait.PollUntilContextCancel(ctx, syncPoll, true, func(context.Context) (bool, error) { return inf.HasSynced(), nil })
+	if err != nil {
 		return fmt.Errorf("kube: the cache of ControllerRevisions did not sync: %w", context.Cause(ctx))
 	}
 	return nil
