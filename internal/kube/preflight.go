@@ -68,15 +68,19 @@ func Preflight(ctx context.Context, c Clients, namespace string) error {
 	}
 	// A command then waits for the slowest list, not for the eight in turn
 	// (a tenth of a second on a busy API server, before a switch can
-	// start). The first failure in the order above is the one reported.
-	errs := make([]error, len(checks))
+	// start). The answers are read in the order above, and the first
+	// failure is reported at once, the lists still out cancelled: a
+	// refusal is not held back by a list that hangs.
+	done := make([]chan error, len(checks))
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	for i, check := range checks {
-		wg.Go(func() { errs[i] = check.list() })
+		done[i] = make(chan error, 1)
+		wg.Go(func() { done[i] <- check.list() })
 	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
+	for i := range checks {
+		if err := <-done[i]; err != nil {
+			cancel()
 			return explain(err, c.Host, checks[i].what, namespace, timeout)
 		}
 	}

@@ -40,6 +40,7 @@ func TestPreflightListsEveryKindAtOnce(t *testing.T) {
 		mu               sync.Mutex
 		held, mostAtOnce int
 		all              = make(chan struct{})
+		allArrived       sync.Once
 	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		kind, ok := preflightKinds[path.Base(r.URL.Path)]
@@ -51,7 +52,7 @@ func TestPreflightListsEveryKindAtOnce(t *testing.T) {
 		held++
 		mostAtOnce = max(mostAtOnce, held)
 		if held == len(preflightKinds) {
-			close(all)
+			allArrived.Do(func() { close(all) })
 		}
 		mu.Unlock()
 		select {
@@ -66,9 +67,57 @@ func TestPreflightListsEveryKindAtOnce(t *testing.T) {
 		_, _ = fmt.Fprintf(w, `{"apiVersion":%q,"kind":%q,"metadata":{},"items":[]}`, apiVersion, listKind)
 	}))
 	defer srv.Close()
-	// Not kube.NewClients: the gate it turns on for the process would have
-	// this package's informers on fakes wait for bookmarks no fake sends.
-	cfg := &rest.Config{Host: srv.URL}
+	if err := kube.Preflight(context.Background(), clientsOf(t, srv.URL), ""); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if mostAtOnce != len(preflightKinds) {
+		t.Errorf("Preflight had %d of its %d lists in flight at most; want all at once", mostAtOnce, len(preflightKinds))
+	}
+}
+
+// TestPreflightReportsARefusalAtOnce: the first list refused is reported
+// without waiting for a list that hangs, which is cancelled.
+func TestPreflightReportsARefusalAtOnce(t *testing.T) {
+	cancelled := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch path.Base(r.URL.Path) {
+		case "virtualmachines":
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = fmt.Fprint(w, `{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"Forbidden","code":403,"message":"virtualmachines is forbidden"}`)
+		case "virtualmachinepreferences":
+			<-r.Context().Done() // hangs until Preflight gives up on it
+			close(cancelled)
+		default:
+			kind := preflightKinds[path.Base(r.URL.Path)]
+			apiVersion, listKind, _ := strings.Cut(kind, " ")
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = fmt.Fprintf(w, `{"apiVersion":%q,"kind":%q,"metadata":{},"items":[]}`, apiVersion, listKind)
+		}
+	}))
+	defer srv.Close()
+	result := make(chan error, 1)
+	go func() { result <- kube.Preflight(context.Background(), clientsOf(t, srv.URL), "") }()
+	select {
+	case err := <-result:
+		if err == nil || !strings.Contains(err.Error(), "refuses to list virtualmachines.kubevirt.io") {
+			t.Fatalf("Preflight said %v; want the refusal to list VMs", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Preflight still waiting after 30s for a list that hangs; want the refusal reported at once")
+	}
+	<-cancelled
+}
+
+// clientsOf builds both clientsets for the server at host, with a
+// request timeout longer than the tests wait. Not kube.NewClients: the gate
+// it turns on for the process would have this package's informers on
+// fakes wait for bookmarks no fake sends.
+func clientsOf(t *testing.T, host string) kube.Clients {
+	t.Helper()
+	cfg := &rest.Config{Host: host}
 	kc, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -77,11 +126,5 @@ func TestPreflightListsEveryKindAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clients := kube.Clients{Kube: kc, Virt: vc, Host: srv.URL}
-	if err := kube.Preflight(context.Background(), clients, ""); err != nil {
-		t.Fatal(err)
-	}
-	if mostAtOnce != len(preflightKinds) {
-		t.Errorf("Preflight had %d of its %d lists in flight at most; want all at once", mostAtOnce, len(preflightKinds))
-	}
+	return kube.Clients{Kube: kc, Virt: vc, Host: host, Timeout: time.Minute}
 }
