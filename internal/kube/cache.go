@@ -149,10 +149,10 @@ func (c *Cache) WaitForSync(ctx context.Context, timeout time.Duration) error {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	// Looked at every syncPoll until the informers kvlive reads have
-	// synced; the factory's own wait, which looks every 100 ms, then finds
-	// them synced at its first look (and covers any informer not listed).
-	_ = wait.PollUntilContextCancel(ctx, syncPoll, true, func(context.Context) (bool, error) { return c.synced(), nil })
+	// Poll every syncPoll until the informers kvlive reads have synced;
+	// the factory's own wait, which looks every 100 ms, then finds them
+	// synced at its first look (and covers any informer HasSynced misses).
+	_ = wait.PollUntilContextCancel(ctx, syncPoll, true, func(context.Context) (bool, error) { return c.HasSynced(), nil })
 	var missing []string
 	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
@@ -170,21 +170,6 @@ func (c *Cache) WaitForSync(ctx context.Context, timeout time.Duration) error {
 // that waits for two syncs (StartCacheFor) would wait out up to a fifth of
 // a second after its lists arrived.
 const syncPoll = 5 * time.Millisecond
-
-// synced says whether the cache's informers have each had their first list.
-func (c *Cache) synced() bool {
-	for _, inf := range []cache.SharedIndexInformer{c.vms, c.vmis, c.kubevirts, c.revisions} {
-		if inf != nil && !inf.HasSynced() {
-			return false
-		}
-	}
-	for _, inf := range c.objects {
-		if !inf.HasSynced() {
-			return false
-		}
-	}
-	return true
-}
 
 // Shutdown waits for every informer goroutine to end; call it after the
 // context given to Start ended.
@@ -364,12 +349,14 @@ func (c *Cache) vmObjects(namespace string, selector labels.Selector) []any {
 
 // HasSynced reports whether every informer has listed once: before that
 // the cache holds part of the cluster. A CacheOf holds all it was given.
+// StartCacheFor's revision informer counts once it exists: it is made
+// after the others have synced.
 func (c *Cache) HasSynced() bool {
 	if c.static {
 		return true
 	}
 	for _, inf := range []cache.SharedIndexInformer{c.vms, c.vmis, c.kubevirts, c.revisions} {
-		if !inf.HasSynced() {
+		if inf != nil && !inf.HasSynced() {
 			return false
 		}
 	}
