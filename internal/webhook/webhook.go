@@ -4,6 +4,9 @@
 // hooks do: a POST of a CloudEvent naming the batch's VMs, their results
 // and KubeVirt's verdicts; a 2xx answer says yes, anything else (another
 // status, no answer within the timeout, a reply that is not HTTP) says no.
+// A redirect is not followed: it is a no, naming where it led (an auth
+// proxy's 302 to its login page is not an operator's yes, and a webhook URL
+// must not make kvlive call whatever address a redirect names).
 package webhook
 
 import (
@@ -59,11 +62,13 @@ type VM struct {
 
 // Answer is what the webhook answered.
 type Answer struct {
-	URL    string        `json:"url"`
-	Status int           `json:"status,omitempty"`
-	Body   string        `json:"body,omitempty"`
-	Error  string        `json:"error,omitempty"`
-	Took   time.Duration `json:"took"`
+	URL    string `json:"url"`
+	Status int    `json:"status,omitempty"`
+	// Location is where a redirect (3xx) led; it was not followed.
+	Location string        `json:"location,omitempty"`
+	Body     string        `json:"body,omitempty"`
+	Error    string        `json:"error,omitempty"`
+	Took     time.Duration `json:"took"`
 }
 
 // Yes reports a 2xx answer.
@@ -75,6 +80,13 @@ func (a Answer) String() string {
 		return a.URL + ": " + a.Error
 	}
 	s := fmt.Sprintf("%s: %d %s", a.URL, a.Status, http.StatusText(a.Status))
+	if a.Status >= 300 && a.Status < 400 {
+		s += ": a redirect is a no (not followed"
+		if a.Location != "" {
+			s += ", to " + a.Location
+		}
+		s += ")"
+	}
 	if body := strings.TrimSpace(a.Body); body != "" {
 		s += ": " + body
 	}
@@ -155,7 +167,7 @@ func (c *Client) Ask(ctx context.Context, url string, timeout time.Duration, cal
 	}
 	req.Header.Set("Content-Type", "application/cloudevents+json")
 	start := time.Now()
-	resp, err := (&http.Client{Transport: c.transport}).Do(req)
+	resp, err := (&http.Client{Transport: c.transport, CheckRedirect: noRedirects}).Do(req)
 	a.Took = time.Since(start)
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
@@ -168,5 +180,14 @@ func (c *Client) Ask(ctx context.Context, url string, timeout time.Duration, cal
 	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	a.Status, a.Body = resp.StatusCode, string(b)
+	if a.Status >= 300 && a.Status < 400 {
+		a.Location = resp.Header.Get("Location")
+		if u, err := resp.Location(); err == nil {
+			a.Location = u.String()
+		}
+	}
 	return a
 }
+
+// noRedirects makes the client hand a redirect back as the answer.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }

@@ -133,3 +133,38 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 		t.Fatal(err)
 	}
 }
+
+// TestAskRefusesRedirects asks a webhook behind an auth proxy that answers
+// every call with a 302 to its login page, which answers 200: the gate
+// hears no, named as a redirect with where it led, and the login page is
+// never requested (a redirect would make kvlive call any address it names).
+func TestAskRefusesRedirects(t *testing.T) {
+	var followed int
+	mux := http.NewServeMux()
+	mux.HandleFunc("/hook", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/login", http.StatusFound)
+	})
+	mux.HandleFunc("/login", func(w http.ResponseWriter, _ *http.Request) {
+		followed++
+		_, _ = io.WriteString(w, "please sign in")
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c, err := webhook.New(webhook.TLS{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, code := range []int{http.StatusFound, http.StatusTemporaryRedirect} {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/hook", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, srv.URL+"/login", code) })
+		hook := httptest.NewServer(mux)
+		a := c.Ask(t.Context(), hook.URL+"/hook", time.Second, webhook.Call{Phase: webhook.PhaseConfirm, EventID: "e", Batch: 1, Batches: 1}, time.Now())
+		hook.Close()
+		if a.Yes() || a.Status != code || !strings.Contains(a.String(), "a redirect is a no") || !strings.Contains(a.String(), srv.URL+"/login") {
+			t.Errorf("%d to the login page: yes %t, %q; want a no naming the redirect and where it led", code, a.Yes(), a)
+		}
+	}
+	if followed != 0 {
+		t.Errorf("the login page was asked %d times; want never", followed)
+	}
+}
