@@ -69,11 +69,18 @@ type Policy struct {
 	// batch is released, and CheckWebhook one asked after each batch
 	// passed KubeVirt's gate, each with the batch's VMs as a CloudEvent; a
 	// non-2xx answer, or none within WebhookTimeout (default 10s), fails
-	// the gate (OnFailure: pause or abort).
+	// the gate (OnFailure: pause or abort). WebhookTimeout is at most
+	// MaxWebhookTimeout. Webhooks are asked off the pipeline's workers:
+	// one that hangs holds its own rollout alone.
 	ConfirmWebhook string `json:"confirmWebhook,omitempty"`
 	CheckWebhook   string `json:"checkWebhook,omitempty"`
 	WebhookTimeout string `json:"webhookTimeout,omitempty"`
 }
+
+// MaxWebhookTimeout caps a policy's webhookTimeout: a gate that waits
+// longer for an answer is better decided by a person (rollout promote,
+// resume or abort).
+const MaxWebhookTimeout = 5 * time.Minute
 
 // DefaultRestartBudget is the restart budget of a policy that sets none.
 const DefaultRestartBudget = "10%"
@@ -141,7 +148,10 @@ func (p Policy) Validate() error {
 	check("restartWindow", p.RestartWindow.Validate())
 	check("confirmWebhook", checkWebhookURL(p.ConfirmWebhook))
 	check("checkWebhook", checkWebhookURL(p.CheckWebhook))
-	_, err = ParseDuration(p.WebhookTimeout)
+	timeout, err := ParseDuration(p.WebhookTimeout)
+	if err == nil && timeout > MaxWebhookTimeout {
+		err = fmt.Errorf("%s is longer than the %s kvlive waits for a webhook at most", p.WebhookTimeout, MaxWebhookTimeout)
+	}
 	check("webhookTimeout", err)
 	if p.Pause != "" && p.Pause != PauseManual {
 		_, err := ParseDuration(p.Pause)

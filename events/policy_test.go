@@ -38,6 +38,7 @@ restart: skip
 		`order: "label="`:              `order: "label="`,
 		`restart: maybe`:               `restart: "maybe"`,
 		`maxInFlight: -1`:              "maxInFlight: -1",
+		`webhookTimeout: 6m`:           "webhookTimeout: 6m is longer than the 5m0s kvlive waits for a webhook at most",
 		`batch: 10%`:                   `unknown field "batch"`,
 		`[1, 2]`:                       "cannot unmarshal",
 		`{batchSize: 0, canary: nope}`: "batchSize", // both named

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -62,6 +63,8 @@ type VM struct {
 
 // Answer is what the webhook answered.
 type Answer struct {
+	// URL is the webhook's, redacted (Redact): it is recorded in logs,
+	// spans and the rollout's control record.
 	URL    string `json:"url"`
 	Status int    `json:"status,omitempty"`
 	// Location is where a redirect (3xx) led; it was not followed.
@@ -139,11 +142,11 @@ func New(t TLS) (*Client, error) {
 // Ask posts call to url as a CloudEvent (id: the event, batch and phase,
 // the same for every replica and attempt, so a receiver can tell a repeat)
 // and returns the answer, within timeout (DefaultTimeout when zero).
-func (c *Client) Ask(ctx context.Context, url string, timeout time.Duration, call Call, now time.Time) Answer {
+func (c *Client) Ask(ctx context.Context, hook string, timeout time.Duration, call Call, now time.Time) Answer {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	a := Answer{URL: url}
+	a := Answer{URL: Redact(hook)}
 	body, err := json.Marshal(map[string]any{
 		"specversion":     "1.0",
 		"id":              fmt.Sprintf("%s/batch/%d/%s", call.EventID, call.Batch, call.Phase),
@@ -160,7 +163,7 @@ func (c *Client) Ask(ctx context.Context, url string, timeout time.Duration, cal
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, hook, bytes.NewReader(body))
 	if err != nil {
 		a.Error = err.Error()
 		return a
@@ -172,6 +175,9 @@ func (c *Client) Ask(ctx context.Context, url string, timeout time.Duration, cal
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		a.Error = fmt.Sprintf("no answer within %s", timeout)
+		return a
+	case errors.Is(ctx.Err(), context.Canceled):
+		a.Error = "not waited for: the call was cancelled (" + context.Cause(ctx).Error() + ")"
 		return a
 	case err != nil:
 		a.Error = err.Error()
@@ -187,6 +193,24 @@ func (c *Client) Ask(ctx context.Context, url string, timeout time.Duration, cal
 		}
 	}
 	return a
+}
+
+// Redact is rawURL with what may be a credential hidden: the password of
+// its user info and the value of every query parameter (a token in
+// `?token=…`, a signature in `?sig=…`). What does not parse is hidden
+// whole.
+func Redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(a webhook URL that does not parse)"
+	}
+	if q := u.Query(); len(q) > 0 {
+		for k := range q {
+			q[k] = []string{"REDACTED"}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }
 
 // noRedirects makes the client hand a redirect back as the answer.

@@ -168,3 +168,17 @@ func TestAskRefusesRedirects(t *testing.T) {
 		t.Errorf("the login page was asked %d times; want never", followed)
 	}
 }
+
+// TestRedactHidesCredentials: a webhook URL's password and query values
+// never reach a log, a span or a rollout's status.
+func TestRedactHidesCredentials(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://ops:s3cret@hooks.example/confirm?token=abc&team=x": "https://ops:xxxxx@hooks.example/confirm?team=REDACTED&token=REDACTED",
+		"https://hooks.example/confirm":                             "https://hooks.example/confirm",
+		"http://[::1:bad":                                           "(a webhook URL that does not parse)",
+	} {
+		if got := webhook.Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
