@@ -52,7 +52,17 @@ type Control struct {
 	// the window opens: the rollout controller resumes it then. Any other
 	// pause, resume or abort clears it.
 	ResumeAt time.Time `json:"resumeAt,omitzero"`
+	// Awaiting, on a rollout the planner paused before its first batch
+	// went, names the webhook whose answer releases it (AwaitingConfirm):
+	// the rollout controller asks it, off the pipeline's workers, and
+	// resumes (yes) or pauses or aborts (no) the rollout. Any other pause,
+	// resume or abort clears it, and cancels the call.
+	Awaiting string `json:"awaiting,omitempty"`
 }
+
+// AwaitingConfirm is Control.Awaiting on a rollout whose confirm webhook
+// is asked about its first batch.
+const AwaitingConfirm = "confirm"
 
 // Retry is one rollout retry: the retry event and the VMs (UIDs) it took.
 type Retry struct {

@@ -11,21 +11,26 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"kvlive/events"
 	"kvlive/internal/webhook"
+	"kvlive/rollout"
 )
 
 // hookServer is a local HTTPS server playing an operator's webhooks: /yes
-// answers 204, /no 403 with a reason, /late after any timeout; it keeps
-// every CloudEvent it got.
+// answers 204, /no 403 with a reason, /late after any timeout, /hang
+// never (until kvlive hangs up, counted in cancelled), /redirect a 302 to
+// an auth proxy's /login page, which answers 200 (counted in logins); it
+// keeps every CloudEvent it got.
 type hookServer struct {
 	*httptest.Server
-	caFile string
-	mu     sync.Mutex
-	calls  []webhook.Call
+	caFile            string
+	mu                sync.Mutex
+	calls             []webhook.Call
+	cancelled, logins atomic.Int32
 }
 
 func startHookServer(t *testing.T) *hookServer {
@@ -54,8 +59,25 @@ func startHookServer(t *testing.T) *hookServer {
 		case <-r.Context().Done():
 		}
 	})
+	done := make(chan struct{})
+	mux.HandleFunc("/hang", func(w http.ResponseWriter, r *http.Request) {
+		keep(r)
+		select {
+		case <-r.Context().Done():
+			h.cancelled.Add(1)
+		case <-done:
+		}
+	})
+	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
+		keep(r)
+		http.Redirect(w, r, "/login", http.StatusFound)
+	})
+	mux.HandleFunc("/login", func(w http.ResponseWriter, _ *http.Request) {
+		h.logins.Add(1)
+		_, _ = w.Write([]byte("sign in"))
+	})
 	h.Server = httptest.NewTLSServer(mux)
-	t.Cleanup(h.Close)
+	t.Cleanup(func() { close(done); h.Close() })
 	h.caFile = filepath.Join(t.TempDir(), "webhook-ca.pem")
 	if err := os.WriteFile(h.caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: h.Certificate().Raw}), 0o600); err != nil {
 		t.Fatal(err)
@@ -137,5 +159,60 @@ func TestWebhookGatesHoldABatch(t *testing.T) {
 	})
 	if st := e.status(late); len(e.outcomes(late)) != 0 || st.Held == 0 {
 		t.Errorf("late confirm: %d outcomes, %d plans held; want none moved, the first batch held", len(e.outcomes(late)), st.Held)
+	}
+}
+
+// TestWebhooksThatHangOrRedirectHoldTheirOwnRolloutAlone: behind an auth
+// proxy that redirects to its login page, a switch's confirm webhook is a
+// no: paused, nothing moved, the login page never asked. A second switch's
+// confirm webhook never answers (a timeout of minutes) while kvlive runs
+// with two planner workers; an edit made meanwhile is rolled out all the
+// same, each of its VMs written exactly once (audit log); the waiting
+// switch says what it waits for, `rollout abort` ends it and kvlive hangs
+// up on the webhook. Neither switch wrote a VM.
+func TestWebhooksThatHangOrRedirectHoldTheirOwnRolloutAlone(t *testing.T) {
+	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itSmall: 2, itMedium: 2, itLarge: 2}})
+	hooks := startHookServer(t)
+	e.runKvlive("first", "--observe-timeout", "30s", "--webhook-ca-file", hooks.caFile, "--planner-workers", "2")
+
+	switchWith := func(from, hook string) string {
+		out := e.kvliveCommand(2*time.Minute, "switch", "--from", "clusterinstancetype/"+from, "--to", "clusterinstancetype/"+itLarge, "-A",
+			"--confirm-webhook", hooks.URL+hook, "--webhook-timeout", "4m", "--yes", "--kubeconfig", e.kubeconfig, "--nats-url", e.natsURL)
+		m := switched.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("switch printed no id:\n%s", out)
+		}
+		return m[1]
+	}
+	redirected := switchWith(itSmall, "/redirect")
+	hung := switchWith(itMedium, "/hang")
+	e.waitFor("the redirect to pause its switch", rolloutTimeout, func() (bool, string) {
+		st := e.status(redirected)
+		return st.Control.State == events.StatePaused && strings.Contains(st.Control.Reason, "302 Found: a redirect is a no"),
+			string(st.Control.State) + ": " + st.Control.Reason
+	})
+	e.waitFor("the hanging webhook asked", time.Minute, func() (bool, string) {
+		n := len(hooks.got(hung, webhook.PhaseConfirm, 1))
+		return n > 0, plural(n, "call")
+	})
+
+	_, edited := e.editInstancetype(itLarge, 6, "12Gi")
+	e.waitFor("the edit rolled out while a webhook hangs", rolloutTimeout, func() (bool, string) {
+		st := e.status(edited)
+		return st.Phase == rollout.PhaseComplete, string(st.Phase)
+	})
+	st := e.status(hung)
+	if st.Control.State != events.StatePaused || !strings.Contains(st.Control.Reason, "awaiting its confirm webhook") {
+		t.Errorf("the switch whose webhook hangs: %s %q; want paused, saying it awaits its webhook", st.Control.State, st.Control.Reason)
+	}
+	if out := e.rolloutCommand("abort", hung, "--reason", "the approver is away"); !strings.Contains(out, "aborted") {
+		t.Errorf("rollout abort: %s", out)
+	}
+	e.waitFor("kvlive to hang up on the aborted switch's webhook", time.Minute, func() (bool, string) {
+		return hooks.cancelled.Load() > 0, "still connected"
+	})
+	e.checkWrites(e.selectShapes(onInstancetype(itLarge)), append(e.selectShapes(onInstancetype(itSmall)), e.selectShapes(onInstancetype(itMedium))...))
+	if n := hooks.logins.Load(); n != 0 {
+		t.Errorf("the auth proxy's login page was asked %d times; want never", n)
 	}
 }

@@ -157,7 +157,7 @@ func (p *Planner) handle(ctx context.Context, msg jetstream.Msg, _ consumer.Deli
 		plans, err = p.recordRollout(ctx, w, plans, r)
 	}
 	if err == nil && !w.parked {
-		w.parked, err = p.confirmFirst(ctx, w, plans, r)
+		w.parked, err = p.awaitConfirm(ctx, w, plans, r)
 	}
 	if err == nil {
 		err = p.publishPlans(ctx, w, plans)
@@ -410,50 +410,36 @@ func (p *Planner) policyOf(asked *events.Policy, object events.Ref) (events.Poli
 	return policy, ""
 }
 
-// confirmFirst asks the policy's confirm webhook about the rollout's first
-// batch before its plans go: a no pauses the rollout (its plans parked as
-// held, for rollout resume to release) or, as the policy says, aborts it
-// (its VMs skipped). It reports whether the plans are to be parked: on a
-// no, either way.
-func (p *Planner) confirmFirst(ctx context.Context, w work, plans []events.Plan, r rolloutPlan) (bool, error) {
+// awaitConfirm pauses a rollout whose policy names a confirm webhook,
+// at its first planning, until the webhook answers about the first batch:
+// its plans are parked as held, and the rollout controller asks the
+// webhook off the planner's workers (a webhook that never answers holds
+// its own rollout alone, never a worker) and resumes the rollout on a yes.
+// It reports whether the plans are to be parked: whenever the rollout is
+// not running (awaiting, or the webhook said no when the event comes
+// again).
+func (p *Planner) awaitConfirm(ctx context.Context, w work, plans []events.Plan, r rolloutPlan) (bool, error) {
 	url := w.policy.ConfirmWebhook
-	if url == "" {
+	if url == "" || !slices.ContainsFunc(plans, func(pl events.Plan) bool { return pl.Batch == 0 && pl.Action.Moves() }) {
 		return false, nil
-	}
-	var vms []webhook.VM
-	for _, pl := range plans {
-		if pl.Batch == 0 && pl.Action.Moves() {
-			vms = append(vms, webhook.VM{Namespace: pl.VM.Namespace, Name: pl.VM.Name, UID: pl.VM.UID, Result: pl.Action, Reason: pl.Reason})
-		}
-	}
-	if len(vms) == 0 {
-		return false, nil
-	}
-	rec := events.Rollout{EventID: w.eventID, Object: w.target.Object, Batches: r.batches, Policy: w.policy}
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-		rec.TraceID, rec.SpanID = sc.TraceID().String(), sc.SpanID().String()
-	}
-	a := rollout.AskWebhook(ctx, rollout.WebhookAsker{Client: p.cfg.Webhooks, Tracer: p.tracer, Log: p.cfg.Log, Metrics: p.cfg.Metrics, Clock: p.cfg.Clock},
-		rec, webhook.PhaseConfirm, url, 0, vms)
-	if a.Yes() {
-		return false, nil
-	}
-	action, phase := events.ActionPause, "paused"
-	if rollout.Aborts(w.policy) {
-		action, phase = events.ActionAbort, "aborted"
 	}
 	store, err := rollout.Open(ctx, p.cfg.JetStream)
 	if err != nil {
 		return false, err
 	}
-	reason := fmt.Sprintf("batch 1 of %d: confirm webhook said no: %s", max(len(r.batches), 1), a)
-	if _, _, err := store.Apply(ctx, w.eventID, action, reason, "kvlive gate", p.cfg.Clock.Now(), false); err != nil && !errors.Is(err, rollout.ErrAborted) {
+	timeout, _ := events.ParseDuration(w.policy.WebhookTimeout)
+	if timeout <= 0 {
+		timeout = webhook.DefaultTimeout
+	}
+	why := fmt.Sprintf("batch 1 of %d: awaiting its confirm webhook's answer (%s, within %s)", max(len(r.batches), 1), webhook.Redact(url), timeout)
+	c, err := store.AwaitConfirm(ctx, w.eventID, why, p.cfg.Clock.Now())
+	if err != nil {
 		return false, err
 	}
-	p.cfg.Log.Warn("rollout "+phase+" by its confirm webhook", "event", w.eventID, "reason", reason)
-	// Parked either way: the controller sends an aborted rollout's held
-	// plans on, for the applier to skip, once its watch has the abort.
-	return true, nil
+	if c.Awaiting == events.AwaitingConfirm {
+		p.cfg.Log.Info("rollout paused until its confirm webhook answers", "event", w.eventID, "webhook", webhook.Redact(url))
+	}
+	return c.State != events.StateRunning, nil
 }
 
 // holdForWindow pauses, ahead of its plans, a restart planned outside its

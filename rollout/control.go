@@ -129,7 +129,7 @@ func step(seen *events.Control, action events.ControlAction, reason, by string, 
 		if err != nil || !changed {
 			return false, err
 		}
-		c.State, c.Reason, c.By, c.At, c.ResumeAt = next, reason, by, now.UTC(), time.Time{}
+		c.State, c.Reason, c.By, c.At, c.ResumeAt, c.Awaiting = next, reason, by, now.UTC(), time.Time{}, ""
 		return true, nil
 	}
 }
@@ -161,6 +161,45 @@ func (s *Store) ResumeDue(ctx context.Context, eventID string, now time.Time) (b
 			return false, nil
 		}
 		c.State, c.Reason, c.By, c.At, c.ResumeAt = events.StateRunning, "its restart window opened", WindowBy, now.UTC(), time.Time{}
+		return true, nil
+	})
+	return changed, err
+}
+
+// AwaitConfirm pauses a rollout at its first planning until its confirm
+// webhook answers about its first batch (the rollout controller asks it,
+// and ConfirmAnswered records the answer). A rollout with a control record
+// already (paused or aborted ahead, or planned before: a redelivered
+// event) is left as it is. It returns the record as it stands.
+func (s *Store) AwaitConfirm(ctx context.Context, eventID, reason string, now time.Time) (events.Control, error) {
+	c, _, err := s.Update(ctx, eventID, false, func(c *events.Control) (bool, error) {
+		if !c.At.IsZero() || (c.State != "" && c.State != events.StateRunning) {
+			return false, nil
+		}
+		c.State, c.Reason, c.By, c.At, c.Awaiting = events.StatePaused, reason, gatedBy, now.UTC(), events.AwaitingConfirm
+		return true, nil
+	})
+	return c, err
+}
+
+// ConfirmAnswered records the confirm webhook's answer about a rollout
+// AwaitConfirm paused, unless the record moved on since seen (an operator
+// resumed, paused or aborted it meanwhile): a yes resumes the rollout, a
+// no leaves it paused (or aborts it, when abort is set) with the reason.
+// It returns whether this call wrote the record.
+func (s *Store) ConfirmAnswered(ctx context.Context, eventID string, seen events.Control, yes, abort bool, reason string, now time.Time) (bool, error) {
+	_, changed, err := s.Update(ctx, eventID, false, func(c *events.Control) (bool, error) {
+		if !sameStep(*c, seen) || c.Awaiting != events.AwaitingConfirm {
+			return false, nil
+		}
+		state := events.StatePaused
+		switch {
+		case yes:
+			state = events.StateRunning
+		case abort:
+			state = events.StateAborted
+		}
+		c.State, c.Reason, c.By, c.At, c.Awaiting = state, reason, gatedBy, now.UTC(), ""
 		return true, nil
 	})
 	return changed, err
@@ -321,7 +360,7 @@ func (s *Store) Promote(ctx context.Context, eventID string, seen, last int, by 
 		}
 		c.Batch, c.BatchAt, c.GateAt = c.Batch+1, now.UTC(), time.Time{}
 		c.Gate = fmt.Sprintf("promoted by %s", by)
-		c.State, c.Reason, c.By, c.At, c.ResumeAt = events.StateRunning, "promoted", by, now.UTC(), time.Time{}
+		c.State, c.Reason, c.By, c.At, c.ResumeAt, c.Awaiting = events.StateRunning, "promoted", by, now.UTC(), time.Time{}, ""
 		return true, nil
 	})
 	return c.Batch, err
@@ -429,6 +468,20 @@ func (w *Watch) Due(now time.Time) []string {
 		}
 	}
 	return due
+}
+
+// Awaiting lists the rollouts paused until their confirm webhook answers
+// (Store.AwaitConfirm), as last seen.
+func (w *Watch) Awaiting() map[string]events.Control {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	out := map[string]events.Control{}
+	for id, st := range w.states {
+		if st.State == events.StatePaused && st.Awaiting == events.AwaitingConfirm {
+			out[id] = st.Control
+		}
+	}
+	return out
 }
 
 // WindowPause says why a restart rollout waits: outside window, which

@@ -74,6 +74,8 @@ type Controller struct {
 	notesMu   sync.Mutex
 	gateNotes map[string]time.Time
 	refusedAt map[string]time.Time
+	// hooks are the webhook calls in flight, off the gate loop.
+	hooks *hookCalls
 }
 
 // NewController builds a Controller; nothing runs until Run.
@@ -104,7 +106,10 @@ func (rc *Controller) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("rollout: %w", err)
 	}
+	rc.hooks = newHookCalls(ctx)
+	defer rc.hooks.wait()
 	if rc.watch, err = store.StartWatch(ctx, func(eventID string, st State) {
+		rc.hooks.moveOn(eventID, st.Control)
 		if st.State != events.StatePaused {
 			rc.releaseLater(ctx, eventID)
 		}

@@ -57,11 +57,13 @@ func (rc *Controller) runGates(ctx context.Context, store *Store) {
 		case <-tick.C:
 		}
 		rc.resumeDue(ctx, store)
+		awaiting := rc.confirmAwaited(ctx, store)
 		staged, err := rc.stagedBatches(ctx)
 		if err != nil {
 			rc.cfg.Log.Warn("rollout: cannot list staged batches", "err", err)
 			continue
 		}
+		rc.forget(func(id string) bool { _, a := awaiting[id]; _, s := staged[id]; return a || s })
 		phases := map[events.RolloutState]int{}
 		for id, batches := range staged {
 			state, err := rc.stepRollout(ctx, store, id, batches)
@@ -219,7 +221,7 @@ func AskWebhook(ctx context.Context, h WebhookAsker, rec events.Rollout, phase, 
 		a = webhook.Answer{URL: url, Error: "this kvlive has no webhook client"}
 	} else {
 		timeout, _ := events.ParseDuration(rec.Policy.WebhookTimeout)
-		a = h.Client.Ask(ctx, url, timeout, call, h.Clock.Now())
+		a = h.Client.Ask(ctx, url, min(timeout, events.MaxWebhookTimeout), call, h.Clock.Now())
 	}
 	end := h.Clock.Now()
 	if tid, err := trace.TraceIDFromHex(rec.TraceID); err == nil {
@@ -254,6 +256,78 @@ func batchVMs(acct Account, verdicts map[string]events.Verdict, batch int) []web
 	}
 	slices.SortFunc(vms, func(a, b webhook.VM) int { return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
 	return vms
+}
+
+// askConfirm asks the rollout's confirm webhook about batch (0-based),
+// naming the VMs the rollout planned in it.
+func (rc *Controller) askConfirm(ctx context.Context, rec events.Rollout, url string, batch int) webhook.Answer {
+	vms, err := rc.plannedIn(ctx, rec, batch)
+	if err != nil {
+		return webhook.Answer{URL: url, Error: "not asked: the batch's VMs are unreadable: " + err.Error()}
+	}
+	return rc.ask(ctx, rec, webhook.PhaseConfirm, url, batch, vms)
+}
+
+// confirmAwaited asks the confirm webhook of each rollout the planner
+// paused until it answers (Store.AwaitConfirm), each call in the
+// background, and records the answers that are in: a yes resumes the
+// rollout (its held plans go), a no leaves it paused, or aborts it as its
+// policy says. It returns the rollouts still awaiting.
+func (rc *Controller) confirmAwaited(ctx context.Context, store *Store) map[string]events.Control {
+	awaiting := rc.watch.Awaiting()
+	now := rc.cfg.Clock.Now()
+	for id, c := range awaiting {
+		rec, recorded, err := Record(ctx, rc.cfg.JetStream, id)
+		if err != nil || !recorded || rec.Policy.ConfirmWebhook == "" {
+			continue // the planner records a rollout before it pauses it
+		}
+		url := rec.Policy.ConfirmWebhook
+		a, _, answered := rc.hooks.take(keyOf(id, webhook.PhaseConfirm, 0, c), now, func(ctx context.Context) webhook.Answer {
+			return rc.askConfirm(ctx, rec, url, 0)
+		})
+		if !answered {
+			continue
+		}
+		batches := max(len(rec.Batches), 1)
+		reason := fmt.Sprintf("batch 1 of %d: confirm webhook said no: %s", batches, a)
+		if a.Yes() {
+			reason = fmt.Sprintf("batch 1 of %d: confirm webhook said yes: %s", batches, a)
+		}
+		changed, err := store.ConfirmAnswered(ctx, id, c, a.Yes(), Aborts(rec.Policy), reason, rc.cfg.Clock.Now())
+		switch {
+		case err != nil:
+			rc.cfg.Log.Warn("rollout: a confirm webhook's answer was not recorded; asked again", "event", id, "err", err)
+		case changed && a.Yes():
+			rc.cfg.Log.Info("rollout confirmed by its webhook", "event", id)
+		case changed:
+			phase := "paused"
+			if Aborts(rec.Policy) {
+				phase = "aborted"
+			}
+			rc.cfg.Metrics.Gate("webhook", phase)
+			rc.cfg.Log.Warn("rollout "+phase+" by its confirm webhook", "event", id, "reason", reason)
+			rc.recordEvent(rec.Object, corev1.EventTypeWarning, "Rollout"+strings.ToUpper(phase[:1])+phase[1:], "rollout %s %s: %s", id, phase, reason)
+		}
+	}
+	return awaiting
+}
+
+// forget drops what the gate loop remembers of rollouts that keep does
+// not name any more: its notes, and the webhook calls still out.
+func (rc *Controller) forget(keep func(eventID string) bool) {
+	rc.notesMu.Lock()
+	for id := range rc.gateNotes {
+		if !keep(id) {
+			delete(rc.gateNotes, id)
+		}
+	}
+	for id := range rc.refusedAt {
+		if !keep(id) {
+			delete(rc.refusedAt, id)
+		}
+	}
+	rc.notesMu.Unlock()
+	rc.hooks.forgetExcept(keep)
 }
 
 // plannedIn lists the VMs the rollout planned in batch.
@@ -361,7 +435,13 @@ func (rc *Controller) takeSteps(ctx context.Context, store *Store, id string, st
 			return rc.trip(ctx, store, rec, c, s.result, s.why)
 		case stepPassGate:
 			if url := rec.Policy.CheckWebhook; url != "" {
-				a := rc.ask(ctx, rec, webhook.PhaseCheck, url, c.Batch, batchVMs(acct, verdicts, c.Batch))
+				vms := batchVMs(acct, verdicts, c.Batch)
+				a, since, answered := rc.hooks.take(keyOf(id, webhook.PhaseCheck, c.Batch, c), now, func(ctx context.Context) webhook.Answer {
+					return rc.ask(ctx, rec, webhook.PhaseCheck, url, c.Batch, vms)
+				})
+				if !answered {
+					return rc.noteWaiting(ctx, store, id, c, "waiting: batch passed KubeVirt's gate; "+asking(webhook.PhaseCheck, c.Batch, len(rec.Batches), webhook.Redact(url), since))
+				}
 				if !a.Yes() {
 					return rc.trip(ctx, store, rec, c, "webhook", "check webhook said no: "+a.String())
 				}
@@ -381,12 +461,15 @@ func (rc *Controller) takeSteps(ctx context.Context, store *Store, id string, st
 				return rc.waitForWindow(ctx, store, rec, opens, now)
 			}
 			if url := rec.Policy.ConfirmWebhook; url != "" {
-				vms, err := rc.plannedIn(ctx, rec, s.batches[0])
-				if err != nil {
-					return err
+				next := s.batches[0]
+				a, since, answered := rc.hooks.take(keyOf(id, webhook.PhaseConfirm, next, c), now, func(ctx context.Context) webhook.Answer {
+					return rc.askConfirm(ctx, rec, url, next)
+				})
+				if !answered {
+					return rc.noteWaiting(ctx, store, id, c, "waiting: "+asking(webhook.PhaseConfirm, next, len(rec.Batches), webhook.Redact(url), since))
 				}
-				if a := rc.ask(ctx, rec, webhook.PhaseConfirm, url, s.batches[0], vms); !a.Yes() {
-					return rc.trip(ctx, store, rec, c, "webhook", fmt.Sprintf("confirm webhook said no to batch %d: %s", s.batches[0]+1, a))
+				if !a.Yes() {
+					return rc.trip(ctx, store, rec, c, "webhook", fmt.Sprintf("confirm webhook said no to batch %d: %s", next+1, a))
 				}
 			}
 			return rc.releaseNext(ctx, store, rec, s.batches[0], now)
@@ -470,7 +553,7 @@ func (rc *Controller) noteWaiting(ctx context.Context, store *Store, id string, 
 	rc.gateNotes[id] = now
 	rc.notesMu.Unlock()
 	_, _, err := store.Update(ctx, id, false, func(cur *events.Control) (bool, error) {
-		if cur.Batch != c.Batch || !cur.GateAt.IsZero() || cur.State != events.StateRunning {
+		if cur.Batch != c.Batch || !cur.GateAt.Equal(c.GateAt) || cur.State != events.StateRunning {
 			return false, nil
 		}
 		cur.Gate = why
