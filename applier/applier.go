@@ -74,12 +74,19 @@ type Config struct {
 	Activity *Activity
 }
 
+// waiter is what paces the applier's writes: it returns when the next
+// write may go.
+type waiter interface {
+	Wait(ctx context.Context) error
+}
+
 // Applier consumes plans, moves VMs and publishes outcomes.
 type Applier struct {
 	cfg     Config
 	tracer  trace.Tracer
 	prop    propagation.TextMapPropagator
-	limiter *rate.Limiter
+	// limiter paces writes (--rate); a *rate.Limiter, or a test's.
+	limiter waiter
 	// watch is every rollout's pause/abort state, kept current by Run;
 	// control reads a record afresh where the watch may lag.
 	watch   *rollout.Watch

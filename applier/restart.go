@@ -57,10 +57,12 @@ func (a *Applier) restartVM(ctx context.Context, plan events.Plan) (events.Outco
 		if _, flagged := instancetype.RestartRequired(vm); !flagged {
 			return events.Outcome{Result: events.ResultNone, Reason: "no restart pending any more: RestartRequired is gone"}, nil
 		}
-		if err := a.withinWindow(ctx, plan); err != nil {
+		// The window is the last thing checked before the write: a turn
+		// waited for under --rate may end after the window closed.
+		if err := a.takeTurn(ctx, plan); err != nil {
 			return events.Outcome{}, err
 		}
-		if err := a.takeTurn(ctx, plan); err != nil {
+		if err := a.withinWindow(ctx, plan); err != nil {
 			return events.Outcome{}, err
 		}
 		_, err = a.cfg.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType,

@@ -1,0 +1,79 @@
+package applier
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/events"
+	"kvlive/internal/testenv"
+	"kvlive/rollout"
+)
+
+// slowTurn is a rate limiter whose turn comes after d on clock.
+type slowTurn struct {
+	clock *clocktesting.FakeClock
+	d     time.Duration
+}
+
+func (s slowTurn) Wait(context.Context) error {
+	s.clock.Step(s.d)
+	return nil
+}
+
+// TestARestartWaitsNoTurnPastItsWindow: a restart whose rollout's window
+// (22:00 for an hour) is open when its worker takes it, at 22:59:59, but
+// whose turn under --rate comes at 23:00:01, is not sent: the window is
+// the last thing checked before the write. The VM is not written and the
+// rollout waits, paused, for the window to open again.
+func TestARestartWaitsNoTurnPastItsWindow(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 4, 22, 59, 59, 0, time.UTC))
+	always := virtv1.RunStrategyAlways
+	vm := &virtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "ns", UID: "uid-r"},
+		Spec:       virtv1.VirtualMachineSpec{RunStrategy: &always},
+		Status: virtv1.VirtualMachineStatus{Conditions: []virtv1.VirtualMachineCondition{
+			{Type: virtv1.VirtualMachineRestartRequired, Status: corev1.ConditionTrue}}},
+	}
+	vmi := testenv.RunningVMI("ns", "r")
+	vmi.UID = "vmi-1"
+	clients := testenv.FakeClients(nil, vm, vmi)
+	js := testenv.JetStream(t)
+	window := events.Window{Schedule: "0 22 * * *", Duration: "1h"}
+	const eventID = "restart/window"
+	plan := events.Plan{EventID: eventID, VM: events.VMRef{Namespace: "ns", Name: "r", UID: "uid-r"}, Action: events.ResultRestart,
+		Target: events.Target{Move: events.MoveRestart, VMI: "vmi-1"}}
+	if _, _, err := rollout.Create(ctx, js, events.Rollout{EventID: eventID, Type: string(events.MoveRestart), Planned: 1,
+		Counts: map[events.Result]int{events.ResultRestart: 1}, Policy: events.Policy{RestartWindow: window}},
+		[]events.PlannedVM{{VMRef: plan.VM}}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{Clients: clients, Fleet: testenv.StartCache(t, clients), JetStream: js, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.control, err = rollout.Open(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	a.limiter = slowTurn{clock: clk, d: 2 * time.Second}
+
+	if _, err := a.restartVM(ctx, plan); !errors.Is(err, errOutsideWindow) {
+		t.Errorf("a restart whose turn came at %s: %v; want it held outside its window", clk.Now().Format(time.TimeOnly), err)
+	}
+	got, err := clients.Virt.KubevirtV1().VirtualMachines("ns").Get(ctx, "r", metav1.GetOptions{})
+	if err != nil || len(got.Status.StateChangeRequests) != 0 {
+		t.Errorf("the VM's state change requests: %+v (%v); want none", got.Status.StateChangeRequests, err)
+	}
+	c, _, err := a.control.Get(ctx, eventID)
+	if err != nil || c.State != events.StatePaused || !c.ResumeAt.Equal(time.Date(2026, 12, 5, 22, 0, 0, 0, time.UTC)) || !strings.Contains(c.Reason, "restart window") {
+		t.Errorf("control record %s %q until %s (%v); want paused until tomorrow's window", c.State, c.Reason, c.ResumeAt, err)
+	}
+}
