@@ -115,7 +115,7 @@ func (a *Applier) atTarget(ctx context.Context, plan events.Plan) (*events.Outco
 	}
 	if t.Move == events.MoveSwitch {
 		if ref, ok := instancetype.RefOf(vm, preference); ok && ref == t.Object {
-			return &events.Outcome{Result: plan.Action, Reason: joinReason(note, plan.Reason), Changes: plan.Changes}, nil
+			return &events.Outcome{Result: plan.Action, Reason: joinReason(note, plan.Reason), SwitchedTo: &t.Object, Changes: plan.Changes}, nil
 		}
 		return nil, nil
 	}
@@ -353,7 +353,7 @@ func (a *Applier) switchVM(ctx context.Context, plan events.Plan, vm *virtv1.Vir
 		currentRef, _ = instancetype.PreferenceRef(vm)
 	}
 	if currentRef == t.Object {
-		return events.Outcome{Result: plan.Action, Reason: joinReason("already switched (an earlier attempt moved it)", plan.Reason), Changes: plan.Changes}, false, nil
+		return events.Outcome{Result: plan.Action, Reason: joinReason("already switched (an earlier attempt moved it)", plan.Reason), SwitchedTo: &t.Object, Changes: plan.Changes}, false, nil
 	}
 	if t.From == nil || currentRef != *t.From {
 		return events.Outcome{}, true, nil
@@ -385,7 +385,7 @@ func (a *Applier) switchVM(ctx context.Context, plan events.Plan, vm *virtv1.Vir
 		})
 	}
 	trace.SpanFromContext(ctx).AddEvent("reference switched", trace.WithAttributes(attribute.String("kvlive.target", t.Object.String())))
-	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Wrote: true, Changes: plan.Changes}, false, nil
+	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Wrote: true, SwitchedTo: &t.Object, Changes: plan.Changes}, false, nil
 }
 
 // ownedElsewhere is the skip of a VM whose fields the move writes (pin:

@@ -260,6 +260,10 @@ type Outcome struct {
 	// before (what an undo moves it back to).
 	Revision string `json:"revision,omitempty"`
 	From     string `json:"from,omitempty"`
+	// SwitchedTo, on the outcome of a switch, is the instance type or
+	// preference it made the VM reference: the verdict is read only once
+	// the VM references it.
+	SwitchedTo *Ref `json:"switchedTo,omitempty"`
 	// Stopped, on the outcome of a restart, is the UID of the VMI it
 	// asked KubeVirt to stop; the verdict looks for a VMI other than it.
 	Stopped string `json:"stopped,omitempty"`

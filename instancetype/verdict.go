@@ -1,6 +1,7 @@
 package instancetype
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -40,6 +41,14 @@ func Judge(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachi
 		return Judgement{Observed: events.ObservedNotObserved, Reason: "the VM was deleted and re-created before KubeVirt's verdict"}, true
 	case o.Stopped != "":
 		return judgeRestart(o, vm, vmi, due)
+	case o.SwitchedTo != nil && !switchedTo(vm, *o.SwitchedTo):
+		// Not (yet) seen switched: the cache lags the write, or someone
+		// switched it back (a GitOps tool applying its source). Nothing
+		// the VM or VMI shows is the switch's doing.
+		if !due {
+			return Judgement{}, false
+		}
+		return Judgement{Observed: events.ObservedNotObserved, Reason: notSwitched(vm, *o.SwitchedTo)}, true
 	case pinnedTo(vm, o.Revision):
 		return judgePinned(o, vm, vmi, due)
 	case !due:
@@ -120,6 +129,41 @@ func judgeRunning(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.Virtu
 		return Judgement{Observed: events.ObservedNotObserved, Reason: "virt-controller did not put the new sockets and memory on the VMI by the deadline"}, true
 	}
 	return Judgement{Observed: events.ObservedPending, Reason: "the VMI's status did not show the new sockets and memory by the deadline"}, true
+}
+
+// switchedTo reports whether vm references obj in its spec and KubeVirt
+// has taken the switch up (its status names obj, or nothing yet).
+func switchedTo(vm *virtv1.VirtualMachine, obj events.Ref) bool {
+	preference := obj.IsPreference()
+	if ref, ok := RefOf(vm, preference); !ok || ref != obj {
+		return false
+	}
+	status := vm.Status.InstancetypeRef
+	if preference {
+		status = vm.Status.PreferenceRef
+	}
+	return status == nil || status.Name == "" || status.Name == obj.Name
+}
+
+// notSwitched says, at the deadline, why a switched VM's verdict was not
+// read: what it references instead and, where the managed fields say,
+// which managers hold that reference.
+func notSwitched(vm *virtv1.VirtualMachine, obj events.Ref) string {
+	preference := obj.IsPreference()
+	ref, ok := RefOf(vm, preference)
+	if ok && ref == obj {
+		return fmt.Sprintf("the VM references %s, but virt-controller had not taken the switch up by the deadline (its status names another)", obj)
+	}
+	what := "nothing"
+	if ok {
+		what = ref.String()
+	}
+	why := fmt.Sprintf("the VM references %s, not %s it was switched to: switched back or elsewhere since", what, obj)
+	paths := WrittenPaths(events.Target{Move: events.MoveSwitch, Object: obj}, "")
+	if owners := FieldOwners(vm, paths...); len(owners) > 0 {
+		why += " (by " + strings.Join(owners, ", ") + ", which manages " + strings.Join(paths[0], ".") + ")"
+	}
+	return why
 }
 
 // pinnedTo reports whether the VM's instance type or preference pin is

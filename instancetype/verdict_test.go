@@ -1,6 +1,7 @@
 package instancetype
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -103,5 +104,61 @@ func TestJudge(t *testing.T) {
 		if final && j.Reason == "" {
 			t.Errorf("%s: a verdict without a reason", tt.name)
 		}
+	}
+}
+
+// TestJudgeASwitch: a switch's verdict is read only once the VM references
+// what it was switched to. A VM the cache has not seen switched waits; at
+// the deadline, one switched back (by a GitOps tool's server-side apply)
+// is not observed, naming what it references and who manages that; a VM
+// that references the target is judged as any moved VM.
+func TestJudgeASwitch(t *testing.T) {
+	moved := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	const deadline = 2 * time.Minute
+	large := events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.large"}
+	o := func(r events.Result) events.Outcome {
+		return events.Outcome{EventID: "switch/1", VM: events.VMRef{Namespace: "ns", Name: "vm", UID: "u1"}, Result: r, SwitchedTo: &large, FinishedAt: moved}
+	}
+	vm := func(it string) *virtv1.VirtualMachine {
+		return &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "vm", UID: "u1"},
+			Spec: virtv1.VirtualMachineSpec{Instancetype: &virtv1.InstancetypeMatcher{Name: it}}}
+	}
+	back := vm("u1.small")
+	back.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "argocd-controller", Operation: metav1.ManagedFieldsOperationApply,
+		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:instancetype":{"f:name":{}}}}`)}}}
+	lagging := vm("u1.large")
+	lagging.Status.InstancetypeRef = &virtv1.InstancetypeStatusRef{Name: "u1.small"}
+	running := &virtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(moved.Add(-time.Hour))},
+		Status: virtv1.VirtualMachineInstanceStatus{Phase: virtv1.Running}}
+	for _, tc := range []struct {
+		name   string
+		o      events.Outcome
+		vm     *virtv1.VirtualMachine
+		vmi    *virtv1.VirtualMachineInstance
+		at     time.Time
+		final  bool
+		want   events.Observed
+		reason []string
+	}{
+		{"stopped, switched back, before the deadline", o(events.ResultNextBoot), back, nil, moved.Add(time.Second), false, "", nil},
+		{"stopped, switched back, at the deadline", o(events.ResultNextBoot), back, nil, moved.Add(deadline), true, events.ObservedNotObserved,
+			[]string{"references clusterinstancetype/u1.small, not clusterinstancetype/u1.large", "argocd-controller"}},
+		{"running, nothing to hot-plug, switched back", o(events.ResultLive), back, running, moved.Add(deadline), true, events.ObservedNotObserved,
+			[]string{"switched back or elsewhere"}},
+		{"switched, virt-controller not caught up", o(events.ResultNextBoot), lagging, nil, moved.Add(deadline), true, events.ObservedNotObserved,
+			[]string{"had not taken the switch up"}},
+		{"stopped and switched", o(events.ResultNextBoot), vm("u1.large"), nil, moved.Add(time.Second), true, events.ObservedNextBoot, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j, final := Judge(tc.o, tc.vm, tc.vmi, tc.at, deadline)
+			if final != tc.final || j.Observed != tc.want {
+				t.Fatalf("Judge = %s (%q), final %t; want %q, final %t", j.Observed, j.Reason, final, tc.want, tc.final)
+			}
+			for _, r := range tc.reason {
+				if !strings.Contains(j.Reason, r) {
+					t.Errorf("reason %q; want it to say %q", j.Reason, r)
+				}
+			}
+		})
 	}
 }
