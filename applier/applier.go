@@ -82,9 +82,9 @@ type waiter interface {
 
 // Applier consumes plans, moves VMs and publishes outcomes.
 type Applier struct {
-	cfg     Config
-	tracer  trace.Tracer
-	prop    propagation.TextMapPropagator
+	cfg    Config
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
 	// limiter paces writes (--rate); a *rate.Limiter, or a test's.
 	limiter waiter
 	// watch is every rollout's pause/abort state, kept current by Run;
