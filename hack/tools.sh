@@ -14,9 +14,11 @@
 # a rerun is instant. Built binaries are also kept in a cache outside the
 # clone, keyed by that stamp ($KVLIVE_TOOLS_CACHE, default
 # ~/.cache/kvlive/tools), so a later clean clone on the same machine copies
-# them instead of building. Cold on 2 cores kube-apiserver takes about 8
-# minutes, kubectl about 4, golangci-lint about 3, jaeger about 8, promtool
-# about 6, etcd and nats-server about a minute each, virt-controller 12 to 18.
+# them instead of building. Cold on 2 cores (empty module and build caches,
+# measured 2026-12-04; docs/testing.md) kube-apiserver takes 4 to 5 minutes
+# with its downloads, jaeger and promtool about 4 each, golangci-lint 2,
+# virt-controller from KubeVirt's tarball under 3, kubectl, etcd and
+# nats-server under a minute each: about 18 minutes in all.
 #
 # virt-controller (KubeVirt v1.9.0) builds from, in this order: a KubeVirt
 # v1.9.0 source tree (which vendors its dependencies) named by
