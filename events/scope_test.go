@@ -1,11 +1,16 @@
 package events_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
+	"kvlive/internal/bus"
 	"kvlive/internal/testenv"
 )
 
@@ -25,8 +30,8 @@ func TestReplicasOfAnotherScopeAreRefused(t *testing.T) {
 		t.Errorf("a replica of the same scope: %v", err)
 	}
 	for scope, want := range map[string]string{
-		"dev": "serves replicas scoped to namespace shop, this one is scoped to namespace dev",
-		"":    "serves replicas scoped to namespace shop, this one is scoped to every namespace",
+		"dev": "serves replicas scoped to namespace shop (claimed by",
+		"":    "this one is scoped to every namespace; give it the same -n",
 	} {
 		if err := setup(scope); !errors.Is(err, events.ErrScopeMismatch) || !strings.Contains(err.Error(), want) {
 			t.Errorf("a replica scoped to %q: %v, want %q", scope, err, want)
@@ -44,7 +49,8 @@ func TestReplicasOfAnotherScopeAreRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A bus of that age had no verifier consumer either.
+	// A bus of that age had no verifier consumer, and no scope claim.
+	forgetClaim(t, js)
 	if err := js.DeleteConsumer(ctx, events.StreamOutcomes, events.ConsumerVerifier); err != nil {
 		t.Fatal(err)
 	}
@@ -53,5 +59,148 @@ func TestReplicasOfAnotherScopeAreRefused(t *testing.T) {
 	}
 	if err := setup("shop"); !errors.Is(err, events.ErrScopeMismatch) {
 		t.Errorf("after the adoption, a replica scoped to shop: %v, want refused", err)
+	}
+}
+
+// bareBus is an embedded NATS server with JetStream and nothing of
+// kvlive's on it yet: a fresh bus.
+func bareBus(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), DontListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := bus.ConnectEmbedded(ns, t.Name(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close(); ns.Shutdown(); ns.WaitForShutdown() })
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+func setupScoped(ctx context.Context, js jetstream.JetStream, scope string) error {
+	o := events.DefaultStreamOptions()
+	o.Scope = scope
+	return events.Setup(ctx, js, o, nil)
+}
+
+// TestTwoScopesStartedAtOnceOneWins: two replicas with different -n start
+// together on a fresh bus, five times over: one starts, the other is
+// refused, and from then on the winner's scope starts again and the
+// loser's is refused, never both.
+func TestTwoScopesStartedAtOnceOneWins(t *testing.T) {
+	for i := range 5 {
+		js := bareBus(t)
+		ctx := t.Context()
+		errs := make(chan error, 2)
+		for _, scope := range []string{"x1", "y1"} {
+			go func() { errs <- setupScoped(ctx, js, scope) }()
+		}
+		var failed int
+		for range 2 {
+			if err := <-errs; err != nil {
+				failed++
+				if !errors.Is(err, events.ErrScopeMismatch) {
+					t.Errorf("try %d: %v, want the loser refused for its scope", i, err)
+				}
+			}
+		}
+		claim, _, err := events.ReadScope(ctx, js)
+		if failed != 1 || err != nil {
+			t.Fatalf("try %d: %d of 2 replicas refused, claim %v (%v); want one", i, failed, claim, err)
+		}
+		loser := map[string]string{"x1": "y1", "y1": "x1"}[claim.Scope]
+		if err := setupScoped(ctx, js, claim.Scope); err != nil {
+			t.Errorf("try %d: the winner's scope %s again: %v", i, claim.Scope, err)
+		}
+		if err := setupScoped(ctx, js, loser); !errors.Is(err, events.ErrScopeMismatch) {
+			t.Errorf("try %d: the loser's scope %s again: %v, want refused", i, loser, err)
+		}
+	}
+}
+
+// TestABusTheOldRaceWedgedStartsAgain: a bus two replicas of different
+// scopes wedged before kvlive claimed scopes (the planner's consumer
+// stamped x1, the applier's y1, no claim) is claimed by the next replica
+// to start, whose stamps replace theirs.
+func TestABusTheOldRaceWedgedStartsAgain(t *testing.T) {
+	js := testenv.JetStream(t, func(o *events.StreamOptions) { o.Scope = "x1" })
+	ctx := t.Context()
+	forgetClaim(t, js)
+	c, err := js.Consumer(ctx, events.StreamPlans, events.ConsumerApplier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.CachedInfo().Config
+	cfg.Metadata = map[string]string{events.ScopeMetadata: "y1"}
+	if _, err := js.UpdateConsumer(ctx, events.StreamPlans, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := setupScoped(ctx, js, "y1"); err != nil {
+		t.Fatalf("the first replica on the wedged bus: %v, want it to start", err)
+	}
+	if err := setupScoped(ctx, js, "x1"); !errors.Is(err, events.ErrScopeMismatch) {
+		t.Errorf("a replica of the other scope after it: %v, want refused", err)
+	}
+	for stream, durable := range map[string]string{events.StreamEvents: events.ConsumerPlanner, events.StreamPlans: events.ConsumerApplier} {
+		c, err := js.Consumer(ctx, stream, durable)
+		if err != nil || c.CachedInfo().Config.Metadata[events.ScopeMetadata] != "y1" {
+			t.Errorf("consumer %s: %v (%v), want stamped y1", durable, c, err)
+		}
+	}
+}
+
+// TestAClaimHeldByRunningReplicasIsNotCleared: while a replica pulls from
+// the work consumers, clearing the claim is refused unless forced.
+func TestAClaimHeldByRunningReplicasIsNotCleared(t *testing.T) {
+	js := testenv.JetStream(t, func(o *events.StreamOptions) { o.Scope = "shop" })
+	ctx := t.Context()
+	c, err := js.Consumer(ctx, events.StreamPlans, events.ConsumerApplier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pulling, err := c.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pulling.Stop()
+	go func() { _, _ = pulling.Next() }() // pulls until stopped
+	testenv.Eventually(t, 10*time.Second, "the pull to wait on the consumer", func() bool {
+		info, err := c.Info(ctx)
+		return err == nil && info.NumWaiting > 0
+	})
+	if _, err := events.ClearScope(ctx, js, false); !errors.Is(err, events.ErrScopeHeld) {
+		t.Errorf("clear under a running replica: %v, want refused", err)
+	}
+	if claim, err := events.ClearScope(ctx, js, true); err != nil || claim.Scope != "shop" {
+		t.Errorf("clear --force: %v (%v), want the shop claim cleared", claim, err)
+	}
+	if _, _, err := events.ReadScope(ctx, js); !errors.Is(err, events.ErrNoScopeClaim) {
+		t.Errorf("after the clear: %v, want no claim", err)
+	}
+	// The next replica claims the bus for its own scope, whatever the
+	// consumers still show of the cleared one.
+	if err := setupScoped(ctx, js, "dev"); err != nil {
+		t.Errorf("a replica of another scope after the clear: %v, want it to start", err)
+	}
+	if err := setupScoped(ctx, js, "shop"); !errors.Is(err, events.ErrScopeMismatch) {
+		t.Errorf("the cleared scope after that: %v, want refused", err)
+	}
+}
+
+// forgetClaim removes the bus's scope claim altogether, as on a bus a
+// kvlive from before claims made.
+func forgetClaim(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	kv, err := js.KeyValue(t.Context(), events.BucketBus)
+	if err == nil {
+		err = kv.Purge(t.Context(), events.ScopeKey)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }

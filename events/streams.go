@@ -52,6 +52,9 @@ const (
 	// BucketControl maps an event id to what an operator last asked of its
 	// rollout (pause, resume, abort).
 	BucketControl = "kvlive-rollout-control"
+	// BucketBus holds what the replicas sharing one bus agree on: the
+	// scope they serve (ScopeKey).
+	BucketBus = "kvlive-bus"
 )
 
 // Delivery budgets: after this many deliveries a stage gives a message up
@@ -216,7 +219,14 @@ func KVConfigs(o StreamOptions) []jetstream.KeyValueConfig {
 			LimitMarkerTTL: time.Minute},
 		{Bucket: BucketControl, Description: "kvlive: pause, resume and abort per event", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1),
 			LimitMarkerTTL: time.Minute},
+		busConfig(o),
 	}
+}
+
+// busConfig is BucketBus's configuration.
+func busConfig(o StreamOptions) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{Bucket: BucketBus, Description: "kvlive: the scope of the replicas sharing this bus", Storage: jetstream.FileStorage,
+		Replicas: max(o.Replicas, 1)}
 }
 
 // Setup timing: a JetStream cluster that has just elected its meta leader,
@@ -269,6 +279,15 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions, log *sl
 			return err
 		}
 	}
+	if err := step("kv "+BucketBus, func(ctx context.Context) error {
+		_, err := js.CreateOrUpdateKeyValue(ctx, busConfig(o))
+		return err
+	}); err != nil {
+		return fmt.Errorf("events: kv %s: %w", BucketBus, err)
+	}
+	if err := step("the bus's scope", func(ctx context.Context) error { return ClaimScope(ctx, js, o.Scope) }); err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
 	scoped := o.Scope
 	if scoped == AllNamespaces {
 		scoped = ""
@@ -310,26 +329,24 @@ const AllNamespaces = "*"
 var ErrScopeMismatch = errors.New("replicas sharing one bus must share one scope")
 
 // setupConsumer creates (or updates) one of the work consumers, recording
-// scope in its metadata, unless it belongs to replicas of another scope.
-// A consumer made before kvlive recorded scopes takes this replica's.
+// scope in its metadata. The bus's scope claim (ClaimScope), made before,
+// decides which scope the replicas sharing the consumers serve; the
+// consumers' metadata only shows it, so a stamp that differs (left by two
+// replicas of different scopes that raced before kvlive claimed scopes) is
+// overwritten.
 func setupConsumer(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, scope string) error {
-	want := cmp.Or(scope, AllNamespaces)
-	cfg.Metadata = map[string]string{ScopeMetadata: want}
+	cfg.Metadata = map[string]string{ScopeMetadata: cmp.Or(scope, AllNamespaces)}
 	for range 2 {
-		c, err := js.Consumer(ctx, stream, cfg.Durable)
+		_, err := js.Consumer(ctx, stream, cfg.Durable)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			_, err = js.CreateConsumer(ctx, stream, cfg)
 			if errors.Is(err, jetstream.ErrConsumerExists) {
-				continue // another replica made it meanwhile: check its scope
+				continue // another replica made it meanwhile
 			}
 			return err
 		}
 		if err != nil {
 			return err
-		}
-		if have, ok := c.CachedInfo().Config.Metadata[ScopeMetadata]; ok && have != want {
-			return fmt.Errorf("%w: consumer %s on %s serves replicas scoped to %s, this one is scoped to %s; "+
-				"give it the same -n, or its own bus (another --nats-url, or an embedded server)", ErrScopeMismatch, cfg.Durable, stream, describeScope(have), describeScope(want))
 		}
 		_, err = js.UpdateConsumer(ctx, stream, cfg)
 		return err

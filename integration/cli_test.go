@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kvlive/events"
+	"kvlive/integration/framework"
 )
 
 // TestOneShotCommandsFailFastAndSayWhy runs `kvlive plan` against an API
@@ -54,7 +55,57 @@ func TestOneShotCommandsFailFastAndSayWhy(t *testing.T) {
 	})
 	args := append([]string{"run", "--kubeconfig", e.kubeconfig, "--nats-url", e.natsURL}, e.natsArgs...)
 	stderr = e.kvliveFails(time.Minute, append(args, "-n", "elsewhere")...)
-	if want := "serves replicas scoped to namespace " + team + ", this one is scoped to namespace elsewhere"; !strings.Contains(stderr, want) {
-		t.Errorf("kvlive run of another scope said %q, want %q", stderr, want)
+	for _, want := range []string{"serves replicas scoped to namespace " + team + " (claimed by", "this one is scoped to namespace elsewhere"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("kvlive run of another scope said %q, want %q", stderr, want)
+		}
+	}
+}
+
+// TestTwoScopesStartedAtOnceOneRuns starts two `kvlive run` with different
+// -n at once on a fresh nats-server, three times over: each time one runs
+// and the other exits refused for its scope; kvlive scope names the
+// winner's; once the winner stopped, kvlive scope --clear clears the claim
+// and a replica of the loser's scope then starts.
+func TestTwoScopesStartedAtOnceOneRuns(t *testing.T) {
+	e := newEnv(t, fleetOptions{namespaces: 2, perIT: map[string]int{itMedium: 2}})
+	for try := range 3 {
+		url := framework.StartNATS(t).URL
+		procs := map[string]*kvliveProc{}
+		for _, scope := range []string{namespaceName(0), namespaceName(1)} {
+			procs[scope] = e.runKvlive(fmt.Sprintf("try %d, -n %s", try, scope), "-n", scope, "--nats-url", url)
+		}
+		var loser, winner string
+		e.waitFor("one of the two to be refused", time.Minute, func() (bool, string) {
+			loser, winner = "", ""
+			for scope, p := range procs {
+				select {
+				case <-p.exited:
+					loser = scope
+				default:
+					winner = scope
+				}
+			}
+			return loser != "" && winner != "", "not one refused and one running"
+		})
+		procs[loser].stopped.Store(true) // refused, as it should be
+		if out := procs[loser].out.String(); !strings.Contains(out, "this one is scoped to namespace "+loser) {
+			t.Errorf("try %d: the refused replica (-n %s) said:\n%s", try, loser, procs[loser].out.Tail(20))
+		}
+		if out := e.kvliveCommand(time.Minute, "scope", "--nats-url", url); !strings.Contains(out, "this bus serves namespace "+winner) {
+			t.Errorf("try %d: kvlive scope said %q, want namespace %s", try, out, winner)
+		}
+		procs[winner].terminate()
+		e.waitFor("the winner's pulls to end", 2*time.Minute, func() (bool, string) {
+			_, stderr, err := e.kvliveOnce(time.Minute, "scope", "--clear", "--nats-url", url)
+			return err == nil, stderr.String()
+		})
+		started := e.runKvlive(fmt.Sprintf("try %d, -n %s after the clear", try, loser), "-n", loser, "--nats-url", url)
+		e.waitFor("the loser's scope claimed", time.Minute, func() (bool, string) {
+			out, _, _ := e.kvliveOnce(time.Minute, "scope", "--nats-url", url)
+			return strings.Contains(out, "this bus serves namespace "+loser), out
+		})
+		e.checkProcs()
+		started.terminate()
 	}
 }
