@@ -225,6 +225,10 @@ func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.Virtua
 	if err := a.takeTurn(ctx, plan); err != nil {
 		return events.Outcome{}, false, err
 	}
+	if want.Annotations == nil {
+		want.Annotations = map[string]string{}
+	}
+	want.Annotations[instancetype.SupersedesAnnotation] = pin.Revision
 	if err := a.ensureRevision(ctx, want); err != nil {
 		return classify(err)
 	}

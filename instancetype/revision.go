@@ -22,6 +22,11 @@ const (
 	CreatedBy      = "kvlive"
 )
 
+// SupersedesAnnotation, on a revision kvlive created to move a VM's pin,
+// names the revision the pin left for it: what `kvlive rollout undo`
+// moves the VM back to, which the revision pruner keeps however old it is.
+const SupersedesAnnotation = "kvlive.io/supersedes"
+
 // CreatedByKvlive reports whether kvlive created cr.
 func CreatedByKvlive(cr *appsv1.ControllerRevision) bool {
 	return cr.Labels[CreatedByLabel] == CreatedBy

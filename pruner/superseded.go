@@ -16,7 +16,9 @@ import (
 )
 
 // DefaultRetention keeps, per VM and reference, the one revision its pin
-// last superseded: what `kvlive rollout undo` moves it back to.
+// last superseded: what `kvlive rollout undo` moves it back to. Retention
+// keeps the newest n superseded revisions, and the last n the pin left as
+// kvlive recorded them, which differ once an undo moved a pin back.
 const DefaultRetention = 1
 
 // Input is one VM and what is known about it.
@@ -86,14 +88,34 @@ func superseded(in Input, preference bool) []Candidate {
 		}
 	}
 	slices.SortFunc(older, func(a, b *appsv1.ControllerRevision) int { return order(b, a) })
+	keep := undoTargets(current, others, in.Retention)
 	var out []Candidate
 	for i, cr := range older {
-		if i < in.Retention || !instancetype.CreatedByKvlive(cr) || !namedByKubeVirt(in.VM.Name, cr) {
+		if i < in.Retention || keep[cr.Name] || !instancetype.CreatedByKvlive(cr) || !namedByKubeVirt(in.VM.Name, cr) {
 			continue
 		}
 		out = append(out, candidate(in.VM, cr))
 	}
 	return out
+}
+
+// undoTargets are the last n revisions the pin left, newest first, as
+// kvlive recorded on the revisions it made to move it
+// (instancetype.SupersedesAnnotation): what undo moves the VM back to.
+// Creation order alone misses them once an undo went back to an older
+// revision and a later edit moved on from there (gen3, undone to gen2,
+// then gen4: the pin left gen2 last, and gen3 is the newer).
+func undoTargets(current *appsv1.ControllerRevision, others []*appsv1.ControllerRevision, n int) map[string]bool {
+	keep := map[string]bool{}
+	for next := current; len(keep) < n; {
+		from := next.Annotations[instancetype.SupersedesAnnotation]
+		i := slices.IndexFunc(others, func(cr *appsv1.ControllerRevision) bool { return cr.Name == from })
+		if i < 0 || keep[from] {
+			break
+		}
+		keep[from], next = true, others[i]
+	}
+	return keep
 }
 
 // order sorts revisions by when they were made: creation time (whole

@@ -76,6 +76,17 @@ func TestSuperseded(t *testing.T) {
 	}, {
 		name: "retention 3 keeps every older one", retention: 3,
 	}, {
+		// gen2 → gen3 (a rollout), undone to gen2, then an edit moved it
+		// on to gen4: undo of that edit moves it back to gen2, which
+		// gen4 records it left; gen3, the newer, stays too.
+		name: "what the pin left last stays for undo, older than the newest superseded", retention: 1,
+		mutate: func(_ *virtv1.VirtualMachine, owned []*appsv1.ControllerRevision) []*appsv1.ControllerRevision {
+			owned[3] = owned[3].DeepCopy()
+			owned[3].Annotations = map[string]string{instancetype.SupersedesAnnotation: owned[1].Name}
+			return owned
+		},
+		want: []string{name("pref", 1)},
+	}, {
 		name: "what the running VMI started from stays", retention: 0, started: []string{name("it", 2), name("pref", 1)},
 		want: []string{name("it", 3), name("pref", 2)},
 	}, {
