@@ -463,8 +463,13 @@ func (a *Applier) complete(out *events.Outcome, plan events.Plan, d consumer.Del
 	sc := span.SpanContext()
 	out.TraceID, out.SpanID = sc.TraceID().String(), sc.SpanID().String()
 	out.FinishedAt = a.cfg.Clock.Now().UTC()
-	if out.Result.Moves() {
-		out.VerdictDeadline = a.cfg.ObserveTimeout
+	switch {
+	case out.Result.Moves() && a.cfg.ObserveTimeout > 0:
+		// A restart's outcome carries its old VMI's grace period: its
+		// verdict waits for the shutdown, then for the boot.
+		out.VerdictDeadline += a.cfg.ObserveTimeout
+	default:
+		out.VerdictDeadline = 0
 	}
 	span.SetAttributes(attribute.String("kvlive.result", string(out.Result)), attribute.Bool("kvlive.wrote", out.Wrote),
 		attribute.StringSlice("kvlive.changes", changeStrings(out.Changes)))

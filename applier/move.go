@@ -105,7 +105,7 @@ func (a *Applier) atTarget(ctx context.Context, plan events.Plan) (*events.Outco
 	if t.Move == events.MoveRestart {
 		if stopRequested(vm, t.VMI) {
 			return &events.Outcome{Result: plan.Action, Reason: joinReason("the restart was asked for before the rollout was aborted (an earlier attempt)", plan.Reason),
-				Stopped: t.VMI, Changes: plan.Changes}, nil
+				Stopped: t.VMI, Changes: plan.Changes, VerdictDeadline: shutdownGrace(vm, a.cfg.Fleet.VMI(vm.Namespace, vm.Name))}, nil
 		}
 		if vmi := a.cfg.Fleet.VMI(vm.Namespace, vm.Name); vmi != nil && string(vmi.UID) != t.VMI {
 			return &events.Outcome{Result: plan.Action, Stopped: t.VMI, Changes: plan.Changes,

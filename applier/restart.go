@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,7 +39,7 @@ func (a *Applier) restartVM(ctx context.Context, plan events.Plan) (events.Outco
 		}
 		if stopRequested(vm, t.VMI) {
 			return events.Outcome{Result: plan.Action, Reason: joinReason("the restart is under way (an earlier attempt asked for it)", plan.Reason),
-				Stopped: t.VMI, Changes: plan.Changes}, nil
+				Stopped: t.VMI, Changes: plan.Changes, VerdictDeadline: shutdownGrace(vm, a.cfg.Fleet.VMI(vm.Namespace, vm.Name))}, nil
 		}
 		vmi, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachineInstances(vm.Namespace).Get(ctx, vm.Name, metav1.GetOptions{})
 		switch {
@@ -69,7 +70,8 @@ func (a *Applier) restartVM(ctx context.Context, plan events.Plan) (events.Outco
 			RestartPatch(vm, vmi.UID), metav1.PatchOptions{}, "status")
 		if err == nil {
 			trace.SpanFromContext(ctx).AddEvent("restart requested", trace.WithAttributes(attribute.String("kvlive.vmi.uid", t.VMI)))
-			return events.Outcome{Result: plan.Action, Reason: plan.Reason, Wrote: true, Stopped: t.VMI, Changes: plan.Changes}, nil
+			return events.Outcome{Result: plan.Action, Reason: plan.Reason, Wrote: true, Stopped: t.VMI, Changes: plan.Changes,
+				VerdictDeadline: shutdownGrace(vm, vmi)}, nil
 		}
 		out, changed, err := a.patchFailed(ctx, plan, err, func(fresh *virtv1.VirtualMachine) bool {
 			return fresh.ResourceVersion != vm.ResourceVersion
@@ -79,6 +81,22 @@ func (a *Applier) restartVM(ctx context.Context, plan events.Plan) (events.Outco
 		}
 	}
 	return events.Outcome{}, fmt.Errorf("%w: VM %s kept changing while being restarted", errTransient, plan.VM)
+}
+
+// shutdownGrace is how long KubeVirt gives the VM's running VMI (or, when
+// it is not at hand, the VMI its template makes) to shut down once asked
+// to stop: its terminationGracePeriodSeconds, or KubeVirt's default. A
+// restart's verdict waits for it on top of the verdict deadline, so a
+// guest that takes its grace period to stop is not judged pending.
+func shutdownGrace(vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) time.Duration {
+	seconds := virtv1.DefaultGracePeriodSeconds
+	switch {
+	case vmi != nil && vmi.Spec.TerminationGracePeriodSeconds != nil:
+		seconds = *vmi.Spec.TerminationGracePeriodSeconds
+	case vm.Spec.Template != nil && vm.Spec.Template.Spec.TerminationGracePeriodSeconds != nil:
+		seconds = *vm.Spec.Template.Spec.TerminationGracePeriodSeconds
+	}
+	return time.Duration(seconds) * time.Second
 }
 
 // errOutsideWindow stops a restart due outside its rollout's restart

@@ -7,12 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
+	"kvlive/internal/consumer"
+	"kvlive/internal/kube"
 	"kvlive/internal/testenv"
 	"kvlive/rollout"
 )
@@ -28,6 +32,57 @@ func (s slowTurn) Wait(context.Context) error {
 	return nil
 }
 
+// restartFixture is a running VM "r" flagged RestartRequired, its VMI
+// "vmi-1" (stopped within grace), and a restart rollout of it recorded
+// with policy, on a bus and fake clients of its own.
+func restartFixture(t *testing.T, clk *clocktesting.FakeClock, grace int64, policy events.Policy) (*Applier, kube.Clients, events.Plan) {
+	t.Helper()
+	ctx := context.Background()
+	always := virtv1.RunStrategyAlways
+	vm := &virtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "ns", UID: "uid-r", ResourceVersion: "7"},
+		Spec:       virtv1.VirtualMachineSpec{RunStrategy: &always},
+		Status: virtv1.VirtualMachineStatus{Conditions: []virtv1.VirtualMachineCondition{
+			{Type: virtv1.VirtualMachineRestartRequired, Status: corev1.ConditionTrue}}},
+	}
+	vmi := testenv.RunningVMI("ns", "r")
+	vmi.UID, vmi.Spec.TerminationGracePeriodSeconds = "vmi-1", &grace
+	clients := testenv.FakeClients(nil, vm, vmi)
+	js := testenv.JetStream(t)
+	const eventID = "restart/window"
+	plan := events.Plan{EventID: eventID, VM: events.VMRef{Namespace: "ns", Name: "r", UID: "uid-r"}, Action: events.ResultRestart,
+		Target: events.Target{Move: events.MoveRestart, VMI: "vmi-1"}}
+	if _, _, err := rollout.Create(ctx, js, events.Rollout{EventID: eventID, Type: string(events.MoveRestart), Planned: 1,
+		Counts: map[events.Result]int{events.ResultRestart: 1}, Policy: policy},
+		[]events.PlannedVM{{VMRef: plan.VM}}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{Clients: clients, Fleet: testenv.StartCache(t, clients), JetStream: js, Clock: clk, ObserveTimeout: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.control, err = rollout.Open(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	return a, clients, plan
+}
+
+// TestARestartsVerdictWaitsOutTheGracePeriod: the verdict on a restart
+// is waited for as long as the old VMI may take to shut down (its
+// terminationGracePeriodSeconds, 180 s here) and the verdict deadline
+// after, so a guest that takes its grace period is not judged pending.
+func TestARestartsVerdictWaitsOutTheGracePeriod(t *testing.T) {
+	a, _, plan := restartFixture(t, clocktesting.NewFakeClock(time.Now()), 180, events.Policy{})
+	out, err := a.restartVM(context.Background(), plan)
+	if err != nil || !out.Wrote {
+		t.Fatalf("restart: %+v, %v", out, err)
+	}
+	a.complete(&out, plan, consumer.Delivery{Attempt: 1}, trace.SpanFromContext(context.Background()))
+	if want := 180*time.Second + 2*time.Minute; out.VerdictDeadline != want {
+		t.Errorf("the restart's verdict deadline is %s, want %s (grace period and verdict deadline)", out.VerdictDeadline, want)
+	}
+}
+
 // TestARestartWaitsNoTurnPastItsWindow: a restart whose rollout's window
 // (22:00 for an hour) is open when its worker takes it, at 22:59:59, but
 // whose turn under --rate comes at 23:00:01, is not sent: the window is
@@ -36,33 +91,9 @@ func (s slowTurn) Wait(context.Context) error {
 func TestARestartWaitsNoTurnPastItsWindow(t *testing.T) {
 	ctx := context.Background()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 4, 22, 59, 59, 0, time.UTC))
-	always := virtv1.RunStrategyAlways
-	vm := &virtv1.VirtualMachine{
-		ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "ns", UID: "uid-r"},
-		Spec:       virtv1.VirtualMachineSpec{RunStrategy: &always},
-		Status: virtv1.VirtualMachineStatus{Conditions: []virtv1.VirtualMachineCondition{
-			{Type: virtv1.VirtualMachineRestartRequired, Status: corev1.ConditionTrue}}},
-	}
-	vmi := testenv.RunningVMI("ns", "r")
-	vmi.UID = "vmi-1"
-	clients := testenv.FakeClients(nil, vm, vmi)
-	js := testenv.JetStream(t)
 	window := events.Window{Schedule: "0 22 * * *", Duration: "1h"}
-	const eventID = "restart/window"
-	plan := events.Plan{EventID: eventID, VM: events.VMRef{Namespace: "ns", Name: "r", UID: "uid-r"}, Action: events.ResultRestart,
-		Target: events.Target{Move: events.MoveRestart, VMI: "vmi-1"}}
-	if _, _, err := rollout.Create(ctx, js, events.Rollout{EventID: eventID, Type: string(events.MoveRestart), Planned: 1,
-		Counts: map[events.Result]int{events.ResultRestart: 1}, Policy: events.Policy{RestartWindow: window}},
-		[]events.PlannedVM{{VMRef: plan.VM}}); err != nil {
-		t.Fatal(err)
-	}
-	a, err := New(Config{Clients: clients, Fleet: testenv.StartCache(t, clients), JetStream: js, Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a.control, err = rollout.Open(ctx, js); err != nil {
-		t.Fatal(err)
-	}
+	a, clients, plan := restartFixture(t, clk, 30, events.Policy{RestartWindow: window})
+	eventID := plan.EventID
 	a.limiter = slowTurn{clock: clk, d: 2 * time.Second}
 
 	if _, err := a.restartVM(ctx, plan); !errors.Is(err, errOutsideWindow) {

@@ -651,10 +651,20 @@ func (rc *Controller) gate(rec events.Rollout, batch int, acct Account, resumed 
 			}
 		}
 	}
-	differ := differing(acct, verdicts, resumed)
+	restarting := rc.restarting(acct, batch)
+	differ := differing(acct, verdicts, resumed, restarting)
 	failed += len(differ)
 	if tolerated := Tolerated(rec.Policy, rec.Planned); failed > tolerated {
 		return gateResult{gateFailed, fmt.Sprintf("%d VMs failed, the policy tolerates %d", failed, tolerated) + named("; KubeVirt's verdict differs", differ)}
+	}
+	if len(restarting) > 0 {
+		// Whatever the threshold tolerates: the next batch's restarts
+		// would go out beside these, past the restart budget.
+		why := make([]string, 0, len(restarting))
+		for _, w := range restarting {
+			why = append(why, w)
+		}
+		return gateResult{gateWaiting, fmt.Sprintf("%d VMs still restarting", len(restarting)) + named("", why)}
 	}
 	want := rec.Batches[batch]
 	if batch == 0 { // the plans that move nothing went with the first batch
@@ -688,11 +698,39 @@ func (rc *Controller) gate(rec events.Rollout, batch int, acct Account, resumed 
 	return gateResult{gatePassed, fmt.Sprintf("all %d VMs in their planned state, %d failed", settled, failed)}
 }
 
+// restarting names the VMs of batch kvlive asked to restart whose restart
+// has not finished as the cache shows it (their old VMI still there, or no
+// new one running yet), by UID, with why.
+func (rc *Controller) restarting(acct Account, batch int) map[string]string {
+	out := map[string]string{}
+	for uid, o := range acct.Latest {
+		if o.Batch != batch || o.Stopped == "" || !o.Result.Moves() {
+			continue
+		}
+		vm, vmi := rc.cfg.Fleet.VM(o.VM.Namespace, o.VM.Name), rc.cfg.Fleet.VMI(o.VM.Namespace, o.VM.Name)
+		switch {
+		case vm == nil || string(vm.UID) != uid:
+			// Deleted (or re-created): no restart of it goes on.
+		case vmi != nil && string(vmi.UID) == o.Stopped:
+			out[uid] = o.VM.String() + ": its old VMI is still shutting down"
+		case vmi == nil:
+			out[uid] = o.VM.String() + ": no new VMI yet"
+		case !instancetype.Running(vmi):
+			out[uid] = o.VM.String() + ": its new VMI is " + string(vmi.Status.Phase) + ", not running yet"
+		}
+	}
+	return out
+}
+
 // differing lists the moved VMs whose verdict differs from the prediction,
-// stored after resumed (when an operator resumed the rollout).
-func differing(acct Account, verdicts map[string]events.Verdict, resumed time.Time) []string {
+// stored after resumed (when an operator resumed the rollout), but for
+// those still restarting (whose verdict at the deadline said only that).
+func differing(acct Account, verdicts map[string]events.Verdict, resumed time.Time, restarting map[string]string) []string {
 	var out []string
 	for uid, o := range acct.Latest {
+		if _, busy := restarting[uid]; busy {
+			continue
+		}
 		v, ok := verdicts[uid]
 		if ok && o.Result.Moves() && !v.Observed.Matches(o.Result) && (resumed.IsZero() || v.ObservedAt.After(resumed)) {
 			out = append(out, fmt.Sprintf("%s: predicted %s, KubeVirt: %s (%s)", o.VM, o.Result, v.Observed, v.Reason))

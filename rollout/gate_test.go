@@ -73,6 +73,16 @@ func TestGate(t *testing.T) {
 	restartRequired := virtv1.VirtualMachineCondition{Type: virtv1.VirtualMachineRestartRequired, Status: k8scorev1.ConditionTrue}
 	hotplugRefused := virtv1.VirtualMachineCondition{Type: virtv1.VirtualMachineFailure, Status: k8scorev1.ConditionTrue, Reason: "HotPlugCPUError"}
 	moved := gateVM("stopped")
+	restarted := func(name, stopped string, batch int) events.Outcome {
+		o := outcome(name, batch, events.ResultRestart)
+		o.Stopped = stopped
+		return o
+	}
+	vmiOf := func(uid string, phase virtv1.VirtualMachineInstancePhase) *virtv1.VirtualMachineInstance {
+		vmi := gateVMI(3, "6Gi")
+		vmi.UID, vmi.Status.Phase = types.UID(uid), phase
+		return vmi
+	}
 	notMoved := gateVM("stale")
 	notMoved.Status.InstancetypeRef.ControllerRevisionRef.Name = "rev-old"
 	for _, tt := range []struct {
@@ -154,6 +164,24 @@ func TestGate(t *testing.T) {
 			vmis:     map[string]*virtv1.VirtualMachineInstance{"ns/a": gateVMI(3, "6Gi"), "ns/b": gateVMI(3, "6Gi")},
 			verdicts: map[string]events.Observed{"a": events.ObservedLive, "b": events.ObservedRestart},
 			verdict:  gateFailed, why: "1 VMs failed, the policy tolerates 0; KubeVirt's verdict differs: ns/b: predicted live, KubeVirt: restart"},
+		{name: "restart: a VM still shutting down holds the gate, whatever the threshold", batch: 1,
+			outcomes: []events.Outcome{restarted("a", "old-a", 1), restarted("b", "old-b", 1)},
+			policy:   events.Policy{FailureThreshold: "1"}, vms: []*virtv1.VirtualMachine{gateVM("a"), gateVM("b")},
+			vmis:     map[string]*virtv1.VirtualMachineInstance{"ns/a": vmiOf("new-a", virtv1.Running), "ns/b": vmiOf("old-b", virtv1.Running)},
+			verdicts: map[string]events.Observed{"a": events.ObservedRestarted, "b": events.ObservedPending},
+			verdict:  gateWaiting, why: "1 VMs still restarting: ns/b: its old VMI is still shutting down"},
+		{name: "restart: a new VMI not running yet holds it too", batch: 1,
+			outcomes: []events.Outcome{restarted("a", "old-a", 1), restarted("b", "old-b", 1)},
+			policy:   events.Policy{FailureThreshold: "1"}, vms: []*virtv1.VirtualMachine{gateVM("a"), gateVM("b")},
+			vmis:     map[string]*virtv1.VirtualMachineInstance{"ns/a": vmiOf("new-a", virtv1.Running), "ns/b": vmiOf("new-b", virtv1.Scheduling)},
+			verdicts: map[string]events.Observed{"a": events.ObservedRestarted, "b": events.ObservedPending},
+			verdict:  gateWaiting, why: "ns/b: its new VMI is Scheduling, not running yet"},
+		{name: "restart: once every VM is done restarting, the threshold decides", batch: 1,
+			outcomes: []events.Outcome{restarted("a", "old-a", 1), restarted("b", "old-b", 1)},
+			policy:   events.Policy{FailureThreshold: "1"}, vms: []*virtv1.VirtualMachine{gateVM("a"), gateVM("b")},
+			vmis:     map[string]*virtv1.VirtualMachineInstance{"ns/a": vmiOf("new-a", virtv1.Running), "ns/b": vmiOf("new-b", virtv1.Running)},
+			verdicts: map[string]events.Observed{"a": events.ObservedRestarted, "b": events.ObservedPending},
+			verdict:  gatePassed, why: "1 failed"},
 		{name: "failures within the threshold do not", batch: 1,
 			outcomes: []events.Outcome{outcome("a", 1, events.ResultFailed), outcome("b", 1, events.ResultRestart)},
 			policy:   events.Policy{FailureThreshold: "50%"}, vms: []*virtv1.VirtualMachine{gateVM("b", restartRequired)},
