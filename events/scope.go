@@ -199,3 +199,30 @@ func isWrongSequence(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
+
+// ErrOutOfScope is a request for a namespace the replicas sharing the bus
+// do not serve: they would plan it as touching no VM.
+var ErrOutOfScope = errors.New("the replicas on this bus do not serve that namespace")
+
+// Serves checks that the replicas sharing the bus serve namespace ("":
+// every namespace) before a request is sent to them: one scoped to another
+// namespace is ErrOutOfScope (their planner would see none of its VMs and
+// call the rollout complete with nothing planned). A bus no replica has
+// claimed yet is no error: warning says nothing serves it yet.
+func Serves(ctx context.Context, js jetstream.JetStream, namespace string) (warning string, err error) {
+	claim, _, err := ReadScope(ctx, js)
+	switch {
+	case errors.Is(err, ErrNoScopeClaim):
+		return "no kvlive run has claimed this bus yet: the request waits for one to start", nil
+	case err != nil:
+		return "", err
+	case claim.Scope == AllNamespaces || claim.Scope == namespace:
+		return "", nil
+	}
+	asked := "every namespace"
+	if namespace != "" {
+		asked = "namespace " + namespace
+	}
+	return "", fmt.Errorf("%w: this bus serves %s, and the request is for %s; send it to the bus of replicas that serve it (--nats-url), or ask for -n %s",
+		ErrOutOfScope, claim, asked, claim.Scope)
+}

@@ -204,3 +204,27 @@ func forgetClaim(t *testing.T, js jetstream.JetStream) {
 		t.Fatal(err)
 	}
 }
+
+// TestServesNamesTheNamespacesOfTheBus: a request for a namespace the
+// replicas on the bus do not serve is refused before it is sent; every
+// namespace is served by replicas of every namespace; a bus nobody
+// claimed yet is a warning.
+func TestServesNamesTheNamespacesOfTheBus(t *testing.T) {
+	ctx := t.Context()
+	if warning, err := events.Serves(ctx, bareBus(t), "shop"); err != nil || !strings.Contains(warning, "no kvlive run has claimed") {
+		t.Errorf("an unclaimed bus: %q, %v; want a warning", warning, err)
+	}
+	shop := testenv.JetStream(t, func(o *events.StreamOptions) { o.Scope = "shop" })
+	for namespace, ok := range map[string]bool{"shop": true, "dev": false, "": false} {
+		_, err := events.Serves(ctx, shop, namespace)
+		if ok != (err == nil) || (!ok && !errors.Is(err, events.ErrOutOfScope)) {
+			t.Errorf("replicas of shop asked for %q: %v", namespace, err)
+		}
+	}
+	all := testenv.JetStream(t)
+	for _, namespace := range []string{"shop", ""} {
+		if _, err := events.Serves(ctx, all, namespace); err != nil {
+			t.Errorf("replicas of every namespace asked for %q: %v", namespace, err)
+		}
+	}
+}

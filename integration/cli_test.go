@@ -65,7 +65,8 @@ func TestOneShotCommandsFailFastAndSayWhy(t *testing.T) {
 // TestTwoScopesStartedAtOnceOneRuns starts two `kvlive run` with different
 // -n at once on a fresh nats-server, three times over: each time one runs
 // and the other exits refused for its scope; kvlive scope names the
-// winner's; once the winner stopped, kvlive scope --clear clears the claim
+// winner's, and a switch for the loser's namespace sent to that bus is
+// refused; once the winner stopped, kvlive scope --clear clears the claim
 // and a replica of the loser's scope then starts.
 func TestTwoScopesStartedAtOnceOneRuns(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 2, perIT: map[string]int{itMedium: 2}})
@@ -94,6 +95,16 @@ func TestTwoScopesStartedAtOnceOneRuns(t *testing.T) {
 		}
 		if out := e.kvliveCommand(time.Minute, "scope", "--nats-url", url); !strings.Contains(out, "this bus serves namespace "+winner) {
 			t.Errorf("try %d: kvlive scope said %q, want namespace %s", try, out, winner)
+		}
+		if try == 0 {
+			// A switch for the loser's namespace, sent to the winner's
+			// bus, is refused before it is sent: they would plan none of
+			// its VMs and call it complete.
+			stderr := e.kvliveFails(time.Minute, "switch", "--from", "clusterinstancetype/"+itMedium, "--to", "clusterinstancetype/"+itLarge,
+				"-n", loser, "--yes", "--kubeconfig", e.kubeconfig, "--nats-url", url)
+			if !strings.Contains(stderr, "do not serve that namespace: this bus serves namespace "+winner) {
+				t.Errorf("a switch for namespace %s on the bus of %s said %q", loser, winner, stderr)
+			}
 		}
 		procs[winner].terminate()
 		e.waitFor("the winner's pulls to end", 2*time.Minute, func() (bool, string) {

@@ -124,6 +124,9 @@ func (o *restartOptions) Run(ctx context.Context) error {
 		if !o.policy.IsZero() {
 			policy = &o.policy
 		}
+		if err := served(ctx, js, req.Namespace, o.say); err != nil {
+			return err
+		}
 		id, err := rollout.RequestRestart(ctx, js, events.RestartRequest{
 			Object: req.Object, Namespace: req.Namespace, Selector: o.fleet.selector, Policy: policy,
 		})

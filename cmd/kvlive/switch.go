@@ -137,6 +137,9 @@ func (o *switchOptions) Run(ctx context.Context) error {
 		return err
 	}
 	defer closeBus()
+	if err := served(ctx, js, req.Namespace, o.say); err != nil {
+		return err
+	}
 	id, err := rollout.RequestSwitch(ctx, js, events.SwitchRequest{
 		From: *req.From, To: req.Object, Namespace: req.Namespace, Selector: o.fleet.selector, Policy: policy,
 		ForceConflicts: req.ForceConflicts,
@@ -304,4 +307,14 @@ func waitSwitch(ctx context.Context, js jetstream.JetStream, id string, timeout 
 			why, len(p.Outcomes), p.Planned, id, id)
 	}
 	return p, err
+}
+
+// served refuses a request for a namespace the bus's replicas do not
+// serve, and says so when no replica serves the bus yet.
+func served(ctx context.Context, js jetstream.JetStream, namespace string, say io.Writer) error {
+	warning, err := events.Serves(ctx, js, namespace)
+	if warning != "" {
+		_, _ = fmt.Fprintln(say, "warning: "+warning)
+	}
+	return err
 }
