@@ -26,25 +26,41 @@ type Reobservation struct {
 	Before, Now events.Verdict
 }
 
+// Reobserved is what Reobserve did: the VMs it looked at again, and how
+// many moved VMs have no verdict yet to look again at.
+type Reobserved struct {
+	Again []Reobservation
+	// Awaited counts the moved VMs whose first verdict is not stored yet
+	// (their deadline has not passed, or the verifier has not judged them):
+	// the verifier gives it, and a re-observation has nothing to go by.
+	Awaited int
+}
+
 // Reobserve looks again, at now, at every VM of eventID whose verdict is
 // unsettled (pending, refused or not observed at the deadline, and not
 // settled by a re-observation since), judges what its VM and VMI show as
 // the verifier would at the deadline, and stores each as a re-observation
-// beside the verdict, which stays as it was. It returns them in no order.
-func Reobserve(ctx context.Context, js jetstream.JetStream, fleet Observer, eventID string, now time.Time) ([]Reobservation, error) {
+// beside the verdict, which stays as it was. It returns them in no order,
+// with the count of moved VMs still awaiting their first verdict.
+func Reobserve(ctx context.Context, js jetstream.JetStream, fleet Observer, eventID string, now time.Time) (Reobserved, error) {
+	var done Reobserved
 	stored, err := storedVerdicts(ctx, js, eventID)
 	if err != nil {
-		return nil, err
+		return done, err
 	}
 	again, err := latestReobserved(ctx, js, eventID)
 	if err != nil {
-		return nil, err
+		return done, err
 	}
 	outcomes, err := movedOutcomes(ctx, js, eventID)
 	if err != nil {
-		return nil, err
+		return done, err
 	}
-	var done []Reobservation
+	for uid, o := range outcomes {
+		if _, judged := stored[uid]; !judged && o.VerdictDeadline > 0 {
+			done.Awaited++
+		}
+	}
 	for uid, before := range stored {
 		if later, ok := again[uid]; ok {
 			before = later
@@ -65,7 +81,7 @@ func Reobserve(ctx context.Context, js jetstream.JetStream, fleet Observer, even
 		if _, err := js.PublishMsg(ctx, events.NewMsg(events.ReobservedSubject(out.VM.Namespace, uid, out.EventID), id, events.TypeVerdict, body)); err != nil {
 			return done, fmt.Errorf("rollout: storing the re-observation of %s: %w", out.VM, err)
 		}
-		done = append(done, Reobservation{Before: before, Now: v})
+		done.Again = append(done.Again, Reobservation{Before: before, Now: v})
 	}
 	return done, nil
 }

@@ -43,7 +43,8 @@ func TestReobserveLooksAgainAtUnsettledVerdicts(t *testing.T) {
 	}
 	ctx := t.Context()
 
-	seen, err := Reobserve(ctx, js, cache, verifyEvent, time.Now())
+	got, err := Reobserve(ctx, js, cache, verifyEvent, time.Now())
+	seen := got.Again
 	if err != nil || len(seen) != 1 || seen[0].Now.VM.Name != "held" || seen[0].Now.Observed != events.ObservedNotObserved {
 		t.Fatalf("before the hotplug: %+v, %v; want held not observed (its VMI still has 2 sockets)", seen, err)
 	}
@@ -55,14 +56,29 @@ func TestReobserveLooksAgainAtUnsettledVerdicts(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, "the cache to show the hotplug", func() bool {
 		return cache.VMI("ns", "held").Spec.Domain.CPU.Sockets == 4
 	})
-	seen, err = Reobserve(ctx, js, cache, verifyEvent, time.Now())
+	got, err = Reobserve(ctx, js, cache, verifyEvent, time.Now())
+	seen = got.Again
 	if err != nil || len(seen) != 1 || seen[0].Before.Observed != events.ObservedNotObserved || seen[0].Now.Observed != events.ObservedLive || !seen[0].Now.Reobserved {
 		t.Fatalf("after the hotplug: %+v, %v; want held not observed → live", seen, err)
 	}
-	if seen, err = Reobserve(ctx, js, cache, verifyEvent, time.Now()); err != nil || len(seen) != 0 {
-		t.Fatalf("once settled: %+v, %v; want nothing looked at again", seen, err)
+	if got, err = Reobserve(ctx, js, cache, verifyEvent, time.Now()); err != nil || len(got.Again) != 0 || got.Awaited != 0 {
+		t.Fatalf("once settled: %+v, %v; want nothing looked at again", got, err)
 	}
 	if v, n := verdictOf(t, js, "held"); n != 1 || v.Observed != events.ObservedPending {
 		t.Errorf("the verdict: %d stored, the last %s; want the one pending verdict, unchanged", n, v.Observed)
+	}
+}
+
+// TestReobserveCountsVerdictsStillAwaited: a moved VM whose verdict is not
+// stored yet is not looked at, and is counted as awaited, so verify never
+// says that no verdict is unsettled while verdicts are still to come.
+func TestReobserveCountsVerdictsStillAwaited(t *testing.T) {
+	js := testenv.JetStream(t)
+	clients := testenv.FakeClients(nil, verifyVM("early"), testenv.RunningVMI("ns", "early"))
+	cache := testenv.StartCache(t, clients)
+	moved(t, js, "early", events.ResultLive, 1, time.Hour)
+	got, err := Reobserve(t.Context(), js, cache, verifyEvent, time.Now())
+	if err != nil || len(got.Again) != 0 || got.Awaited != 1 {
+		t.Errorf("a VM whose verdict is awaited: %+v, %v; want it counted as awaited, not looked at", got, err)
 	}
 }

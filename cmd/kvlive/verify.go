@@ -54,14 +54,21 @@ func (o *rolloutVerifyOptions) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		return writeReobserved(o.out, id, seen)
+		if err := writeReobserved(o.out, id, seen.Again); err != nil {
+			return err
+		}
+		if seen.Awaited > 0 {
+			return fmt.Errorf("%d moved VMs of %s await their first verdict still (the verifier gives it at their deadline); verify again after it",
+				seen.Awaited, id)
+		}
+		return nil
 	})
 }
 
 // writeReobserved says, VM by VM, what each unsettled verdict is now.
 func writeReobserved(w io.Writer, id string, seen []rollout.Reobservation) error {
 	if len(seen) == 0 {
-		_, err := fmt.Fprintf(w, "no VM of %s has an unsettled verdict\n", id)
+		_, err := fmt.Fprintf(w, "no VM of %s has an unsettled verdict to look at again\n", id)
 		return err
 	}
 	sort.Slice(seen, func(i, j int) bool { return seen[i].Now.VM.String() < seen[j].Now.VM.String() })
