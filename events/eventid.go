@@ -45,6 +45,22 @@ func CheckEventID(id string) error {
 	return nil
 }
 
+// CheckAheadID is CheckEventID for an id given ahead of its event (rollout
+// pause --ahead), where nothing else tells a typo from an event to come: a
+// change event's object UID must also be one the API server gives (a
+// UUID).
+func CheckAheadID(id string) error {
+	if err := CheckEventID(id); err != nil {
+		return err
+	}
+	if parts := strings.Split(id, "/"); len(parts) == 3 {
+		if _, err := uuid.Parse(parts[1]); err != nil {
+			return fmt.Errorf("event id %q: %q is not an object UID (kubectl get %s NAME -o jsonpath='{.metadata.uid}' prints it)", id, parts[1], parts[0])
+		}
+	}
+	return nil
+}
+
 // kubevirtShortNames are KubeVirt's short names of the four kinds (the
 // CRDs' shortNames), which an event id's short form begins with.
 var kubevirtShortNames = map[string]string{

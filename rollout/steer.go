@@ -73,7 +73,7 @@ func Steer(ctx context.Context, js jetstream.JetStream, s Steering, now time.Tim
 // checkSteerable says why s may not be applied, or nil.
 func checkSteerable(ctx context.Context, js jetstream.JetStream, store *Store, s Steering) error {
 	if s.Ahead {
-		if err := events.CheckEventID(s.EventID); err != nil {
+		if err := events.CheckAheadID(s.EventID); err != nil {
 			return badEventID{fmt.Errorf("%s --ahead: %w", s.Action, err)}
 		}
 	}

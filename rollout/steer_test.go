@@ -28,7 +28,11 @@ func TestSteerRefusesWhatItCannotMeanToChange(t *testing.T) {
 	if _, err := steer(Steering{EventID: "typo", Action: events.ActionPause, Ahead: true}); !errors.Is(err, ErrBadEventID) || !strings.HasPrefix(err.Error(), "pause --ahead: ") {
 		t.Errorf("pause --ahead of an id no event has: %v", err)
 	}
-	ahead := events.EventID(events.KindClusterInstancetype, "uid", 9)
+	if _, err := steer(Steering{EventID: events.EventID(events.KindClusterInstancetype, "not-a-uid", 7), Action: events.ActionPause, Ahead: true}); !errors.Is(err, ErrBadEventID) ||
+		!strings.Contains(err.Error(), `"not-a-uid" is not an object UID`) {
+		t.Errorf("pause --ahead of an object UID no object can have: %v", err)
+	}
+	ahead := events.EventID(events.KindClusterInstancetype, "3f0c2e7a-9d1b-4c5e-8a6f-2b7d9e1c4a50", 9)
 	if s, err := steer(Steering{EventID: ahead, Action: events.ActionPause, Ahead: true}); err != nil || !s.Changed || s.Control.State != events.StatePaused {
 		t.Errorf("pause --ahead: %+v %v", s, err)
 	}

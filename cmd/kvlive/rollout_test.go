@@ -21,11 +21,11 @@ func TestRolloutCommandsRefuseUnknownEvents(t *testing.T) {
 	if _, err := kvlive(t, "rollout", "resume", "typo-id", "--data-dir", dir); err == nil {
 		t.Fatal("resume of an unknown id succeeded")
 	}
-	out, err := kvlive(t, "rollout", "pause", "VirtualMachineClusterInstancetype/uid/9", "--ahead", "--data-dir", dir)
+	out, err := kvlive(t, "rollout", "pause", "VirtualMachineClusterInstancetype/3f0c2e7a-9d1b-4c5e-8a6f-2b7d9e1c4a50/9", "--ahead", "--data-dir", dir)
 	if err != nil || !strings.Contains(out, "paused") {
 		t.Fatalf("pause --ahead: %v\n%s", err, out)
 	}
-	if out, err := kvlive(t, "rollout", "status", "VirtualMachineClusterInstancetype/uid/9", "--data-dir", dir); err != nil || !strings.Contains(out, "pending") {
+	if out, err := kvlive(t, "rollout", "status", "VirtualMachineClusterInstancetype/3f0c2e7a-9d1b-4c5e-8a6f-2b7d9e1c4a50/9", "--data-dir", dir); err != nil || !strings.Contains(out, "pending") {
 		t.Fatalf("status of a rollout paused ahead: %v\n%s", err, out)
 	}
 }
