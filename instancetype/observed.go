@@ -3,9 +3,11 @@ package instancetype
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
@@ -124,10 +126,19 @@ func InPlannedState(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.Vir
 	if o.Stopped != "" {
 		return restartState(o, vm, vmi)
 	}
+	if o.SwitchedTo != nil && !switchedTo(vm, *o.SwitchedTo) {
+		return "the VM does not reference " + o.SwitchedTo.String() + " (yet)"
+	}
 	switch o.Result {
 	case events.ResultLive:
 		if c, ok := HotplugRefused(vm); ok {
 			return "hotplug refused (" + c.Reason + ")"
+		}
+		// Set since the move (as Judge reads it): KubeVirt could not take
+		// the change live.
+		since := metav1.NewTime(o.FinishedAt.Add(-time.Second).Truncate(time.Second))
+		if c, ok := RestartRequired(vm); ok && !c.LastTransitionTime.Before(&since) {
+			return "KubeVirt set RestartRequired (" + c.Reason + ")"
 		}
 		if vmi == nil {
 			return "no VMI"

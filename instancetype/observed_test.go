@@ -2,6 +2,7 @@ package instancetype
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -41,6 +42,16 @@ func TestInPlannedState(t *testing.T) {
 	lagging.Status.CurrentCPUTopology.Sockets = 2
 	refused := virtv1.VirtualMachineCondition{Type: virtv1.VirtualMachineFailure, Status: corev1.ConditionTrue, Reason: "HotPlugCPUError"}
 	restartRequired := virtv1.VirtualMachineCondition{Type: virtv1.VirtualMachineRestartRequired, Status: corev1.ConditionTrue}
+	movedAt := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	liveAt := live
+	liveAt.FinishedAt = movedAt
+	flaggedAfter := virtv1.VirtualMachineCondition{Type: virtv1.VirtualMachineRestartRequired, Status: corev1.ConditionTrue,
+		Reason: "NonLiveUpdatableFieldChanged", LastTransitionTime: metav1.NewTime(movedAt.Add(5 * time.Second))}
+	flaggedBefore := flaggedAfter
+	flaggedBefore.LastTransitionTime = metav1.NewTime(movedAt.Add(-time.Hour))
+	large := events.Ref{Kind: events.KindClusterInstancetype, Name: "large"}
+	switched := nextBoot
+	switched.Revision, switched.SwitchedTo = "", &large
 	tests := []struct {
 		name string
 		o    events.Outcome
@@ -58,6 +69,9 @@ func TestInPlannedState(t *testing.T) {
 		{"restart, not flagged", restart, vm(), nil, "RestartRequired not set"},
 		{"next boot, pin moved", nextBoot, moved, nil, ""},
 		{"next boot, pin not moved", nextBoot, vm(), nil, "the pin has not moved to vm-new-rev"},
+		{"live, hot-plugged, but KubeVirt flagged RestartRequired since the move", liveAt, vm(flaggedAfter), vmi(4, "4Gi"), "KubeVirt set RestartRequired (NonLiveUpdatableFieldChanged)"},
+		{"live, hot-plugged, RestartRequired from before the move", liveAt, vm(flaggedBefore), vmi(4, "4Gi"), ""},
+		{"switched, the VM references another", switched, vm(), nil, "the VM does not reference clusterinstancetype/large (yet)"},
 		{"deleted", live, nil, nil, ""},
 		{"re-created", live, recreated, nil, ""},
 	}
