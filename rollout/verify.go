@@ -98,7 +98,9 @@ type Verifier struct {
 	tracer trace.Tracer
 	queue  workqueue.TypedRateLimitingInterface[string]
 	// mu guards byVM: the outcomes awaiting a verdict, by VM
-	// (namespace/name), then event id.
+	// (namespace/name), then event id and VM UID (awaitKey): a VM deleted
+	// and re-created under its name while an outcome of it is awaited has
+	// both awaited, the first judged (and settled) as re-created.
 	mu   sync.Mutex
 	byVM map[string]map[string]awaited
 	regs []cache.ResourceEventHandlerRegistration
@@ -280,13 +282,13 @@ func (v *Verifier) receive(ctx context.Context, msg jetstream.Msg) {
 		byEvent = map[string]awaited{}
 		v.byVM[key] = byEvent
 	}
-	if a, ok := byEvent[out.EventID]; ok && a.out.VM.UID == out.VM.UID {
+	if a, ok := byEvent[awaitKey(out)]; ok {
 		if seq != 0 && a.seq == seq {
 			// The awaited outcome itself, delivered again once the ack
 			// wait passed: it stays unacked, settled from now on through
 			// this delivery's reply subject.
 			a.reply = msg.Reply()
-			byEvent[out.EventID] = a
+			byEvent[awaitKey(out)] = a
 			v.mu.Unlock()
 			return
 		}
@@ -294,7 +296,7 @@ func (v *Verifier) receive(ctx context.Context, msg jetstream.Msg) {
 		v.settle(msg, msg.Ack) // another attempt's outcome: the first one awaits
 		return
 	}
-	byEvent[out.EventID] = awaited{out: out, reply: msg.Reply(), seq: seq}
+	byEvent[awaitKey(out)] = awaited{out: out, reply: msg.Reply(), seq: seq}
 	v.mu.Unlock()
 	v.queue.Add(key)
 	v.queue.AddAfter(key, out.FinishedAt.Add(out.VerdictDeadline).Sub(v.cfg.Clock.Now()))
@@ -355,6 +357,10 @@ func (v *Verifier) judgeNext(ctx context.Context) bool {
 	return true
 }
 
+// awaitKey is an awaited outcome's key among its VM's: its event and the
+// VM's UID.
+func awaitKey(o events.Outcome) string { return o.EventID + "/" + o.VM.UID }
+
 // judge reads the verdict on each outcome awaited for the VM at key and
 // stores every final one.
 func (v *Verifier) judge(ctx context.Context, key string) error {
@@ -382,7 +388,7 @@ func (v *Verifier) judge(ctx context.Context, key string) error {
 			continue
 		}
 		v.mu.Lock()
-		delete(v.byVM[key], a.out.EventID)
+		delete(v.byVM[key], awaitKey(a.out))
 		if len(v.byVM[key]) == 0 {
 			delete(v.byVM, key)
 		}

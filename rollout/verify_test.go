@@ -351,3 +351,45 @@ func TestAVerdictIsStoredOnce(t *testing.T) {
 func judgement(o events.Outcome) instancetype.Judgement {
 	return instancetype.Judgement{Observed: events.ObservedNextBoot, Reason: fmt.Sprintf("%s stopped", o.VM.Name)}
 }
+
+// TestAnOutcomeOfARecreatedVMDoesNotDisplaceTheAwaitedOne: while VM r's
+// outcome awaits its verdict, an outcome of the same event arrives for a
+// VM r re-created under its name (another UID). Both are awaited: the
+// new one is judged at once (the cache still shows the first VM), and the
+// first one still gets its verdict and is settled once its hotplug shows,
+// instead of being dropped unsettled until the ack wait of hours.
+func TestAnOutcomeOfARecreatedVMDoesNotDisplaceTheAwaitedOne(t *testing.T) {
+	js := testenv.JetStream(t, func(o *events.StreamOptions) { o.VerdictDeadline = 2 * time.Hour })
+	vmi := testenv.RunningVMI("ns", "r")
+	clients := testenv.FakeClients(nil, verifyVM("r"), vmi)
+	cache := testenv.StartCache(t, clients)
+	ctx := t.Context()
+	defer startVerifier(t, js, cache, 2*time.Hour)()
+	moved(t, js, "r", events.ResultLive, 1, 2*time.Hour)
+
+	again := events.Outcome{EventID: verifyEvent, VM: events.VMRef{Namespace: "ns", Name: "r", UID: "uid-r2"}, Result: events.ResultNextBoot,
+		Revision: "r-new", Wrote: true, Attempt: 1, FinishedAt: time.Now().UTC(), VerdictDeadline: 2 * time.Hour}
+	id := events.OutcomeID(verifyEvent, again.VM.UID, 1)
+	body, err := events.Encode(events.TypeOutcome, id, "kvlive/applier", again.VM.String(), again.FinishedAt, &again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(ctx, events.NewMsg(events.OutcomeSubject("ns", verifyEvent), id, events.TypeOutcome, body)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the re-created VM's verdict", func() bool {
+		n, err := CountSubjects(ctx, js, events.StreamOutcomes, events.VerdictSubject("ns", "uid-r2", verifyEvent))
+		return err == nil && n == 1
+	})
+
+	vmi = vmi.DeepCopy()
+	vmi.Spec.Domain.CPU.Sockets, vmi.Status.CurrentCPUTopology = 4, &virtv1.CPUTopology{Sockets: 4}
+	if _, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Update(ctx, vmi, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the first VM's verdict, and every outcome settled", func() bool {
+		v, n := verdictOf(t, js, "r")
+		info := consumerInfo(t, js)
+		return n == 1 && v.Observed == events.ObservedLive && info != nil && info.NumAckPending == 0
+	})
+}
