@@ -36,6 +36,10 @@ const (
 	// PhaseIncomplete: nothing is in flight or held, yet some planned VMs
 	// have neither an outcome nor a dead letter.
 	PhaseIncomplete Phase = "incomplete"
+	// PhaseRefused: the planner dead-lettered the event (malformed, forged,
+	// or out of its delivery budget): it is never planned; `kvlive dlq`
+	// shows why.
+	PhaseRefused Phase = "refused"
 )
 
 // ErrNoRollout is returned for an event id kvlive has no rollout of.
@@ -54,7 +58,10 @@ type Account struct {
 	// Record is what it recorded.
 	Recorded bool           `json:"recorded"`
 	Record   events.Rollout `json:"-"`
-	Planned  int            `json:"planned"`
+	// Refused, on an event the planner dead-lettered (PhaseRefused), is
+	// the reason it gave; the reader of the dead letters fills it in.
+	Refused string `json:"refused,omitempty"`
+	Planned int    `json:"planned"`
 	// Outcomes counts the latest outcome per VM by result.
 	Outcomes map[events.Result]int `json:"outcomes"`
 	// DeadLetters are VMs whose plan was dead-lettered and that have no outcome.
@@ -110,7 +117,7 @@ func (a Account) Settled() int { return len(a.Latest) + a.DeadLetters }
 
 // Done reports whether the rollout will change no further by itself.
 func (a Account) Done() bool {
-	return a.Phase == PhaseComplete || a.Phase == PhaseIncomplete || (a.Phase == PhaseAborted && a.Held == 0 && a.InFlight == 0 && a.Staged == 0)
+	return a.Phase == PhaseComplete || a.Phase == PhaseRefused || a.Phase == PhaseIncomplete || (a.Phase == PhaseAborted && a.Held == 0 && a.InFlight == 0 && a.Staged == 0)
 }
 
 // AccountOf reads eventID's accounting: its rollout record and control

@@ -326,7 +326,10 @@ func (l Listing) WriteRollouts(w io.Writer, list []EventSummary) error {
 	at, ids := l.Now, l.shownIDs(newest, f)
 	for _, e := range newest {
 		state, progress, batch := string(e.State), "-", "-"
-		if state == "" {
+		switch {
+		case e.Planned == nil && e.DeadLetter != "":
+			state = string(rollout.PhaseRefused)
+		case state == "":
 			state = string(rollout.PhasePending)
 		}
 		if e.Planned != nil {

@@ -12,6 +12,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/printer"
+	"kvlive/rollout"
 )
 
 // seedEvents records an instance type edit (planned, outcomes in), a
@@ -172,6 +173,35 @@ func TestAnEventThePlannerRefusedIsShownAsSuch(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "dead-lettered") || strings.Contains(out.String(), "not yet") {
 		t.Errorf("kvlive events -o wide:\n%s", out.String())
+	}
+	out.Reset()
+	if err := (Listing{Format: printer.FormatTable, Width: 200, Now: time.Now()}).WriteEvents(&out, list); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "pending") {
+		t.Errorf("kvlive events: want it never pending:\n%s", out.String())
+	}
+
+	out.Reset()
+	if err := (Listing{Format: printer.FormatTable, Width: 200, Now: time.Now()}).WriteRollouts(&out, list); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "refused") || strings.Contains(out.String(), "pending") {
+		t.Errorf("kvlive rollouts: want the state refused, never pending:\n%s", out.String())
+	}
+
+	// rollout status says so too, and a watch of it is done.
+	a, err := f.reader().Status(context.Background(), id)
+	if err != nil || a.Phase != rollout.PhaseRefused || !a.Done() || a.Refused != "the switch request names no namespace it may plan in" {
+		t.Fatalf("status of the refused event: %+v, %v; want refused with the reason, done", a, err)
+	}
+	out.Reset()
+	if err := WriteStatus(&out, a, printer.FormatTable); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); !strings.Contains(s, "refused (dead-lettered by the planner: the switch request names no namespace") ||
+		!strings.Contains(s, "planned:      never") || strings.Contains(s, "pending") {
+		t.Errorf("rollout status of the refused event:\n%s", s)
 	}
 }
 

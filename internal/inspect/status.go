@@ -16,7 +16,8 @@ import (
 // Status is the account of event arg's rollout; a unique prefix of a
 // recorded event id stands for the id. An event in the events stream that
 // the planner has not planned yet (a switch just requested) is pending,
-// not unknown.
+// not unknown; one the planner dead-lettered is refused, with its reason
+// (Account.Refused), never pending.
 func (r *Reader) Status(ctx context.Context, arg string) (rollout.Account, error) {
 	id, err := rollout.ResolveEventID(ctx, r.js, arg)
 	if err != nil {
@@ -26,14 +27,27 @@ func (r *Reader) Status(ctx context.Context, arg string) (rollout.Account, error
 	if err == nil {
 		err = rollout.CountVerdicts(ctx, r.js, &a)
 	}
+	if err == nil && !a.Recorded {
+		err = r.refused(ctx, &a)
+	}
 	if !errors.Is(err, rollout.ErrNoRollout) {
 		return a, err
 	}
 	if queued, qerr := r.HasEvent(ctx, id); qerr != nil || !queued {
 		return a, errors.Join(err, qerr)
 	}
-	a.Phase = rollout.PhasePending
-	return a, nil
+	a.EventID, a.Phase = id, rollout.PhasePending
+	return a, r.refused(ctx, &a)
+}
+
+// refused marks an event the planner never planned as refused when it
+// dead-lettered it, with the reason.
+func (r *Reader) refused(ctx context.Context, a *rollout.Account) error {
+	dead, err := r.deadEvents(ctx)
+	if reason, ok := dead[a.EventID]; ok {
+		a.Phase, a.Refused = rollout.PhaseRefused, reason
+	}
+	return err
 }
 
 // WriteStatus prints a rollout's accounting as a few lines (table or wide)
@@ -67,8 +81,12 @@ func WriteStatus(w io.Writer, a rollout.Account, f printer.Format) error {
 		total += n
 	}
 	planned := "not planned yet"
-	if a.Recorded {
+	switch {
+	case a.Recorded:
 		planned = fmt.Sprintf("%d VMs", a.Planned)
+	case a.Phase == rollout.PhaseRefused:
+		phase += " (dead-lettered by the planner: " + a.Refused + "; kvlive dlq list shows it)"
+		planned = "never"
 	}
 	_, err := fmt.Fprintf(w, "event:        %s\nstate:        %s\nplanned:      %s\noutcomes:     %s\ndead letters: %d\nheld:         %d\nin flight:    %d\n",
 		a.EventID, phase, planned, withCounts(total, a.Outcomes), a.DeadLetters, a.Held, a.InFlight)
@@ -110,7 +128,10 @@ const progressWidth = 20
 // ProgressLine renders a rollout's progress on one line:
 // "[#######·············] 35/100 settled · running · 30 live, 5 restart".
 func ProgressLine(a rollout.Account) string {
-	if !a.Recorded {
+	switch {
+	case a.Phase == rollout.PhaseRefused:
+		return string(a.Phase) + " · never planned: " + a.Refused
+	case !a.Recorded:
 		return string(a.Phase) + " · not planned yet"
 	}
 	done := 0
