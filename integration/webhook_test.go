@@ -109,7 +109,7 @@ func (h *hookServer) got(eventID, phase string, batch int) []webhook.Call {
 func TestWebhookGatesHoldABatch(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itSmall: 4, itMedium: 2}})
 	hooks := startHookServer(t)
-	e.runKvlive("first", "--observe-timeout", "30s", "--webhook-ca-file", hooks.caFile)
+	e.runKvlive("first", "--observe-timeout", "30s", "--webhook-ca-file", hooks.caFile, "--webhook-allow-host", "127.0.0.1")
 
 	out := e.kvliveCommand(2*time.Minute, "switch", "--from", "clusterinstancetype/"+itSmall, "--to", "clusterinstancetype/"+itLarge, "-A",
 		"--batch-size", "2", "--confirm-webhook", hooks.URL+"/yes", "--check-webhook", hooks.URL+"/no", "--webhook-timeout", "2s", "--yes",
@@ -173,7 +173,7 @@ func TestWebhookGatesHoldABatch(t *testing.T) {
 func TestWebhooksThatHangOrRedirectHoldTheirOwnRolloutAlone(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itSmall: 2, itMedium: 2, itLarge: 2}})
 	hooks := startHookServer(t)
-	e.runKvlive("first", "--observe-timeout", "30s", "--webhook-ca-file", hooks.caFile, "--planner-workers", "2")
+	e.runKvlive("first", "--observe-timeout", "30s", "--webhook-ca-file", hooks.caFile, "--webhook-allow-host", "127.0.0.1", "--planner-workers", "2")
 
 	switchWith := func(from, hook string) string {
 		out := e.kvliveCommand(2*time.Minute, "switch", "--from", "clusterinstancetype/"+from, "--to", "clusterinstancetype/"+itLarge, "-A",

@@ -404,10 +404,27 @@ func (p *Planner) policyOf(asked *events.Policy, object events.Ref) (events.Poli
 		return p.cfg.Policy, ""
 	}
 	policy, err := events.ParsePolicy(doc)
+	if err == nil && object.Namespace != "" {
+		err = p.tenantWebhooks(policy)
+	}
 	if err != nil {
 		return p.cfg.Policy, fmt.Sprintf("annotation %s on %s: %v", events.PolicyAnnotation, object, err)
 	}
 	return policy, ""
+}
+
+// tenantWebhooks refuses the webhooks of a policy a namespaced object's
+// annotation sets (whoever may edit a namespace's instance types may set
+// it) unless the operator allowed their hosts: kvlive would otherwise call
+// any address a tenant names.
+func (p *Planner) tenantWebhooks(policy events.Policy) error {
+	var errs []error
+	for _, url := range []string{policy.ConfirmWebhook, policy.CheckWebhook} {
+		if url != "" {
+			errs = append(errs, p.cfg.Webhooks.Permits(url))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // awaitConfirm pauses a rollout whose policy names a confirm webhook,

@@ -78,6 +78,7 @@ type runOptions struct {
 	leader         pipeline.LeaderElection
 	policy         events.Policy
 	webhookTLS     webhook.TLS
+	webhookAllow   []string
 }
 
 // defaultQPS and defaultBurst are the Kubernetes client limits of kvlive
@@ -126,6 +127,8 @@ subset, so planners and appliers can scale out as replicas on a NATS cluster.`,
 	f.StringVar(&o.webhookTLS.CAFile, "webhook-ca-file", "", "PEM CA bundle that verifies rollout webhooks' servers (default: the system's roots)")
 	f.StringVar(&o.webhookTLS.CertFile, "webhook-cert-file", "", "PEM client certificate kvlive presents to rollout webhooks (with --webhook-key-file)")
 	f.StringVar(&o.webhookTLS.KeyFile, "webhook-key-file", "", "PEM key of --webhook-cert-file")
+	f.StringSliceVar(&o.webhookAllow, "webhook-allow-host", nil, "host names, IP addresses or CIDR prefixes rollout webhooks may reach beyond the default "+
+		"(loopback, link-local and kvlive's own addresses are refused), and the only hosts a namespaced object's policy may name (repeatable)")
 	o.leader = pipeline.DefaultLeaderElection()
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "run the watcher only while holding a Lease, for several replicas with the watcher stage")
 	f.StringVar(&o.leader.Namespace, "leader-elect-resource-namespace", "", "namespace of the Lease (default: the kubeconfig context's, or the pod's)")
@@ -207,7 +210,7 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	hooks, err := webhook.New(o.webhookTLS)
+	hooks, err := webhook.New(o.webhookTLS, o.webhookAllow...)
 	if err != nil {
 		return err
 	}

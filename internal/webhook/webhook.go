@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -101,6 +102,7 @@ func (a Answer) String() string {
 // one is configured.
 type Client struct {
 	transport *http.Transport
+	allow     allowList
 }
 
 // TLS names the PEM files a Client uses; all are optional.
@@ -111,8 +113,16 @@ type TLS struct {
 	CertFile, KeyFile string
 }
 
-// New builds a Client, reading the files t names.
-func New(t TLS) (*Client, error) {
+// New builds a Client, reading the files t names. allowed are the hosts
+// (names, IP addresses or CIDR prefixes) the operator allows beyond the
+// default: loopback, link-local and kvlive's own host's addresses are
+// refused unless allowed, and a policy from a namespaced object may name
+// only allowed hosts (Permits).
+func New(t TLS, allowed ...string) (*Client, error) {
+	allow, err := parseAllowList(allowed)
+	if err != nil {
+		return nil, err
+	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if t.CAFile != "" {
 		pem, err := os.ReadFile(t.CAFile)
@@ -136,7 +146,10 @@ func New(t TLS) (*Client, error) {
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = cfg
-	return &Client{transport: tr}, nil
+	tr.Proxy = nil // a proxy would connect for kvlive, past the address checks
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: allow.control}
+	tr.DialContext = dialer.DialContext
+	return &Client{transport: tr, allow: allow}, nil
 }
 
 // Ask posts call to url as a CloudEvent (id: the event, batch and phase,

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -86,7 +87,7 @@ func TestAskHearsYesNoLateAndGarbage(t *testing.T) {
 		}
 	}()
 
-	c, err := webhook.New(webhook.TLS{CAFile: ca, CertFile: cert, KeyFile: key})
+	c, err := webhook.New(webhook.TLS{CAFile: ca, CertFile: cert, KeyFile: key}, "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func TestAskHearsYesNoLateAndGarbage(t *testing.T) {
 
 	// Without the CA, the server is not trusted; without a certificate,
 	// the server refuses kvlive.
-	untrusting, err := webhook.New(webhook.TLS{})
+	untrusting, err := webhook.New(webhook.TLS{}, "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func TestAskRefusesRedirects(t *testing.T) {
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	c, err := webhook.New(webhook.TLS{})
+	c, err := webhook.New(webhook.TLS{}, "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,6 +180,65 @@ func TestRedactHidesCredentials(t *testing.T) {
 	} {
 		if got := webhook.Redact(in); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestAskRefusesWhatOnlyKvlivesHostReaches: a webhook on a loopback or
+// link-local address (kvlive's own metrics port, a cloud metadata service)
+// is refused before anything is sent, saying which flag allows it; once
+// allowed, it is asked.
+func TestAskRefusesWhatOnlyKvlivesHostReaches(t *testing.T) {
+	var asked int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { asked++ }))
+	t.Cleanup(srv.Close)
+	strict, err := webhook.New(webhook.TLS{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := webhook.Call{Phase: webhook.PhaseConfirm, EventID: "e", Batch: 1, Batches: 1}
+	for url, says := range map[string]string{
+		srv.URL + "/hook":                   "is a loopback address; kvlive run --webhook-allow-host 127.0.0.1 allows it",
+		"http://169.254.169.254/latest/api": "is a link-local address",
+		"http://[::1]:1/hook":               "is a loopback address",
+	} {
+		if a := strict.Ask(t.Context(), url, time.Second, call, time.Now()); a.Yes() || !strings.Contains(a.Error, says) {
+			t.Errorf("%s: %q; want refused: %q", url, a, says)
+		}
+	}
+	if asked != 0 {
+		t.Errorf("the loopback webhook was asked %d times; want never", asked)
+	}
+	allowing, err := webhook.New(webhook.TLS{}, "127.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := allowing.Ask(t.Context(), srv.URL+"/hook", time.Second, call, time.Now()); !a.Yes() || asked != 1 {
+		t.Errorf("allowed by 127.0.0.0/8: %q, asked %d times; want a yes", a, asked)
+	}
+	if _, err := webhook.New(webhook.TLS{}, "https://hooks.example/"); err == nil {
+		t.Error("a URL as an allowed host was taken")
+	}
+}
+
+// TestPermitsOnlyTheHostsTheOperatorAllowed: a namespaced object's policy
+// may name a webhook only on a host the operator allowed, by name, address
+// or prefix.
+func TestPermitsOnlyTheHostsTheOperatorAllowed(t *testing.T) {
+	c, err := webhook.New(webhook.TLS{}, "gate.example", "10.1.0.0/16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for url, ok := range map[string]bool{
+		"https://gate.example/confirm":        true,
+		"https://GATE.example:8443/check":     true,
+		"https://10.1.2.3/check":              true,
+		"https://other.example/confirm":       false,
+		"https://10.2.0.1/check?token=s3cr3t": false,
+	} {
+		err := c.Permits(url)
+		if ok != (err == nil) || (!ok && (!errors.Is(err, webhook.ErrNotAllowed) || strings.Contains(err.Error(), "s3cr3t"))) {
+			t.Errorf("Permits(%s) = %v; want allowed %t (and the URL redacted)", url, err, ok)
 		}
 	}
 }

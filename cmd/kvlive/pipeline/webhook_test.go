@@ -49,7 +49,7 @@ func startHangingHooks(t *testing.T) *hangingHooks {
 // withWebhooks runs the pipeline with a webhook client and two planner
 // workers, as `kvlive run --planner-workers 2` does.
 func withWebhooks(t *testing.T) func(*pipeline.Config, jetstream.JetStream) {
-	client, err := webhook.New(webhook.TLS{})
+	client, err := webhook.New(webhook.TLS{}, "127.0.0.1") // the tests' webhooks listen on loopback
 	if err != nil {
 		t.Fatal(err)
 	}
