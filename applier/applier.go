@@ -152,6 +152,12 @@ type knownRollout struct {
 	// its UID (8 bytes a VM, not 36); nil for a record written before
 	// kvlive listed the VMs.
 	batchOf map[uint64]int32
+	// move is what the rollout's plans do (its record's type), and
+	// revertOf, for an undo, each VM's events.RevertDigest, by the same
+	// key: a plan under the event's id that moves otherwise, or to another
+	// revision or snapshot, is no plan of the planner's.
+	move     events.Move
+	revertOf map[uint64]uint64
 }
 
 // uidKey is the key of a VM in knownRollout.batchOf.
@@ -296,12 +302,17 @@ func (a *Applier) checkPlanned(ctx context.Context, plan events.Plan) (knownRoll
 	if r.batchOf == nil {
 		return r, nil
 	}
-	batch, listed := r.batchOf[uidKey(plan.VM.UID)]
+	key := uidKey(plan.VM.UID)
+	batch, listed := r.batchOf[key]
 	switch {
 	case !listed:
 		return r, fmt.Errorf("%w: rollout %s did not plan VM %s (uid %s)", errNotPlanned, plan.EventID, plan.VM, plan.VM.UID)
 	case int(batch) != plan.Batch:
 		return r, fmt.Errorf("%w: rollout %s planned VM %s in batch %d, the plan says batch %d", errNotPlanned, plan.EventID, plan.VM, batch+1, plan.Batch+1)
+	case plan.Action.Moves() && r.move != "" && plan.Target.Move != r.move:
+		return r, fmt.Errorf("%w: rollout %s is a %s, the plan for VM %s a %s", errNotPlanned, plan.EventID, r.move, plan.VM, plan.Target.Move)
+	case plan.Action.Moves() && events.RevertDigest(plan.Target) != r.revertOf[key]:
+		return r, fmt.Errorf("%w: rollout %s did not plan VM %s back to %s with that snapshot", errNotPlanned, plan.EventID, plan.VM, plan.Target.Revision)
 	}
 	return r, nil
 }
@@ -364,7 +375,7 @@ func (a *Applier) knownRollout(ctx context.Context, eventID string) (knownRollou
 		case !ok:
 			return nil, fmt.Errorf("%w: event %s has no rollout record (forged, or recorded longer ago than the replay horizon)", errNotPlanned, eventID)
 		}
-		r := knownRollout{object: rec.Object, maxInFlight: rec.Policy.MaxInFlight, window: rec.Policy.RestartWindow}
+		r := knownRollout{object: rec.Object, maxInFlight: rec.Policy.MaxInFlight, window: rec.Policy.RestartWindow, move: events.Move(rec.Type)}
 		vms, listed, err := rollout.PlannedVMs(ctx, a.cfg.JetStream, rec)
 		if err != nil {
 			return nil, err
@@ -373,6 +384,12 @@ func (a *Applier) knownRollout(ctx context.Context, eventID string) (knownRollou
 			r.batchOf = make(map[uint64]int32, len(vms))
 			for _, vm := range vms {
 				r.batchOf[uidKey(vm.UID)] = int32(vm.Batch)
+				if vm.Revert != 0 {
+					if r.revertOf == nil {
+						r.revertOf = map[uint64]uint64{}
+					}
+					r.revertOf[uidKey(vm.UID)] = vm.Revert
+				}
 			}
 		}
 		a.remember(eventID, r)

@@ -1,8 +1,10 @@
 package events
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"time"
 )
@@ -45,6 +47,29 @@ type Rollout struct {
 type PlannedVM struct {
 	VMRef
 	Batch int `json:"batch,omitempty"`
+	// Revert, on a VM an undo moves back, is RevertDigest of its plan's
+	// target: the applier moves the VM only to the revision and snapshot
+	// the rollout recorded, whatever a plan under its event id says.
+	Revert uint64 `json:"revert,omitempty"`
+}
+
+// RevertDigest is a digest of what a revert plan pins the VM to (the
+// revision and the snapshot it is re-created from), the same on both
+// sides of the wire; zero for any other move.
+func RevertDigest(t Target) uint64 {
+	if t.Move != MoveRevert {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(t.Revision))
+	_, _ = h.Write([]byte{0})
+	var snapshot bytes.Buffer
+	if json.Compact(&snapshot, t.Snapshot) == nil {
+		_, _ = h.Write(snapshot.Bytes())
+	} else {
+		_, _ = h.Write(t.Snapshot)
+	}
+	return max(h.Sum64(), 1)
 }
 
 // VMsPerChunk is how many planned VMs one record of a rollout's VM list

@@ -122,7 +122,7 @@ func (p *Planner) recordRollout(ctx context.Context, w work, plans []events.Plan
 	}
 	vms := make([]events.PlannedVM, len(plans))
 	for i, pl := range plans {
-		vms[i] = events.PlannedVM{VMRef: pl.VM, Batch: pl.Batch}
+		vms[i] = events.PlannedVM{VMRef: pl.VM, Batch: pl.Batch, Revert: events.RevertDigest(pl.Target)}
 	}
 	stood, created, err := rollout.Create(ctx, p.cfg.JetStream, r, vms)
 	if err != nil || created {
