@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"slices"
 	"strings"
@@ -374,5 +375,20 @@ func TestARefusedControlRecordIsLoggedNotFlooded(t *testing.T) {
 	rc.refuse("F", events.Control{State: events.StatePaused, Batch: 7}, "refused: the control record names batch 8, the rollout has 3")
 	if n := strings.Count(log.String(), "a control record kvlive did not write"); n != 2 {
 		t.Errorf("logged %d times, want once per rollout:\n%s", n, log.String())
+	}
+}
+
+// TestTheGateForgetsRolloutsThatNoLongerWait: what the gate loop notes of
+// a rollout (when it last noted its gate, when it last logged a refusal)
+// goes once the rollout has nothing staged or awaited, so a long-running
+// kvlive does not keep an entry per rollout it ever gated.
+func TestTheGateForgetsRolloutsThatNoLongerWait(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	rc := &Controller{gateNotes: map[string]time.Time{"done": time.Now(), "staged": time.Now()},
+		refusedAt: map[string]time.Time{"done": time.Now()}, hooks: newHookCalls(ctx)}
+	rc.forget(func(id string) bool { return id == "staged" })
+	if len(rc.gateNotes) != 1 || rc.gateNotes["staged"].IsZero() || len(rc.refusedAt) != 0 {
+		t.Errorf("after forgetting: notes %v, refusals %v; want only the staged rollout's note", rc.gateNotes, rc.refusedAt)
 	}
 }
