@@ -15,10 +15,10 @@
 # clone, keyed by that stamp ($KVLIVE_TOOLS_CACHE, default
 # ~/.cache/kvlive/tools), so a later clean clone on the same machine copies
 # them instead of building. Cold on 2 cores (empty module and build caches,
-# measured 2026-12-04; docs/testing.md) kube-apiserver takes 4 to 5 minutes
-# with its downloads, jaeger and promtool about 4 each, golangci-lint 2,
-# virt-controller from KubeVirt's tarball under 3, kubectl, etcd and
-# nats-server under a minute each: about 18 minutes in all.
+# measured 2026-12-04; docs/testing.md) kube-apiserver takes about 3.5
+# minutes with its downloads, jaeger and promtool about 3.5 each,
+# virt-controller from KubeVirt's tarball about 2, golangci-lint 1,
+# kubectl, etcd and nats-server under half a minute each: 14 minutes in all.
 #
 # virt-controller (KubeVirt v1.9.0) builds from, in this order: a KubeVirt
 # v1.9.0 source tree (which vendors its dependencies) named by
