@@ -84,8 +84,7 @@ func ClaimScope(ctx context.Context, js jetstream.JetStream, scope string) error
 		if !errors.Is(err, ErrNoScopeClaim) {
 			return err
 		}
-		host, _ := os.Hostname()
-		claim = ScopeClaim{Scope: want, By: fmt.Sprintf("%s (pid %d)", cmp.Or(host, "?"), os.Getpid()), At: time.Now().UTC()}
+		claim = ScopeClaim{Scope: want, By: claimant(), At: time.Now().UTC()}
 		if rev == 0 {
 			// Never claimed: a bus from before claims keeps the scope its
 			// consumers show. One an operator cleared goes to this replica.
@@ -109,6 +108,12 @@ func ClaimScope(ctx context.Context, js jetstream.JetStream, scope string) error
 		return checkScope(claim, want)
 	}
 	return errors.New("the bus's scope claim was made and cleared again while this replica claimed it")
+}
+
+// claimant names this process in a claim: host and pid.
+func claimant() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s (pid %d)", cmp.Or(host, "?"), os.Getpid())
 }
 
 func checkScope(claim ScopeClaim, want string) error {
@@ -183,8 +188,7 @@ func ClearScope(ctx context.Context, js jetstream.JetStream, force bool) (ScopeC
 	// Cleared, not deleted: a bus with no claim at all is one from before
 	// claims, which takes the scope its consumers show, and that would
 	// hand the bus straight back to the scope just cleared.
-	host, _ := os.Hostname()
-	b, err := json.Marshal(ScopeClaim{By: fmt.Sprintf("%s (pid %d)", cmp.Or(host, "?"), os.Getpid()), At: time.Now().UTC()})
+	b, err := json.Marshal(ScopeClaim{By: claimant(), At: time.Now().UTC()})
 	if err != nil {
 		return claim, err
 	}

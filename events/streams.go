@@ -219,14 +219,8 @@ func KVConfigs(o StreamOptions) []jetstream.KeyValueConfig {
 			LimitMarkerTTL: time.Minute},
 		{Bucket: BucketControl, Description: "kvlive: pause, resume and abort per event", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1),
 			LimitMarkerTTL: time.Minute},
-		busConfig(o),
+		{Bucket: BucketBus, Description: "kvlive: the scope of the replicas sharing this bus", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1)},
 	}
-}
-
-// busConfig is BucketBus's configuration.
-func busConfig(o StreamOptions) jetstream.KeyValueConfig {
-	return jetstream.KeyValueConfig{Bucket: BucketBus, Description: "kvlive: the scope of the replicas sharing this bus", Storage: jetstream.FileStorage,
-		Replicas: max(o.Replicas, 1)}
 }
 
 // Setup timing: a JetStream cluster that has just elected its meta leader,
@@ -279,11 +273,16 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions, log *sl
 			return err
 		}
 	}
-	if err := step("kv "+BucketBus, func(ctx context.Context) error {
-		_, err := js.CreateOrUpdateKeyValue(ctx, busConfig(o))
-		return err
-	}); err != nil {
-		return fmt.Errorf("events: kv %s: %w", BucketBus, err)
+	// The buckets before the consumers: the scope claim (in BucketBus)
+	// decides whether this replica may stamp them.
+	for _, cfg := range KVConfigs(o) {
+		err := step("kv "+cfg.Bucket, func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("events: kv %s: %w", cfg.Bucket, err)
+		}
 	}
 	if err := step("the bus's scope", func(ctx context.Context) error { return ClaimScope(ctx, js, o.Scope) }); err != nil {
 		return fmt.Errorf("events: %w", err)
@@ -299,15 +298,6 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions, log *sl
 		})
 		if err != nil {
 			return fmt.Errorf("events: consumer %s on %s: %w", cfg.Durable, stream, err)
-		}
-	}
-	for _, cfg := range KVConfigs(o) {
-		err := step("kv "+cfg.Bucket, func(ctx context.Context) error {
-			_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("events: kv %s: %w", cfg.Bucket, err)
 		}
 	}
 	return nil
