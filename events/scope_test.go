@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
-	"kvlive/internal/bus"
 	"kvlive/internal/testenv"
 )
 
@@ -62,26 +61,6 @@ func TestReplicasOfAnotherScopeAreRefused(t *testing.T) {
 	}
 }
 
-// bareBus is an embedded NATS server with JetStream and nothing of
-// kvlive's on it yet: a fresh bus.
-func bareBus(t *testing.T) jetstream.JetStream {
-	t.Helper()
-	ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), DontListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := bus.ConnectEmbedded(ns, t.Name(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close(); ns.Shutdown(); ns.WaitForShutdown() })
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
-}
-
 func setupScoped(ctx context.Context, js jetstream.JetStream, scope string) error {
 	o := events.DefaultStreamOptions()
 	o.Scope = scope
@@ -94,7 +73,7 @@ func setupScoped(ctx context.Context, js jetstream.JetStream, scope string) erro
 // loser's is refused, never both.
 func TestTwoScopesStartedAtOnceOneWins(t *testing.T) {
 	for i := range 5 {
-		js := bareBus(t)
+		js := testenv.BareJetStream(t)
 		ctx := t.Context()
 		errs := make(chan error, 2)
 		for _, scope := range []string{"x1", "y1"} {
@@ -211,7 +190,7 @@ func forgetClaim(t *testing.T, js jetstream.JetStream) {
 // claimed yet is a warning.
 func TestServesNamesTheNamespacesOfTheBus(t *testing.T) {
 	ctx := t.Context()
-	if warning, err := events.Serves(ctx, bareBus(t), "shop"); err != nil || !strings.Contains(warning, "no kvlive run has claimed") {
+	if warning, err := events.Serves(ctx, testenv.BareJetStream(t), "shop"); err != nil || !strings.Contains(warning, "no kvlive run has claimed") {
 		t.Errorf("an unclaimed bus: %q, %v; want a warning", warning, err)
 	}
 	shop := testenv.JetStream(t, func(o *events.StreamOptions) { o.Scope = "shop" })

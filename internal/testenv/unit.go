@@ -21,9 +21,10 @@ import (
 	"kvlive/internal/kube/inmemory"
 )
 
-// JetStream starts an embedded, in-process NATS server with kvlive's
-// streams, consumers and buckets, stopped when the test ends.
-func JetStream(t testing.TB, configure ...func(*events.StreamOptions)) jetstream.JetStream {
+// BareJetStream starts an embedded, in-process NATS server with JetStream
+// and nothing of kvlive's on it yet (a fresh bus), stopped when the test
+// ends.
+func BareJetStream(t testing.TB) jetstream.JetStream {
 	t.Helper()
 	ns, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: t.TempDir(), DontListen: true})
 	if err != nil {
@@ -38,6 +39,14 @@ func JetStream(t testing.TB, configure ...func(*events.StreamOptions)) jetstream
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js
+}
+
+// JetStream starts an embedded, in-process NATS server with kvlive's
+// streams, consumers and buckets, stopped when the test ends.
+func JetStream(t testing.TB, configure ...func(*events.StreamOptions)) jetstream.JetStream {
+	t.Helper()
+	js := BareJetStream(t)
 	o := events.DefaultStreamOptions()
 	for _, c := range configure {
 		c(&o)
