@@ -54,4 +54,22 @@ func TestAPlanIsBoundToWhatItsRolloutRecorded(t *testing.T) {
 			t.Errorf("a forged plan with %s: %v, want it refused as not planned", name, err)
 		}
 	}
+
+	// A re-pin's VM, switched by a plan under the re-pin's id: no revert
+	// digest tells it apart, the rollout's move does.
+	const repinID = "VirtualMachineClusterInstancetype/uid-u1/3"
+	repin := events.Plan{EventID: repinID, VM: planned.VM, Action: events.ResultNextBoot,
+		Target: events.Target{Move: events.MoveRepin, Object: object, Generation: 3}}
+	if _, _, err := rollout.Create(ctx, js, events.Rollout{EventID: repinID, Type: string(events.MoveRepin), Object: object, Planned: 1,
+		Counts: map[events.Result]int{events.ResultNextBoot: 1}}, []events.PlannedVM{{VMRef: repin.VM}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.checkPlanned(ctx, repin); err != nil {
+		t.Errorf("the re-pin's own plan: %v", err)
+	}
+	switched := repin
+	switched.Target = events.Target{Move: events.MoveSwitch, Object: object, From: &events.Ref{Kind: events.KindClusterInstancetype, Name: "u0"}}
+	if _, err := a.checkPlanned(ctx, switched); !errors.Is(err, errNotPlanned) {
+		t.Errorf("a switch under the re-pin's id: %v, want it refused as not planned", err)
+	}
 }
