@@ -190,7 +190,15 @@ func TestAnEventThePlannerRefusedIsShownAsSuch(t *testing.T) {
 		t.Errorf("kvlive rollouts: want the state refused, never pending:\n%s", out.String())
 	}
 
-	// rollout status says so too, and a watch of it is done.
+	// rollout status says so too, and a watch of it is done; also when an
+	// operator paused it ahead before the planner refused it.
+	store, err := rollout.Open(context.Background(), f.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.Apply(context.Background(), id, events.ActionPause, "checking", "ops", time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
 	a, err := f.reader().Status(context.Background(), id)
 	if err != nil || a.Phase != rollout.PhaseRefused || !a.Done() || a.Refused != "the switch request names no namespace it may plan in" {
 		t.Fatalf("status of the refused event: %+v, %v; want refused with the reason, done", a, err)

@@ -67,6 +67,8 @@ func WriteStatus(w io.Writer, a rollout.Account, f printer.Format) error {
 			phase += "; " + strings.Join(a.Dropped, " and ") + " dropped records stored after the rollout was planned, " +
 				"to its limits: their VMs may be among them (raise kvlive run's --max-bytes)"
 		}
+	case a.Phase == rollout.PhaseRefused:
+		phase += " (dead-lettered by the planner: " + a.Refused + "; kvlive dlq list shows it)"
 	case a.Control.State != events.StateRunning && (a.Control.By != "" || a.Control.Reason != ""):
 		phase += fmt.Sprintf(" (%s)", a.Control.Describe())
 		if !a.Control.At.IsZero() {
@@ -85,7 +87,6 @@ func WriteStatus(w io.Writer, a rollout.Account, f printer.Format) error {
 	case a.Recorded:
 		planned = fmt.Sprintf("%d VMs", a.Planned)
 	case a.Phase == rollout.PhaseRefused:
-		phase += " (dead-lettered by the planner: " + a.Refused + "; kvlive dlq list shows it)"
 		planned = "never"
 	}
 	_, err := fmt.Fprintf(w, "event:        %s\nstate:        %s\nplanned:      %s\noutcomes:     %s\ndead letters: %d\nheld:         %d\nin flight:    %d\n",
