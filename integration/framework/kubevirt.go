@@ -43,7 +43,7 @@ const (
 // KubeVirtNamespace is where virt-controller runs and the KubeVirt CR lives.
 const KubeVirtNamespace = "kubevirt"
 
-// NodeName is the one Node the players schedule every VMI onto.
+// NodeName is the first of the Nodes the players schedule VMIs onto.
 const NodeName = "node01"
 
 // EnvRealKubeVirtLog names a file each test that ran against the real
@@ -59,8 +59,8 @@ type KubeVirt struct {
 	Kubeconfig string
 	AuditLog   string
 	Clients    kube.Clients
-	// Handler plays virt-handler: it reports VMIs running and finishes
-	// hotplugs, unless held.
+	// Handler plays virt-handler: it reports VMIs running and runs both
+	// ends of every migration, where hotplugs finish, unless held.
 	Handler *VirtHandler
 }
 
@@ -122,7 +122,7 @@ func RequireKubeVirt(t testing.TB) (controller, crds string) {
 
 // createKubeVirtWorld creates what virt-controller needs before it starts:
 // its namespace, the KubeVirt CR (LiveUpdate, with the status phase without
-// which the controller ignores the CR) and the Node VMIs run on.
+// which the controller ignores the CR) and the Nodes VMIs run on.
 func createKubeVirtWorld(ctx context.Context, c kube.Clients) error {
 	if _, err := c.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: KubeVirtNamespace}}, metav1.CreateOptions{}); err != nil {
 		return err
@@ -131,10 +131,9 @@ func createKubeVirtWorld(ctx context.Context, c kube.Clients) error {
 		ObjectMeta: metav1.ObjectMeta{Namespace: KubeVirtNamespace, Name: "kubevirt"},
 		Spec: virtv1.KubeVirtSpec{
 			Configuration: virtv1.KubeVirtConfiguration{VMRolloutStrategy: ptr(virtv1.VMRolloutStrategyLiveUpdate)},
-			// What brings hot-plugged CPU and memory into a running guest.
-			// The migrations it starts never run here (the scheduler player
-			// leaves their target pods pending); the virt-handler player
-			// reports the hotplug done instead.
+			// What brings hot-plugged CPU and memory into a running guest:
+			// the workload updater migrates the VMI, and the players run
+			// the migration (migration.go).
 			WorkloadUpdateStrategy: virtv1.KubeVirtWorkloadUpdateStrategy{
 				WorkloadUpdateMethods: []virtv1.WorkloadUpdateMethod{virtv1.WorkloadUpdateMethodLiveMigrate},
 			},
@@ -148,14 +147,18 @@ func createKubeVirtWorld(ctx context.Context, c kube.Clients) error {
 	if _, err := c.Virt.KubevirtV1().KubeVirts(KubeVirtNamespace).UpdateStatus(ctx, cr, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: NodeName, Labels: map[string]string{
-			virtv1.NodeSchedulable: "true",
-			corev1.LabelHostname:   NodeName,
-		}},
+	for _, name := range Nodes {
+		node := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+				virtv1.NodeSchedulable: "true",
+				corev1.LabelHostname:   name,
+			}},
+		}
+		if _, err := c.Kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			return err
+		}
 	}
-	_, err = c.Kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-	return err
+	return nil
 }
 
 // virtControllerStartTimeout bounds waiting for virt-controller to sync its

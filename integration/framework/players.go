@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -36,23 +37,28 @@ const LabelNotMigratable = "kvlive.test/not-migratable"
 // beside reacting to their watches.
 const playerResync = 5 * time.Second
 
-// startPlayers runs the scheduler + kubelet player and the virt-handler
-// player until the test ends.
+// startPlayers runs the scheduler + kubelet player, the virt-handler
+// player and the migration player until the test ends.
 func startPlayers(t *testing.T, c kube.Clients) *VirtHandler {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	launcher := newPlayer("scheduler+kubelet", cache.NewListWatchFromClient(c.Kube.CoreV1().RESTClient(), "pods", "",
-		fields.Everything()), &corev1.Pod{}, func(ctx context.Context, obj any) error {
-		return runLauncherPod(ctx, c, obj.(*corev1.Pod))
-	})
 	h := &VirtHandler{clients: c}
 	handler := newPlayer("virt-handler", cache.NewListWatchFromClient(c.Virt.KubevirtV1().RESTClient(), "virtualmachineinstances", "",
 		fields.Everything()), &virtv1.VirtualMachineInstance{}, func(ctx context.Context, obj any) error {
 		return h.sync(ctx, obj.(*virtv1.VirtualMachineInstance))
 	})
-	h.requeueAll = handler.requeueAll
-	for _, p := range []*player{launcher, handler} {
+	h.vmis = handler.informer
+	launcher := newPlayer("scheduler+kubelet", cache.NewListWatchFromClient(c.Kube.CoreV1().RESTClient(), "pods", "",
+		fields.Everything()), &corev1.Pod{}, func(ctx context.Context, obj any) error {
+		return h.runLauncherPod(ctx, obj.(*corev1.Pod))
+	})
+	migrations := newPlayer("virt-handler migrations", cache.NewListWatchFromClient(c.Virt.KubevirtV1().RESTClient(), "virtualmachineinstancemigrations", "",
+		fields.Everything()), &virtv1.VirtualMachineInstanceMigration{}, func(ctx context.Context, obj any) error {
+		return h.syncMigration(ctx, obj.(*virtv1.VirtualMachineInstanceMigration))
+	})
+	h.requeueAll = migrations.requeueAll
+	for _, p := range []*player{launcher, handler, migrations} {
 		wg.Add(1)
 		go func() { defer wg.Done(); p.run(ctx) }()
 	}
@@ -110,7 +116,10 @@ func (p *player) run(ctx context.Context) {
 		if err == nil && exists {
 			err = p.sync(ctx, obj)
 		}
-		if err != nil && ctx.Err() == nil {
+		if d, again := asRequeue(err); again {
+			p.queue.Forget(key)
+			p.queue.AddAfter(key, d)
+		} else if err != nil && ctx.Err() == nil {
 			p.queue.AddRateLimited(key)
 		} else {
 			p.queue.Forget(key)
@@ -119,25 +128,34 @@ func (p *player) run(ctx context.Context) {
 	}
 }
 
-// runLauncherPod plays the scheduler (bind a virt-launcher pod to the node)
-// and the kubelet (report it running with its containers started), which is
-// what virt-controller waits for before it hands the VMI to virt-handler.
-func runLauncherPod(ctx context.Context, c kube.Clients, pod *corev1.Pod) error {
+// runLauncherPod plays the scheduler (bind a virt-launcher pod to a node:
+// a new VMI's to one of Nodes, a migration target's to another node than
+// its VMI runs on) and the kubelet (report it running with its containers
+// started), which is what virt-controller waits for before it hands the
+// VMI to virt-handler, or a migration to the target.
+func (h *VirtHandler) runLauncherPod(ctx context.Context, pod *corev1.Pod) error {
+	c := h.clients
 	if pod.Labels[virtv1.AppLabel] != "virt-launcher" {
 		return nil
 	}
 	if pod.DeletionTimestamp != nil {
 		return finishLauncherPod(ctx, c, pod)
 	}
-	if _, target := pod.Labels[virtv1.MigrationJobLabel]; target {
-		// A migration target: left pending, so no migration starts that no
-		// virt-handler could finish.
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return nil
 	}
 	if pod.Spec.NodeName == "" {
+		node := nodeFor(pod)
+		if _, target := pod.Labels[virtv1.MigrationJobLabel]; target {
+			source := h.vmiNode(pod)
+			if source == "" {
+				return requeueAfter(250 * time.Millisecond)
+			}
+			node = targetNodeFor(source)
+		}
 		binding := &corev1.Binding{
 			ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-			Target:     corev1.ObjectReference{Kind: "Node", Name: NodeName},
+			Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 		}
 		return ignoreGone(c.Kube.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}))
 	}
@@ -162,6 +180,19 @@ func runLauncherPod(ctx context.Context, c kube.Clients, pod *corev1.Pod) error 
 	return ignoreGone(err)
 }
 
+// vmiNode is the node the VMI owning pod runs on, "" while unknown.
+func (h *VirtHandler) vmiNode(pod *corev1.Pod) string {
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil {
+		return ""
+	}
+	obj, ok, _ := h.vmis.GetStore().GetByKey(pod.Namespace + "/" + owner.Name)
+	if !ok {
+		return ""
+	}
+	return obj.(*virtv1.VirtualMachineInstance).Status.NodeName
+}
+
 // finishLauncherPod plays the kubelet ending a deleted virt-launcher pod:
 // virt-controller deletes it gracefully when its VMI is deleted (a
 // restart's stop), and the API server keeps a bound pod until the kubelet,
@@ -183,33 +214,37 @@ func finishLauncherPod(ctx context.Context, c kube.Clients, pod *corev1.Pod) err
 }
 
 // VirtHandler plays virt-api's VMI defaulting (the hotplug limits its
-// mutating webhook sets on a new VMI) and virt-handler for VMI status: once virt-controller
+// mutating webhook sets on a new VMI) and virt-handler: once virt-controller
 // schedules a VMI it reports it running (phase, Ready and LiveMigratable
-// conditions, the CPU topology and memory it booted with), and when
-// virt-controller hot-plugs CPU or memory into a running VMI it reports the
-// hotplug done (current topology and memory := spec, the HotVCPUChange and
-// HotMemoryChange conditions dropped), unless held.
+// conditions, the CPU topology and memory it booted with), and it plays
+// both ends of every migration virt-controller starts (migration.go), where
+// a hot-plug reaches the guest, unless held.
 type VirtHandler struct {
 	clients    kube.Clients
+	vmis       cache.SharedIndexInformer
 	held       atomic.Bool
+	duration   atomic.Int64
 	requeueAll func()
 	mu         sync.Mutex
 	finished   map[string][]string
+	faults     map[string]*Fault
+	recorded   map[types.UID]bool
+	migrations []Migration
 }
 
-// Hold stops the player from finishing hotplugs: they stay pending, as on a
-// slow node, until Release.
+// Hold stops running migrations short of their end: hot-plugs stay
+// pending, as on a slow network, until Release.
 func (h *VirtHandler) Hold() { h.held.Store(true) }
 
-// Release lets pending hotplugs finish.
+// Release lets held migrations end.
 func (h *VirtHandler) Release() {
 	h.held.Store(false)
 	h.requeueAll()
 }
 
-// Finished returns the hotplug conditions the player has seen and finished
-// on the VMI namespace/name, oldest first: the proof that virt-controller
-// asked for a hotplug.
+// Finished returns the hotplug conditions the player finished on a
+// migration's target for the VMI namespace/name, oldest first: the proof
+// that virt-controller asked for a hotplug and carried it by migration.
 func (h *VirtHandler) Finished(namespace, name string) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -231,27 +266,8 @@ func (h *VirtHandler) sync(ctx context.Context, vmi *virtv1.VirtualMachineInstan
 	if vmi = vmi.DeepCopy(); defaultHotplugLimits(vmi) {
 		return h.update(ctx, vmi)
 	}
-	switch vmi.Status.Phase {
-	case virtv1.Scheduled:
+	if vmi.Status.Phase == virtv1.Scheduled {
 		return h.update(ctx, reportRunning(vmi))
-	case virtv1.Running:
-		if h.held.Load() {
-			return nil
-		}
-		done := finishHotplug(vmi)
-		if len(done) == 0 {
-			return nil
-		}
-		if err := h.update(ctx, vmi); err != nil {
-			return err
-		}
-		h.mu.Lock()
-		if h.finished == nil {
-			h.finished = map[string][]string{}
-		}
-		key := vmi.Namespace + "/" + vmi.Name
-		h.finished[key] = append(h.finished[key], done...)
-		h.mu.Unlock()
 	}
 	return nil
 }
@@ -288,6 +304,10 @@ func reportRunning(vmi *virtv1.VirtualMachineInstance) *virtv1.VirtualMachineIns
 	if vmi.Status.NodeName == "" {
 		vmi.Status.NodeName = NodeName
 	}
+	if vmi.Labels == nil {
+		vmi.Labels = map[string]string{}
+	}
+	vmi.Labels[virtv1.NodeNameLabel] = vmi.Status.NodeName
 	return vmi
 }
 
@@ -337,33 +357,6 @@ func defaultHotplugLimits(vmi *virtv1.VirtualMachineInstance) bool {
 		}
 	}
 	return changed
-}
-
-// finishHotplug reports the hotplugs virt-controller asked for as done and
-// returns the conditions it dropped.
-func finishHotplug(vmi *virtv1.VirtualMachineInstance) []string {
-	var done []string
-	has := func(t virtv1.VirtualMachineInstanceConditionType) bool {
-		for _, c := range vmi.Status.Conditions {
-			if c.Type == t {
-				return true
-			}
-		}
-		return false
-	}
-	if cpu := vmi.Spec.Domain.CPU; cpu != nil && has(virtv1.VirtualMachineInstanceVCPUChange) {
-		vmi.Status.CurrentCPUTopology = &virtv1.CPUTopology{Sockets: cpu.Sockets, Cores: cpu.Cores, Threads: cpu.Threads}
-		done = append(done, string(virtv1.VirtualMachineInstanceVCPUChange))
-	}
-	if guest := guestMemory(vmi); guest != nil && has(virtv1.VirtualMachineInstanceMemoryChange) {
-		if vmi.Status.Memory == nil {
-			vmi.Status.Memory = &virtv1.MemoryStatus{}
-		}
-		vmi.Status.Memory.GuestCurrent, vmi.Status.Memory.GuestRequested = guest, copyQuantity(guest)
-		done = append(done, string(virtv1.VirtualMachineInstanceMemoryChange))
-	}
-	vmi.Status.Conditions = withoutConditions(vmi.Status.Conditions, virtv1.VirtualMachineInstanceVCPUChange, virtv1.VirtualMachineInstanceMemoryChange)
-	return done
 }
 
 func guestMemory(vmi *virtv1.VirtualMachineInstance) *resource.Quantity {
