@@ -18,6 +18,10 @@ const (
 	ResultRestart Result = "restart"
 	// ResultNextBoot: the VM is not running and picks the pin up at its next start.
 	ResultNextBoot Result = "next-boot"
+	// ResultEvict: KubeVirt's workload updater evicts the running VMI to
+	// bring the change in (it cannot live-migrate it, and
+	// workloadUpdateMethods hold Evict); the VM restarts on its own.
+	ResultEvict Result = "evict"
 	// ResultNone: the VM is already at the target.
 	ResultNone Result = "none"
 	// ResultSkip: the VM is out of scope; the reason says why.
@@ -27,16 +31,16 @@ const (
 )
 
 // Results lists every result in the order summaries print them.
-var Results = []Result{ResultLive, ResultRestart, ResultNextBoot, ResultNone, ResultSkip, ResultFailed}
+var Results = []Result{ResultLive, ResultRestart, ResultEvict, ResultNextBoot, ResultNone, ResultSkip, ResultFailed}
 
 // Moves reports whether a plan with this result moves the VM's pin.
 func (r Result) Moves() bool {
-	return r == ResultLive || r == ResultRestart || r == ResultNextBoot
+	return r == ResultLive || r == ResultRestart || r == ResultEvict || r == ResultNextBoot
 }
 
 func (r Result) valid(outcome bool) bool {
 	switch r {
-	case ResultLive, ResultRestart, ResultNextBoot, ResultNone, ResultSkip:
+	case ResultLive, ResultRestart, ResultEvict, ResultNextBoot, ResultNone, ResultSkip:
 		return true
 	case ResultFailed:
 		return outcome
@@ -279,6 +283,12 @@ type Outcome struct {
 	// FinishedAt KubeVirt's verdict on it is waited for (events.Verdict);
 	// zero when the applier that moved it takes no verdicts.
 	VerdictDeadline time.Duration `json:"verdictDeadline,omitempty"`
+	// QueueDeadline, on the outcome of a running VM whose change KubeVirt
+	// brings in by a live migration (or an eviction), is how long after
+	// FinishedAt the VM may wait for that migration to start; the verdict
+	// deadline then runs from the migration's start. Zero: the verdict
+	// deadline alone.
+	QueueDeadline time.Duration `json:"queueDeadline,omitempty"`
 }
 
 // Validate checks an outcome names its event, VM and a known result.

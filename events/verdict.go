@@ -34,10 +34,18 @@ const (
 	// ObservedRestarted: a restart's VM runs a new VMI, with the sockets
 	// and memory of its pin, and RestartRequired is gone.
 	ObservedRestarted Observed = "restarted"
+	// ObservedQueued: the change waited on the VMI for the live migration
+	// (or eviction) that brings it to the guest, and none had started by
+	// the queue deadline.
+	ObservedQueued Observed = "queued"
+	// ObservedEvicted: KubeVirt's workload updater evicted the VMI to
+	// bring the change in; the VM runs a new VMI, or stays stopped as its
+	// run strategy says.
+	ObservedEvicted Observed = "evicted"
 )
 
 // Verdicts lists every verdict in the order summaries print them.
-var Verdicts = []Observed{ObservedLive, ObservedRestart, ObservedRestarted, ObservedNextBoot, ObservedPending, ObservedRefused, ObservedNotObserved}
+var Verdicts = []Observed{ObservedLive, ObservedRestart, ObservedRestarted, ObservedEvicted, ObservedNextBoot, ObservedQueued, ObservedPending, ObservedRefused, ObservedNotObserved}
 
 func (o Observed) valid() bool {
 	for _, v := range Verdicts {
@@ -52,7 +60,7 @@ func (o Observed) valid() bool {
 // restart's outcome (restarted, the verdict restart moves look for) a VM
 // that runs a new VMI.
 func (o Observed) Matches(predicted Result) bool {
-	return string(o) == string(predicted) || (o == ObservedRestarted && predicted == ResultRestart)
+	return string(o) == string(predicted) || (o == ObservedRestarted && predicted == ResultRestart) || (o == ObservedEvicted && predicted == ResultEvict)
 }
 
 // Verdict is KubeVirt's verdict on one VM kvlive moved for one event,
@@ -85,10 +93,10 @@ type Verdict struct {
 }
 
 // Unsettled reports a verdict that says what stood at the deadline rather
-// than what KubeVirt did: pending, refused, not observed. Such a VM can be
-// observed again later.
+// than what KubeVirt did: queued, pending, refused, not observed. Such a VM
+// can be observed again later.
 func (o Observed) Unsettled() bool {
-	return o == ObservedPending || o == ObservedRefused || o == ObservedNotObserved
+	return o == ObservedQueued || o == ObservedPending || o == ObservedRefused || o == ObservedNotObserved
 }
 
 // Validate checks a verdict names its event, VM and a known verdict.

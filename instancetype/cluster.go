@@ -18,6 +18,9 @@ type Cluster struct {
 	// LiveMigrate is whether workloadUpdateMethods holds LiveMigrate, without
 	// which hot-plugged CPU and memory never reach the guest.
 	LiveMigrate bool
+	// Evict is whether workloadUpdateMethods holds Evict: a VMI the
+	// workload updater cannot live-migrate is evicted instead.
+	Evict bool
 	// ReferencePolicy is spec.configuration.instancetype.referencePolicy.
 	ReferencePolicy string
 	// MaxHotplugRatio, MaxCPUSockets and MaxGuest are liveUpdateConfiguration.
@@ -41,6 +44,7 @@ func ClusterFromKubeVirt(kv *virtv1.KubeVirt) Cluster {
 	}
 	// An empty workloadUpdateMethods list leaves the workload updater idle.
 	c.LiveMigrate = slices.Contains(kv.Spec.WorkloadUpdateStrategy.WorkloadUpdateMethods, virtv1.WorkloadUpdateMethodLiveMigrate)
+	c.Evict = slices.Contains(kv.Spec.WorkloadUpdateStrategy.WorkloadUpdateMethods, virtv1.WorkloadUpdateMethodEvict)
 	if cfg.Instancetype != nil && cfg.Instancetype.ReferencePolicy != nil {
 		c.ReferencePolicy = string(*cfg.Instancetype.ReferencePolicy)
 	}

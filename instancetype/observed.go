@@ -100,17 +100,93 @@ func (w LiveWant) SeenOn(vmi *virtv1.VirtualMachineInstance) bool {
 }
 
 // Reached reports whether the VMI's status shows the expected values
-// running: the current CPU topology and guest memory, which KubeVirt moves
-// once the hotplug is done. A VMI whose status does not report them counts
-// by its spec.
+// running: the current CPU topology and the guest memory requested of the
+// guest, which virt-handler moves on a migration's target once the hotplug
+// is done (the guest may online the memory later: guestCurrent follows).
+// A VMI whose status does not report them counts by its spec.
 func (w LiveWant) Reached(vmi *virtv1.VirtualMachineInstance) bool {
 	if t := vmi.Status.CurrentCPUTopology; w.Sockets != 0 && t != nil && t.Sockets != w.Sockets {
 		return false
 	}
-	if m := vmi.Status.Memory; w.Memory != nil && m != nil && m.GuestCurrent != nil && !m.GuestCurrent.Equal(*w.Memory) {
-		return false
+	if m := vmi.Status.Memory; w.Memory != nil && m != nil {
+		got := m.GuestRequested
+		if got == nil {
+			got = m.GuestCurrent
+		}
+		if got != nil && !got.Equal(*w.Memory) {
+			return false
+		}
 	}
 	return true
+}
+
+// Migratable reports whether the VMI says it can live-migrate
+// (LiveMigratable=True), which KubeVirt's workload updater needs to carry
+// a hot-plug to the guest.
+func Migratable(vmi *virtv1.VirtualMachineInstance) bool {
+	for _, c := range vmi.Status.Conditions {
+		if c.Type == virtv1.VirtualMachineInstanceIsMigratable {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// Migration is what a VMI's status.migrationState tells of its latest
+// live migration, when that migration began after a time (a move): KubeVirt
+// keeps the latest migration's state on the VMI until the next hand-off.
+type Migration struct {
+	// UID is the VirtualMachineInstanceMigration's; Target its node.
+	UID, Target string
+	// Running: handed to the target and not ended; Started is when the
+	// source started it (nil before).
+	Running bool
+	Started *time.Time
+	// Succeeded: ended on the target, completed and not failed.
+	Succeeded bool
+	// Failed, with FailureReason: the latest migration failed (KubeVirt
+	// starts another while the hot-plug condition stands).
+	Failed        bool
+	FailureReason string
+}
+
+// MigrationSince reads the VMI's latest migration if it was handed off
+// after since; the zero Migration otherwise.
+func MigrationSince(vmi *virtv1.VirtualMachineInstance, since time.Time) Migration {
+	s := vmi.Status.MigrationState
+	if s == nil || s.MigrationUID == "" {
+		return Migration{}
+	}
+	began := s.StartTimestamp
+	if began == nil {
+		began = s.TargetNodeDomainReadyTimestamp
+	}
+	ended := s.EndTimestamp
+	m := Migration{UID: string(s.MigrationUID), Target: s.TargetNode}
+	switch {
+	case !s.Completed && !s.Failed:
+		m.Running = true
+		if began != nil && !began.Time.Before(since) {
+			t := began.Time
+			m.Started = &t
+		}
+		return m
+	case ended == nil || ended.Time.Before(since):
+		return Migration{} // ended before the move: not this move's
+	case s.Failed:
+		m.Failed, m.FailureReason = true, s.FailureReason
+	default:
+		m.Succeeded = true
+	}
+	return m
+}
+
+// failedNote names the latest migration that failed, if it did.
+func (m Migration) failedNote() string {
+	if !m.Failed {
+		return ""
+	}
+	return "; migration " + m.UID + " failed: " + m.FailureReason
 }
 
 // InPlannedState says why a VM is not (yet) where its outcome left it, as

@@ -107,22 +107,63 @@ func decideRunning(in Input, to view, changes []events.Change) Decision {
 			restartWhy = append(restartWhy, c.Field+": "+why)
 		}
 	}
+	if d, ok := byMigration(in, changes, restartWhy); ok {
+		return d
+	}
 	if len(restartWhy) > 0 {
 		return Decision{Action: events.ResultRestart, Reason: "RestartRequired: " + strings.Join(restartWhy, "; "), Changes: changes}
 	}
-	reason := "KubeVirt hot-plugs every change into the running VMI"
-	if !in.Cluster.LiveMigrate && slices.ContainsFunc(changes, func(c events.Change) bool { return c.Field == "cpu.sockets" || c.Field == "memory.guest" }) {
-		// The VMI spec is patched but the guest only sees it after a migration,
-		// which the workload updater only starts with LiveMigrate.
+	return Decision{Action: events.ResultLive, Reason: "KubeVirt hot-plugs every change into the running VMI, carried to the guest by a live migration", Changes: changes}
+}
+
+// hotplugged reports a change virt-controller hot-plugs into the VMI's
+// spec, which reaches the guest only on a migration's target.
+func hotplugged(c events.Change) bool {
+	return c.Class == ClassLive && (c.Field == "cpu.sockets" || c.Field == "memory.guest")
+}
+
+// byMigration decides a running VM whose sockets or guest memory
+// virt-controller hot-plugs into the VMI: in KubeVirt v1.9 that reaches the
+// guest only through the workload updater
+// (pkg/virt-controller/watch/workload-updater), which live-migrates a
+// live-migratable VMI when workloadUpdateMethods holds LiveMigrate, else
+// evicts it when they hold Evict, else leaves the change on the VMI's spec
+// for the next boot, with no RestartRequired. ok is false when nothing is
+// hot-plugged (or RestartRequired decides alone).
+func byMigration(in Input, changes []events.Change, restartWhy []string) (Decision, bool) {
+	if !slices.ContainsFunc(changes, hotplugged) {
+		return Decision{}, false
+	}
+	migratable := vmiCondition(in.VMI, virtv1.VirtualMachineInstanceIsMigratable, k8scorev1.ConditionTrue)
+	if in.Cluster.LiveMigrate && migratable {
+		return Decision{}, false
+	}
+	why := "the VMI is not live-migratable"
+	if !in.Cluster.LiveMigrate {
+		why = "KubeVirt's workloadUpdateMethods lack LiveMigrate"
+	}
+	if in.Cluster.Evict {
 		for i := range changes {
-			if changes[i].Field == "cpu.sockets" || changes[i].Field == "memory.guest" {
+			if hotplugged(changes[i]) {
 				changes[i].Class = ClassRestart
 			}
 		}
-		return Decision{Action: events.ResultRestart, Changes: changes, Reason: "KubeVirt workloadUpdateMethods lacks LiveMigrate: " +
-			"hot-plugged CPU and memory reach the guest only after a restart (KubeVirt sets no RestartRequired for this)"}
+		return Decision{Action: events.ResultEvict, Changes: changes, Reason: "KubeVirt evicts the VMI to bring hot-plugged CPU and memory in (" + why +
+			"; workloadUpdateMethods hold Evict): the VM restarts on its own as its run strategy says"}, true
 	}
-	return Decision{Action: events.ResultLive, Reason: reason, Changes: changes}
+	var held []string
+	for i := range changes {
+		if hotplugged(changes[i]) {
+			changes[i].Class = ClassRestart
+			held = append(held, changes[i].Field)
+		}
+	}
+	reason := "no live migration carries " + strings.Join(held, " and ") + " to the guest (" + why +
+		"): the change waits on the VMI for a restart, and KubeVirt sets no RestartRequired for it"
+	if len(restartWhy) > 0 {
+		reason = "RestartRequired: " + strings.Join(restartWhy, "; ") + "; and " + reason
+	}
+	return Decision{Action: events.ResultRestart, Changes: changes, Reason: reason}, true
 }
 
 // fromVMI takes the live-updatable values a running VMI has now.

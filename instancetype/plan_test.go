@@ -1,6 +1,8 @@
 package instancetype
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -130,9 +132,9 @@ func decideCases() []decideCase {
 		{name: "memory on a non-migratable VMI needs a restart", rule: "vm.go handleMemoryHotplugRequest: IsMigratable",
 			in:   Input{VM: vm(), VMI: vmi(2, "4Gi", notMigratable), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(2, "6Gi"), nil), Cluster: defaults},
 			want: events.ResultRestart, classes: map[string]string{"memory.guest": "restart"}},
-		{name: "CPU goes live even when memory needs a restart", rule: "vm.go sync: handleCPUChangeRequest runs before handleMemoryHotplugRequest",
+		{name: "CPU is hot-plugged into a non-migratable VMI but reaches the guest only at a restart", rule: "vm.go handleCPUChangeRequest does not check migratability; workload-updater.go migrates only LiveMigratable VMIs",
 			in:   Input{VM: vm(), VMI: vmi(2, "4Gi", notMigratable), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(3, "6Gi"), nil), Cluster: defaults},
-			want: events.ResultRestart, classes: map[string]string{"cpu.sockets": "live", "memory.guest": "restart"}},
+			want: events.ResultRestart, classes: map[string]string{"cpu.sockets": "restart", "memory.guest": "restart"}, reason: "no live migration carries cpu.sockets"},
 		{name: "memory without maxGuest needs a restart", rule: "vm.go handleMemoryHotplugRequest: MaxGuest == nil",
 			in:   Input{VM: vm(), VMI: vmi(2, "4Gi", func(v *virtv1.VirtualMachineInstance) { v.Spec.Domain.Memory.MaxGuest = nil }), Pinned: gen(it(2, "4Gi"), nil), Target: gen(it(2, "6Gi"), nil), Cluster: defaults},
 			want: events.ResultRestart},
@@ -241,7 +243,7 @@ func decideCases() []decideCase {
 		{name: "an existing RestartRequired from a hotplug handler does not hold a later change", rule: "vm.go syncRestartRequired: recomputed against the start spec each sync, cleared when only live fields differ",
 			in: Input{VM: vm(withRestartRequired), VMI: vmi(2, "4Gi", notMigratable), Pinned: gen(it(2, "6Gi"), nil), Target: gen(it(3, "6Gi"), nil),
 				Started: &Started{Template: vm().Spec.Template, Generation: gen(it(2, "4Gi"), nil)}, Cluster: defaults},
-			want: events.ResultRestart, classes: map[string]string{"cpu.sockets": "live"}, reason: "memory"},
+			want: events.ResultRestart, classes: map[string]string{"cpu.sockets": "restart"}, reason: "memory"},
 		{name: "an existing RestartRequired clears when the change brings the VM back to what it started with", rule: "vm.go syncRestartRequired: removes the condition when nothing non-live differs; the hotplug handlers then run",
 			in: Input{VM: vm(withRestartRequired), VMI: vmi(2, "4Gi"), Pinned: gen(it(2, "4Gi", model("host-passthrough")), nil), Target: gen(it(3, "4Gi"), nil),
 				Started: &Started{Template: vm().Spec.Template, Generation: gen(it(2, "4Gi"), nil)}, Cluster: defaults},
@@ -432,4 +434,80 @@ func model(m string) func(*v1beta1.VirtualMachineInstancetypeSpec) {
 
 func withRestartRequired(v *virtv1.VirtualMachine) {
 	v.Status.Conditions = []virtv1.VirtualMachineCondition{{Type: virtv1.VirtualMachineRestartRequired, Status: k8scorev1.ConditionTrue}}
+}
+
+// TestDecideByMigration predicts every combination of change (sockets,
+// memory, both), migratability and workloadUpdateMethods as KubeVirt v1.9.0
+// treats it: virt-controller hot-plugs sockets into any VMI's spec and
+// memory only into a migratable one's (else RestartRequired); the workload
+// updater then live-migrates a migratable VMI when the methods hold
+// LiveMigrate, else evicts it when they hold Evict, else leaves the change
+// for the next boot without RestartRequired.
+func TestDecideByMigration(t *testing.T) {
+	changes := map[string]struct {
+		from, to *v1beta1.VirtualMachineInstancetypeSpec
+		fields   []string
+	}{
+		"sockets": {it(2, "4Gi"), it(3, "4Gi"), []string{"cpu.sockets"}},
+		"memory":  {it(2, "4Gi"), it(2, "6Gi"), []string{"memory.guest"}},
+		"both":    {it(2, "4Gi"), it(3, "6Gi"), []string{"cpu.sockets", "memory.guest"}},
+	}
+	methods := map[string][]virtv1.WorkloadUpdateMethod{
+		"LiveMigrate": {virtv1.WorkloadUpdateMethodLiveMigrate},
+		"Evict":       {virtv1.WorkloadUpdateMethodEvict},
+		"both":        {virtv1.WorkloadUpdateMethodLiveMigrate, virtv1.WorkloadUpdateMethodEvict},
+		"neither":     nil,
+	}
+	for change, c := range changes {
+		for _, migratable := range []bool{true, false} {
+			for method, ms := range methods {
+				cluster := ClusterFromKubeVirt(&virtv1.KubeVirt{Spec: virtv1.KubeVirtSpec{WorkloadUpdateStrategy: virtv1.KubeVirtWorkloadUpdateStrategy{WorkloadUpdateMethods: ms}}})
+				want, class := expectedByMigration(change, migratable, cluster)
+				name := fmt.Sprintf("%s, migratable %v, %s", change, migratable, method)
+				var opts []func(*virtv1.VirtualMachineInstance)
+				if !migratable {
+					opts = append(opts, notMigratable)
+				}
+				d := Decide(Input{VM: vm(), VMI: vmi(2, "4Gi", opts...), Pinned: gen(c.from, nil), Target: gen(c.to, nil), Cluster: cluster})
+				if d.Action != want {
+					t.Errorf("%s: %s (%s), want %s", name, d.Action, d.Reason, want)
+				}
+				for _, ch := range d.Changes {
+					if slices.Contains(c.fields, ch.Field) && ch.Class != class[ch.Field] {
+						t.Errorf("%s: %s class %s, want %s", name, ch.Field, ch.Class, class[ch.Field])
+					}
+				}
+			}
+		}
+	}
+}
+
+// expectedByMigration is the rule TestDecideByMigration checks, written
+// from KubeVirt's code paths one by one.
+func expectedByMigration(change string, migratable bool, c Cluster) (events.Result, map[string]string) {
+	class := map[string]string{}
+	sockets, memory := change != "memory", change != "sockets"
+	restartRequired := false
+	if memory && !migratable {
+		class["memory.guest"], restartRequired = ClassRestart, true // handleMemoryHotplugRequest
+	}
+	hot := sockets || (memory && migratable)
+	carried := migratable && c.LiveMigrate
+	for f, on := range map[string]bool{"cpu.sockets": sockets, "memory.guest": memory && migratable} {
+		if !on {
+			continue
+		}
+		if carried {
+			class[f] = ClassLive
+		} else {
+			class[f] = ClassRestart
+		}
+	}
+	switch {
+	case hot && !carried && c.Evict:
+		return events.ResultEvict, class
+	case restartRequired || (hot && !carried):
+		return events.ResultRestart, class
+	}
+	return events.ResultLive, class
 }

@@ -2,6 +2,7 @@ package instancetype
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +19,10 @@ type Judgement struct {
 	// and Message are the KubeVirt condition's reason and message that
 	// decided it, if one did.
 	Reason, Condition, Message string
+	// Due, on a verdict not yet final, is when what stands becomes the
+	// verdict if nothing changes before: the deadline after the move, or
+	// after the migration's start, or the queue deadline.
+	Due time.Time
 }
 
 // Judge reads KubeVirt's verdict on a VM kvlive moved (its outcome o) from
@@ -25,7 +30,14 @@ type Judgement struct {
 // false while the verdict may still change; at or past deadline (after the
 // move) the verdict is what stands then: a hotplug or migration still
 // under way is pending, a hotplug KubeVirt refuses is refused, no signal is
-// not-observed, each saying what was waited for.
+// not-observed, each saying what was waited for. A deadline of zero judges
+// what stands now (a re-observation).
+//
+// In KubeVirt v1.9 a hot-plug reaches the guest only on a live
+// migration's target: a running VM whose change waits for the workload
+// updater's migration (KubeVirt runs few at a time) is queued, not yet
+// judged, until its migration starts or the outcome's queue deadline
+// passes; the verdict deadline then runs from the migration's start.
 //
 // A verdict rests only on state that follows the move: nothing is read
 // before the VM shows its pin moved to the outcome's revision (or, at the
@@ -33,7 +45,8 @@ type Judgement struct {
 // RestartRequired that was set before the move counts only for a VM
 // predicted to need a restart (KubeVirt keeps the condition it had).
 func Judge(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, now time.Time, deadline time.Duration) (j Judgement, final bool) {
-	due := !now.Before(o.FinishedAt.Add(deadline))
+	c := clockAt{now: now, deadline: deadline, queue: o.QueueDeadline, moved: o.FinishedAt}
+	due := c.dueAt(o.FinishedAt)
 	switch {
 	case vm == nil:
 		return Judgement{Observed: events.ObservedNotObserved, Reason: "the VM was deleted before KubeVirt's verdict"}, true
@@ -46,26 +59,56 @@ func Judge(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachi
 		// switched it back (a GitOps tool applying its source). Nothing
 		// the VM or VMI shows is the switch's doing.
 		if !due {
-			return Judgement{}, false
+			return Judgement{Due: c.moved.Add(c.deadline)}, false
 		}
 		return Judgement{Observed: events.ObservedNotObserved, Reason: notSwitched(vm, *o.SwitchedTo)}, true
 	case pinnedTo(vm, o.Revision):
-		return judgePinned(o, vm, vmi, due)
+		return judgePinned(o, vm, vmi, c)
 	case !due:
-		return Judgement{}, false
+		return Judgement{Due: c.moved.Add(c.deadline)}, false
 	}
 	// At the deadline the VM carries another pin: a later move (the
 	// cache lags the move by far less than a deadline). What the VMI
 	// shows still tells what became of this move's change.
-	j, final = judgePinned(o, vm, vmi, true)
+	c.force = true
+	j, final = judgePinned(o, vm, vmi, c)
 	j.Reason += "; by then the VM carried another pin than " + o.Revision
 	return j, final
 }
 
+// clockAt is when a verdict is read and the deadlines it is read against.
+type clockAt struct {
+	now             time.Time
+	deadline, queue time.Duration
+	moved           time.Time
+	// force reads the verdict now whatever the time: a later pin stands
+	// at the deadline. early reads only what decides before any deadline.
+	force, early bool
+}
+
+// dueAt reports whether the verdict deadline counted from t has passed.
+func (c clockAt) dueAt(t time.Time) bool {
+	return !c.early && (c.force || c.deadline <= 0 || !c.now.Before(t.Add(c.deadline)))
+}
+
+// queueDue reports whether the queue deadline (the verdict deadline when
+// the outcome has none) has passed, and when it passes.
+func (c clockAt) queueDue() (bool, time.Time) {
+	wait := max(c.queue, c.deadline)
+	at := c.moved.Add(wait)
+	return !c.early && (c.force || c.deadline <= 0 || !c.now.Before(at)), at
+}
+
 // judgePinned reads the verdict on a VM the cache has seen moved.
-func judgePinned(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, due bool) (Judgement, bool) {
+func judgePinned(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, c clockAt) (Judgement, bool) {
+	due := c.dueAt(c.moved)
 	since := metav1.NewTime(o.FinishedAt.Add(-time.Second).Truncate(time.Second))
 	rr, flagged := RestartRequired(vm)
+	if o.Result == events.ResultEvict {
+		if j, final := judgeEvicted(o, vmi, c); final || !flagged {
+			return j, final
+		}
+	}
 	if flagged && !rr.LastTransitionTime.Before(&since) {
 		return Judgement{Observed: events.ObservedRestart, Reason: "KubeVirt set RestartRequired", Condition: rr.Reason, Message: rr.Message}, true
 	}
@@ -83,32 +126,69 @@ func judgePinned(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.Virtua
 		// nothing tells a sync that kept it from one yet to come: the
 		// move's hotplug done, or the condition gone, decides before the
 		// deadline; what still stands at the deadline holds.
-		if j, final := judgeRunning(o, vm, vmi, since, false); final && j.Observed == events.ObservedLive {
+		early := c
+		early.early = true
+		if j, final := judgeRunning(o, vm, vmi, since, early); final && j.Observed == events.ObservedLive {
 			return j, true
 		}
 		if !due {
-			return Judgement{}, false
+			return Judgement{Due: c.moved.Add(c.deadline)}, false
 		}
 		return Judgement{Observed: events.ObservedRestart, Reason: "RestartRequired, set before the move, still stands at the deadline", Condition: rr.Reason, Message: rr.Message}, true
 	}
-	return judgeRunning(o, vm, vmi, since, due)
+	return judgeRunning(o, vm, vmi, since, c)
+}
+
+// judgeEvicted reads the verdict on a VM whose VMI KubeVirt's workload
+// updater was predicted to evict: a VMI started after the move (or none)
+// is the eviction done; the old VMI still running waits in the updater's
+// eviction batches, queued until the queue deadline.
+func judgeEvicted(o events.Outcome, vmi *virtv1.VirtualMachineInstance, c clockAt) (Judgement, bool) {
+	switch {
+	case vmi == nil:
+		return Judgement{Observed: events.ObservedEvicted, Reason: "the VMI is gone: KubeVirt evicted it and the VM's run strategy did not start it again"}, true
+	case vmi.CreationTimestamp.After(o.FinishedAt.Truncate(time.Second)):
+		return Judgement{Observed: events.ObservedEvicted, Reason: "KubeVirt evicted the VMI; the VM runs a new VMI on its new pin"}, true
+	}
+	due, at := c.queueDue()
+	if !due {
+		return Judgement{Due: at}, false
+	}
+	return Judgement{Observed: events.ObservedQueued, Reason: "the VMI was not evicted by the queue deadline: KubeVirt's workload updater evicts a few VMIs a minute (batchEvictionSize per batchEvictionInterval)"}, true
 }
 
 // judgeRunning reads the verdict on a running VM without RestartRequired.
-func judgeRunning(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, since metav1.Time, due bool) (Judgement, bool) {
+func judgeRunning(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, since metav1.Time, c clockAt) (Judgement, bool) {
 	want := expectOnVMI(o.Changes)
-	pending := HotplugPending(vmi)
-	if m := vmi.Status.MigrationState; m != nil && !m.Completed && !m.Failed {
-		pending = append(pending, "migration "+string(m.MigrationUID))
+	conds := HotplugPending(vmi)
+	m := MigrationSince(vmi, since.Time)
+	pending := conds
+	if m.Running {
+		pending = append(slices.Clone(conds), "migration "+m.UID)
 	}
 	seen, reached := want.SeenOn(vmi), want.Reached(vmi)
 	refused, isRefused := HotplugRefused(vm)
 	isRefused = isRefused && !refused.LastTransitionTime.Before(&since)
+	// A hot-plug waits on the VMI for a migration to start: the workload
+	// updater's turn (or, on a VMI that cannot live-migrate, none ever).
+	held := len(conds) > 0 && !m.Running && (o.Result == events.ResultRestart || !Migratable(vmi))
+	waiting := len(conds) > 0 && !m.Running && !held
+	dueAt := c.moved.Add(c.deadline)
+	due := c.dueAt(c.moved)
 	switch {
-	case !want.isZero() && seen && reached && len(pending) == 0 && !isRefused:
-		return Judgement{Observed: events.ObservedLive, Reason: "the VMI runs the new sockets and memory"}, true
+	case waiting:
+		due, dueAt = c.queueDue()
+	case m.Running && m.Started != nil:
+		dueAt, due = m.Started.Add(c.deadline), c.dueAt(*m.Started)
+	case m.Running:
+		// Handed to the target, not yet started by the source.
+		due, dueAt = c.queueDue()
+	}
+	switch {
+	case !want.isZero() && seen && reached && len(pending) == 0 && !isRefused && m.Succeeded:
+		return Judgement{Observed: events.ObservedLive, Reason: "the VMI runs the new sockets and memory: migration " + m.UID + " carried them to " + m.Target + m.failedNote() + guestNote(vmi, want)}, true
 	case !due:
-		return Judgement{}, false
+		return Judgement{Due: dueAt}, false
 	case want.isZero() && o.Result == events.ResultLive:
 		// Nothing to hot-plug (a change KubeVirt takes without one, or one
 		// that sets a field back to what the VMI started with): only the
@@ -117,18 +197,45 @@ func judgeRunning(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.Virtu
 	case isRefused && !seen:
 		// Not on the VMI: this move's hotplug is the one refused.
 		return Judgement{Observed: events.ObservedRefused, Reason: "KubeVirt refused the hotplug", Condition: refused.Reason, Message: refused.Message}, true
+	case held:
+		return Judgement{Observed: events.ObservedRestart, Reason: strings.Join(conds, ", ") + " stands and no migration carries it (" + heldWhy(vmi) +
+			"): the change reaches the guest at the VM's next restart; KubeVirt sets no RestartRequired for this"}, true
+	case waiting:
+		return Judgement{Observed: events.ObservedQueued, Reason: "no live migration had started for " + strings.Join(conds, ", ") +
+			" by the queue deadline (KubeVirt runs a few at a time)" + m.failedNote()}, true
 	case len(pending) > 0:
 		// On the VMI and under way (a later move's refusal, "another
 		// hotplug is in progress", is about that move).
-		return Judgement{Observed: events.ObservedPending, Reason: "still in progress at the deadline: " + strings.Join(pending, ", ")}, true
+		return Judgement{Observed: events.ObservedPending, Reason: "still in progress at the deadline: " + strings.Join(pending, ", ") + m.failedNote()}, true
 	case isRefused:
 		return Judgement{Observed: events.ObservedRefused, Reason: "KubeVirt refused the hotplug", Condition: refused.Reason, Message: refused.Message}, true
 	case o.Result == events.ResultRestart:
 		return Judgement{Observed: events.ObservedNotObserved, Reason: "RestartRequired was not set by the deadline, nor the change hot-plugged"}, true
 	case !seen:
 		return Judgement{Observed: events.ObservedNotObserved, Reason: "virt-controller did not put the new sockets and memory on the VMI by the deadline"}, true
+	case reached && !m.Succeeded:
+		return Judgement{Observed: events.ObservedNotObserved, Reason: "the VMI shows the new sockets and memory, but no live migration since the move carried them"}, true
 	}
-	return Judgement{Observed: events.ObservedPending, Reason: "the VMI's status did not show the new sockets and memory by the deadline"}, true
+	return Judgement{Observed: events.ObservedPending, Reason: "the VMI's status did not show the new sockets and memory by the deadline" + m.failedNote()}, true
+}
+
+// heldWhy says why no migration will carry a VMI's hot-plug.
+func heldWhy(vmi *virtv1.VirtualMachineInstance) string {
+	if !Migratable(vmi) {
+		return "the VMI is not live-migratable"
+	}
+	return "KubeVirt's workloadUpdateMethods lack LiveMigrate"
+}
+
+// guestNote says when the guest has not onlined all the memory it was
+// given: KubeVirt reports it (status.memory.guestCurrent) and it is no
+// failure of the hot-plug.
+func guestNote(vmi *virtv1.VirtualMachineInstance, want LiveWant) string {
+	mem := vmi.Status.Memory
+	if want.Memory == nil || mem == nil || mem.GuestCurrent == nil || mem.GuestCurrent.Cmp(*want.Memory) >= 0 {
+		return ""
+	}
+	return "; the guest has onlined " + mem.GuestCurrent.String() + " of " + want.Memory.String() + " so far"
 }
 
 // switchedTo reports whether vm references obj in its spec and KubeVirt

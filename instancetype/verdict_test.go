@@ -38,11 +38,40 @@ func TestJudge(t *testing.T) {
 		v := &virtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: before},
 			Spec:   virtv1.VirtualMachineInstanceSpec{Domain: virtv1.DomainSpec{CPU: &virtv1.CPU{Sockets: sockets}, Memory: &virtv1.Memory{Guest: q(mem)}}},
 			Status: virtv1.VirtualMachineInstanceStatus{CurrentCPUTopology: &virtv1.CPUTopology{Sockets: sockets}, Memory: &virtv1.MemoryStatus{GuestCurrent: q(mem)}}}
+		v.Status.Conditions = []virtv1.VirtualMachineInstanceCondition{{Type: virtv1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionTrue}}
 		for _, c := range pending {
 			v.Status.Conditions = append(v.Status.Conditions, virtv1.VirtualMachineInstanceCondition{Type: c, Status: corev1.ConditionTrue})
 		}
 		return v
 	}
+	// migrated is v after a migration handed off after the move: started
+	// at start, and ended at end unless end is zero, failed if said.
+	migrated := func(v *virtv1.VirtualMachineInstance, start, end time.Time, failed bool) *virtv1.VirtualMachineInstance {
+		s := &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m2", SourceNode: "n1", TargetNode: "n2", Failed: failed}
+		if !start.IsZero() {
+			at := metav1.NewTime(start)
+			s.StartTimestamp = &at
+		}
+		if !end.IsZero() {
+			at := metav1.NewTime(end)
+			s.EndTimestamp, s.Completed = &at, true
+		}
+		if failed {
+			s.FailureReason = "the migration did not converge"
+		}
+		v.Status.MigrationState = s
+		return v
+	}
+	unmigratable := func(v *virtv1.VirtualMachineInstance) *virtv1.VirtualMachineInstance {
+		v.Status.Conditions[0].Status = corev1.ConditionFalse
+		return v
+	}
+	queueOut := func(r events.Result, changes ...events.Change) events.Outcome {
+		o := out(r, changes...)
+		o.QueueDeadline = time.Hour
+		return o
+	}
+	migStart, migEnd, afterMig := moved.Add(20*time.Minute), moved.Add(21*time.Minute), moved.Add(20*time.Minute+deadline)
 	booted := vmi(4, "2Gi")
 	booted.CreationTimestamp = metav1.NewTime(moved.Add(30 * time.Second))
 	// Created a moment before the move: its creation second is the move's
@@ -64,17 +93,27 @@ func TestJudge(t *testing.T) {
 		want  events.Observed
 		final bool
 	}{
-		{"live, hot-plugged", out(events.ResultLive, sockets), vm("vm-new"), vmi(4, "2Gi"), early, events.ObservedLive, true},
+		{"live, hot-plugged by a migration", out(events.ResultLive, sockets), vm("vm-new"), migrated(vmi(4, "2Gi"), early, early, false), early, events.ObservedLive, true},
+		{"live, the VMI at the new values with no migration since the move: not live", out(events.ResultLive, sockets), vm("vm-new"), vmi(4, "2Gi"), early, "", false},
+		{"live, the VMI at the new values with no migration since the move, at the deadline", out(events.ResultLive, sockets), vm("vm-new"), vmi(4, "2Gi"), late, events.ObservedNotObserved, true},
+		{"live, queued for its migration: not due at the verdict deadline", queueOut(events.ResultLive, sockets), vm("vm-new"), vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), late, "", false},
+		{"live, queued for its migration at the queue deadline", queueOut(events.ResultLive, sockets), vm("vm-new"), vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), moved.Add(time.Hour), events.ObservedQueued, true},
+		{"live, its migration started late: the deadline runs from its start", queueOut(events.ResultLive, sockets), vm("vm-new"), migrated(vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), migStart, time.Time{}, false), migStart.Add(time.Minute), "", false},
+		{"live, its migration still running a deadline after its start", queueOut(events.ResultLive, sockets), vm("vm-new"), migrated(vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), migStart, time.Time{}, false), afterMig, events.ObservedPending, true},
+		{"live, its late migration ended", queueOut(events.ResultLive, sockets), vm("vm-new"), migrated(vmi(4, "2Gi"), migStart, migEnd, false), migEnd, events.ObservedLive, true},
+		{"live, its migration failed: queued again for the next", queueOut(events.ResultLive, sockets), vm("vm-new"), migrated(vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), migStart, migEnd, true), afterMig, "", false},
+		{"live, on a VMI that cannot migrate: waits for a restart", out(events.ResultLive, sockets), vm("vm-new"), unmigratable(vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange)), late, events.ObservedRestart, true},
+		{"restart predicted for a hot-plug no migration carries", out(events.ResultRestart, sockets), vm("vm-new"), vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), late, events.ObservedRestart, true},
 		{"live, not yet", out(events.ResultLive, sockets), vm("vm-new"), vmi(2, "2Gi"), early, "", false},
 		{"live, the cache has not seen the move", out(events.ResultLive, sockets), vm("vm-old"), vmi(4, "2Gi"), early, "", false},
-		{"live, hotplug under way at the deadline", out(events.ResultLive, sockets), vm("vm-new"), vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), late, events.ObservedPending, true},
+		{"live, waiting for its migration at the deadline, no queue deadline", out(events.ResultLive, sockets), vm("vm-new"), vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), late, events.ObservedQueued, true},
 		{"live, migration under way at the deadline", out(events.ResultLive, sockets), vm("vm-new"), migrating, late, events.ObservedPending, true},
 		{"live, refused, KubeVirt retries", out(events.ResultLive, sockets), vm("vm-new", cond(virtv1.VirtualMachineFailure, "HotPlugCPUError", metav1.NewTime(early))), vmi(2, "2Gi"), early, "", false},
 		{"live, refused at the deadline", out(events.ResultLive, sockets), vm("vm-new", cond(virtv1.VirtualMachineFailure, "HotPlugCPUError", metav1.NewTime(early))), vmi(2, "2Gi"), late, events.ObservedRefused, true},
-		{"live, its hotplug under way while a later move's is refused: pending", out(events.ResultLive, sockets), vm("vm-new", cond(virtv1.VirtualMachineFailure, "HotPlugCPUError", metav1.NewTime(early))), vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), late, events.ObservedPending, true},
+		{"live, its hotplug under way while a later move's is refused: pending", out(events.ResultLive, sockets), vm("vm-new", cond(virtv1.VirtualMachineFailure, "HotPlugCPUError", metav1.NewTime(early))), migrated(vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), moved, time.Time{}, false), late, events.ObservedPending, true},
 		{"live, refused while another hotplug is under way: refused", out(events.ResultLive, events.Change{Field: "cpu.sockets", From: "4", To: "6", Class: "live"}), vm("vm-new", cond(virtv1.VirtualMachineFailure, "HotPlugCPUError", metav1.NewTime(early))), vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), late, events.ObservedRefused, true},
 		{"live, KubeVirt wants a restart", out(events.ResultLive, sockets), vm("vm-new", cond(virtv1.VirtualMachineRestartRequired, "", metav1.NewTime(early))), vmi(2, "2Gi"), early, events.ObservedRestart, true},
-		{"live, a RestartRequired older than the move does not count", out(events.ResultLive, sockets), vm("vm-new", cond(virtv1.VirtualMachineRestartRequired, "", before)), vmi(4, "2Gi"), early, events.ObservedLive, true},
+		{"live, a RestartRequired older than the move does not count", out(events.ResultLive, sockets), vm("vm-new", cond(virtv1.VirtualMachineRestartRequired, "", before)), migrated(vmi(4, "2Gi"), early, early, false), early, events.ObservedLive, true},
 		{"live, nothing to hot-plug, a RestartRequired older than the move still stands at the deadline", out(events.ResultLive), vm("vm-new", cond(virtv1.VirtualMachineRestartRequired, "", before)), vmi(2, "2Gi"), late, events.ObservedRestart, true},
 		{"live, nothing to hot-plug, a RestartRequired older than the move may yet go", out(events.ResultLive), vm("vm-new", cond(virtv1.VirtualMachineRestartRequired, "", before)), vmi(2, "2Gi"), early, "", false},
 		{"live, not hot-plugged, a RestartRequired older than the move still stands at the deadline", out(events.ResultLive, sockets), vm("vm-new", cond(virtv1.VirtualMachineRestartRequired, "", before)), vmi(2, "2Gi"), late, events.ObservedRestart, true},
@@ -85,15 +124,19 @@ func TestJudge(t *testing.T) {
 		{"restart, flagged before the move: virt-controller may yet clear it", out(events.ResultRestart, model), vm("vm-new", cond(virtv1.VirtualMachineRestartRequired, "", before)), vmi(2, "2Gi"), early, "", false},
 		{"restart, flagged before the move and still at the deadline", out(events.ResultRestart, model), vm("vm-new", cond(virtv1.VirtualMachineRestartRequired, "", before)), vmi(2, "2Gi"), late, events.ObservedRestart, true},
 		{"restart predicted, no RestartRequired (any more) at the deadline", out(events.ResultRestart, model), vm("vm-new"), vmi(2, "2Gi"), late, events.ObservedNotObserved, true},
-		{"restart predicted, KubeVirt hot-plugged it", out(events.ResultRestart, memRestart), vm("vm-new"), vmi(2, "4Gi"), early, events.ObservedLive, true},
+		{"restart predicted, KubeVirt hot-plugged it", out(events.ResultRestart, memRestart), vm("vm-new"), migrated(vmi(2, "4Gi"), early, early, false), early, events.ObservedLive, true},
+		{"evict predicted, evicted and started again", out(events.ResultEvict, sockets), vm("vm-new"), booted, early, events.ObservedEvicted, true},
+		{"evict predicted, evicted and stopped", out(events.ResultEvict, sockets), vm("vm-new"), nil, early, events.ObservedEvicted, true},
+		{"evict predicted, waiting for the eviction", queueOut(events.ResultEvict, sockets), vm("vm-new"), vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), late, "", false},
+		{"evict predicted, not evicted by the queue deadline", queueOut(events.ResultEvict, sockets), vm("vm-new"), vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), moved.Add(time.Hour), events.ObservedQueued, true},
 		{"restart, nothing by the deadline", out(events.ResultRestart, model), vm("vm-new"), vmi(2, "2Gi"), late, events.ObservedNotObserved, true},
 		{"next boot, stopped", out(events.ResultNextBoot, sockets), vm("vm-new"), nil, early, events.ObservedNextBoot, true},
 		{"booted after the move", out(events.ResultNextBoot, sockets), vm("vm-new"), booted, early, events.ObservedNextBoot, true},
-		{"a VMI created the second before the move did not boot after it", out(events.ResultLive, sockets), vm("vm-new"), justBefore, early, events.ObservedLive, true},
-		{"a VMI created in the move's second did not boot after it", out(events.ResultLive, sockets), vm("vm-new"), sameSecond, early, events.ObservedLive, true},
+		{"a VMI created the second before the move did not boot after it", out(events.ResultLive, sockets), vm("vm-new"), migrated(justBefore, early, early, false), early, events.ObservedLive, true},
+		{"a VMI created in the move's second did not boot after it", out(events.ResultLive, sockets), vm("vm-new"), migrated(sameSecond, early, early, false), early, events.ObservedLive, true},
 		{"deleted", out(events.ResultLive, sockets), nil, nil, early, events.ObservedNotObserved, true},
 		{"re-created", out(events.ResultLive, sockets), recreated, nil, early, events.ObservedNotObserved, true},
-		{"moved on to a later pin by the deadline, its hotplug under way", out(events.ResultLive, sockets), vm("vm-later"), vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), late, events.ObservedPending, true},
+		{"moved on to a later pin by the deadline, its hotplug under way", out(events.ResultLive, sockets), vm("vm-later"), migrated(vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), moved, time.Time{}, false), late, events.ObservedPending, true},
 		{"the move never showed by the deadline", out(events.ResultLive, sockets), vm("vm-old"), vmi(2, "2Gi"), late, events.ObservedNotObserved, true},
 	}
 	for _, tt := range tests {

@@ -96,9 +96,11 @@ func OrderLabel(p events.Policy) (string, bool) {
 }
 
 // WithPolicy applies what the policy says of a plan by itself: with
-// restart: skip, a VM whose change needs a restart keeps its pin.
+// restart: skip, a VM whose change needs a restart keeps its pin, and so
+// does one KubeVirt would evict to bring the change in (an eviction is a
+// restart KubeVirt makes itself).
 func WithPolicy(plan events.Plan, policy events.Policy) events.Plan {
-	if SkipsRestarts(policy) && plan.Action == events.ResultRestart {
+	if SkipsRestarts(policy) && (plan.Action == events.ResultRestart || plan.Action == events.ResultEvict) {
 		plan.Action, plan.Reason = events.ResultSkip, "rollout policy restart: skip; the change needs a restart: "+plan.Reason
 	}
 	return plan

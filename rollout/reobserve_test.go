@@ -5,7 +5,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	virtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -49,7 +48,7 @@ func TestReobserveLooksAgainAtUnsettledVerdicts(t *testing.T) {
 		t.Fatalf("before the hotplug: %+v, %v; want held not observed (its VMI still has 2 sockets)", seen, err)
 	}
 	held = held.DeepCopy()
-	held.Spec.Domain.CPU.Sockets, held.Status.CurrentCPUTopology = 4, &virtv1.CPUTopology{Sockets: 4}
+	testenv.MigratedTo(held, 4, time.Now())
 	if _, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Update(ctx, held, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -379,8 +379,13 @@ func (v *Verifier) judge(ctx context.Context, key string) error {
 		if !final {
 			// The queue keeps one wake-up per VM, the earliest: this
 			// outcome's own deadline may be later than the one that woke
-			// it (a VM moved again while its last verdict was awaited).
-			v.queue.AddAfter(key, a.out.FinishedAt.Add(a.out.VerdictDeadline).Sub(now))
+			// it (a VM moved again while its last verdict was awaited),
+			// and a VM queued for its migration is due later still.
+			due := j.Due
+			if due.IsZero() {
+				due = a.out.FinishedAt.Add(a.out.VerdictDeadline)
+			}
+			v.queue.AddAfter(key, due.Sub(now))
 			continue
 		}
 		if err := v.store(ctx, a, j, vm, now); err != nil {

@@ -126,7 +126,7 @@ func TestEveryMovedVMGetsOneVerdict(t *testing.T) {
 	moved(t, js, "stuck", events.ResultLive, 1, deadline)
 	ctx := t.Context()
 	vmi = vmi.DeepCopy()
-	vmi.Spec.Domain.CPU.Sockets, vmi.Status.CurrentCPUTopology = 4, &virtv1.CPUTopology{Sockets: 4}
+	testenv.MigratedTo(vmi, 4, time.Now())
 	if _, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Update(ctx, vmi, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestAwaitedOutcomesAreSettledAtOnce(t *testing.T) {
 	second := startVerifier(t, js, cache, 2*time.Hour)
 	defer second()
 	vmi = vmi.DeepCopy()
-	vmi.Spec.Domain.CPU.Sockets, vmi.Status.CurrentCPUTopology = 4, &virtv1.CPUTopology{Sockets: 4}
+	testenv.MigratedTo(vmi, 4, time.Now())
 	if _, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Update(ctx, vmi, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestOutcomesTakenButNotReadAreHandedBack(t *testing.T) {
 	ctx := t.Context()
 	for i := range n {
 		vmi := testenv.RunningVMI("ns", fmt.Sprintf("vm-%d", i))
-		vmi.Spec.Domain.CPU.Sockets, vmi.Status.CurrentCPUTopology = 4, &virtv1.CPUTopology{Sockets: 4}
+		testenv.MigratedTo(vmi, 4, time.Now())
 		if _, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Update(ctx, vmi, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -271,7 +271,7 @@ func TestARedeliveredAwaitedOutcomeStaysUnacked(t *testing.T) {
 	second := startVerifier(t, js, cache, time.Hour)
 	defer second()
 	vmi = vmi.DeepCopy()
-	vmi.Spec.Domain.CPU.Sockets, vmi.Status.CurrentCPUTopology = 4, &virtv1.CPUTopology{Sockets: 4}
+	testenv.MigratedTo(vmi, 4, time.Now())
 	if _, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Update(t.Context(), vmi, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +383,7 @@ func TestAnOutcomeOfARecreatedVMDoesNotDisplaceTheAwaitedOne(t *testing.T) {
 	})
 
 	vmi = vmi.DeepCopy()
-	vmi.Spec.Domain.CPU.Sockets, vmi.Status.CurrentCPUTopology = 4, &virtv1.CPUTopology{Sockets: 4}
+	testenv.MigratedTo(vmi, 4, time.Now())
 	if _, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Update(ctx, vmi, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

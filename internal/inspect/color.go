@@ -38,11 +38,12 @@ const (
 	ansiDim    = "\x1b[2m"
 )
 
-// resultColours: live green, restart yellow, next boot blue, nothing to do
+// resultColours: live green, restart and evict yellow, next boot blue, nothing to do
 // dim, failure red.
 var resultColours = map[events.Result]string{
 	events.ResultLive:     ansiGreen,
 	events.ResultRestart:  ansiYellow,
+	events.ResultEvict:    ansiYellow,
 	events.ResultNextBoot: ansiBlue,
 	events.ResultNone:     ansiDim,
 	events.ResultSkip:     ansiDim,

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
@@ -102,4 +103,19 @@ func VerifyNoLeaks(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// MigratedTo leaves vmi as a live migration that ended at end leaves it
+// after virt-controller hot-plugged sockets into it: the spec and the
+// current topology at sockets, and the VMI's migration state completed on
+// another node, which is how a hot-plug reaches the guest in KubeVirt v1.9.
+func MigratedTo(vmi *virtv1.VirtualMachineInstance, sockets uint32, end time.Time) {
+	vmi.Spec.Domain.CPU.Sockets = sockets
+	vmi.Status.CurrentCPUTopology = &virtv1.CPUTopology{Sockets: sockets, Cores: 1, Threads: 1}
+	at := metav1.NewTime(end)
+	vmi.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{
+		MigrationUID: types.UID("migration-" + vmi.Name), SourceNode: "node01", TargetNode: "node02",
+		StartTimestamp: &at, EndTimestamp: &at, Completed: true,
+	}
+	vmi.Status.NodeName = "node02"
 }

@@ -27,7 +27,7 @@ type VMReport struct {
 }
 
 // planResults are the results a plan can predict, in summary order.
-var planResults = []events.Result{events.ResultLive, events.ResultRestart, events.ResultNextBoot, events.ResultNone, events.ResultSkip}
+var planResults = []events.Result{events.ResultLive, events.ResultRestart, events.ResultEvict, events.ResultNextBoot, events.ResultNone, events.ResultSkip}
 
 // NewReport turns plans into the report.
 func NewReport(plans []events.Plan) Report {
