@@ -45,6 +45,12 @@ type Fleet interface {
 	Cluster() instancetype.Cluster
 }
 
+// DefaultQueueTimeout is how long a moved VM waits for the live migration
+// that brings its change to the guest to start, when the config sets no
+// QueueTimeout: KubeVirt runs five migrations at a time in a cluster, so a
+// fleet's rollout takes hours, and a VM's turn may come late in it.
+const DefaultQueueTimeout = 6 * time.Hour
+
 // Config configures an Applier.
 type Config struct {
 	// Clients write the VMs and their revisions; Fleet is read from the cache.
@@ -63,7 +69,12 @@ type Config struct {
 	// how long the verifier (beside the applier) waits for KubeVirt's
 	// verdict; zero turns verdicts off.
 	ObserveTimeout time.Duration
-	Metrics        *telemetry.Metrics
+	// QueueTimeout is how long a running VM whose change KubeVirt brings in
+	// by a live migration (or an eviction) may wait for it to start before
+	// its verdict is queued; the verdict deadline runs from the start.
+	// Zero is DefaultQueueTimeout.
+	QueueTimeout time.Duration
+	Metrics      *telemetry.Metrics
 	// Grace is how long VMs being moved may finish after ctx ends.
 	Grace time.Duration
 	// Recorder, when set, records Kubernetes Events on a batched rollout's
@@ -182,6 +193,9 @@ func New(cfg Config) (*Applier, error) {
 		cfg.Clock = clock.RealClock{}
 	}
 	cfg.Workers = max(cfg.Workers, 1)
+	if cfg.QueueTimeout <= 0 {
+		cfg.QueueTimeout = DefaultQueueTimeout
+	}
 	limiter := rate.NewLimiter(rate.Inf, 1)
 	if cfg.Rate > 0 {
 		limiter = rate.NewLimiter(rate.Limit(cfg.Rate), max(int(cfg.Rate), 1))
@@ -485,6 +499,9 @@ func (a *Applier) complete(out *events.Outcome, plan events.Plan, d consumer.Del
 		// A restart's outcome carries its old VMI's grace period: its
 		// verdict waits for the shutdown, then for the boot.
 		out.VerdictDeadline += a.cfg.ObserveTimeout
+		if out.Stopped == "" && (out.Result == events.ResultLive || out.Result == events.ResultEvict) {
+			out.QueueDeadline = a.cfg.QueueTimeout
+		}
 	default:
 		out.VerdictDeadline = 0
 	}

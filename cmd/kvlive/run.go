@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
+	"kvlive/applier"
 	"kvlive/cmd/kvlive/pipeline"
 	"kvlive/events"
 	"kvlive/internal/bus"
@@ -72,6 +73,7 @@ type runOptions struct {
 	metricsAddr    string
 	profiling      bool
 	observeTimeout time.Duration
+	queueTimeout   time.Duration
 	traceFanout    int
 	retention      int
 	leaderElect    bool
@@ -121,6 +123,7 @@ subset, so planners and appliers can scale out as replicas on a NATS cluster.`,
 	f.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:8080", "address serving /metrics, /healthz and /readyz (loopback by default; in a pod, its IP); empty turns it off")
 	f.BoolVar(&o.profiling, "profiling", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr")
 	f.DurationVar(&o.observeTimeout, "observe-timeout", 2*time.Minute, "how long after its move a VM's verdict (KubeVirt's reaction: the hotplug, RestartRequired) is waited for; what stands then is the verdict; 0 turns verdicts off")
+	f.DurationVar(&o.queueTimeout, "migration-queue-timeout", applier.DefaultQueueTimeout, "how long a running VM whose change reaches the guest by a live migration (or an eviction) waits for it to start before its verdict is queued; the --observe-timeout then runs from the migration's start")
 	f.IntVar(&o.traceFanout, "trace-fanout-limit", planner.DefaultTraceFanout, "above this many VMs, each VM's span roots its own trace, linked to the plan span")
 	f.IntVar(&o.retention, "revision-retention", pruner.DefaultRetention, "superseded ControllerRevisions kvlive created kept per VM and reference, newest first (the previous one is what undo moves back to); older ones are deleted; negative keeps all")
 	bindPolicyFlags(f, &o.policy)
@@ -167,6 +170,8 @@ func (o *runOptions) Validate() error {
 		return fmt.Errorf("%w: --rate %g: want 0 (no cap) or a positive number of moves per second", errUsage, o.rate)
 	case o.observeTimeout < 0:
 		return fmt.Errorf("%w: --observe-timeout %s: want 0 (off) or a positive duration", errUsage, o.observeTimeout)
+	case o.queueTimeout <= 0:
+		return fmt.Errorf("%w: --migration-queue-timeout %s: want a positive duration", errUsage, o.queueTimeout)
 	case o.listenConfig != "" && o.nats.url != "":
 		return fmt.Errorf("%w: --listen-config is the embedded server's; with --nats-url, configure that server", errUsage)
 	}
@@ -217,7 +222,7 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 	running, err := pipeline.Start(ctx, pipeline.Config{
 		Clients: clients, JetStream: js, Namespace: o.kube.explicitNamespace(), Stages: o.stages,
 		Log: log, Tracer: tp, ApplierWorkers: o.workers, PlannerWorkers: o.plannerWorkers, Rate: o.rate,
-		ObserveTimeout: o.observeTimeout, TraceFanout: o.traceFanout, Metrics: m, LeaderElection: leader, Policy: o.policy,
+		ObserveTimeout: o.observeTimeout, QueueTimeout: o.queueTimeout, TraceFanout: o.traceFanout, Metrics: m, LeaderElection: leader, Policy: o.policy,
 		Horizon: o.nats.maxAge, RevisionRetention: &o.retention, Webhooks: hooks,
 	})
 	if err != nil {

@@ -112,6 +112,12 @@ func (c *Controller) liveUpdate(ctx context.Context, vm *virtv1.VirtualMachine, 
 	if vmi.Annotations[AnnotationHandledPins] == current {
 		return nil
 	}
+	if len(hotConditions(vmi)) > 0 || c.migrating(vmi) {
+		// virt-controller refuses a hot-plug while another is in progress
+		// ("another CPU hotplug is in progress") and tries again once the
+		// migration carrying it ended: the VMI's update brings it back.
+		return nil
+	}
 	bootIT, bootPref, err := c.loadSpecs(ctx, vm.Namespace, boot)
 	if err != nil {
 		return err
@@ -169,7 +175,7 @@ func (c *Controller) hotplugCPU(vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMa
 		return []string{"ARM doesn't support CPU hotplug"}
 	}
 	spec["domain"] = merge(spec["domain"], map[string]any{"cpu": map[string]any{"sockets": now.sockets}})
-	status["currentCPUTopology"] = map[string]any{"sockets": now.sockets, "cores": cpu.Cores, "threads": cpu.Threads}
+	addHotCondition(vmi, status, virtv1.VirtualMachineInstanceVCPUChange)
 	return nil
 }
 
@@ -197,8 +203,33 @@ func (c *Controller) hotplugMemory(vmi *virtv1.VirtualMachineInstance, now shape
 		return []string{"memory updated in template spec to a value lower than what the VM started with"}
 	}
 	spec["domain"] = merge(spec["domain"], map[string]any{"memory": map[string]any{"guest": now.guest.String()}})
-	status["memory"] = map[string]any{"guestRequested": now.guest.String(), "guestCurrent": now.guest.String()}
+	addHotCondition(vmi, status, virtv1.VirtualMachineInstanceMemoryChange)
 	return nil
+}
+
+// addHotCondition sets a hot-plug condition among the VMI's conditions in
+// the status patch, as the VMI controller does once the spec differs from
+// what the guest runs; the change reaches the guest on a migration's
+// target (migrate.go).
+func addHotCondition(vmi *virtv1.VirtualMachineInstance, status map[string]any, t virtv1.VirtualMachineInstanceConditionType) {
+	conds, _ := status["conditions"].([]virtv1.VirtualMachineInstanceCondition)
+	if conds == nil {
+		conds = append(conds, vmi.Status.Conditions...)
+	}
+	for _, c := range conds {
+		if c.Type == t {
+			status["conditions"] = conds
+			return
+		}
+	}
+	status["conditions"] = append(conds, virtv1.VirtualMachineInstanceCondition{Type: t, Status: k8scorev1.ConditionTrue, LastTransitionTime: metav1.Now()})
+}
+
+// migrating reports whether the stand-in runs a migration of the VMI.
+func (c *Controller) migrating(vmi *virtv1.VirtualMachineInstance) bool {
+	c.mig.mu.Lock()
+	defer c.mig.mu.Unlock()
+	return c.mig.running[vmi.Namespace+"/"+vmi.Name] != nil
 }
 
 func (c *Controller) setRestartRequired(ctx context.Context, vm *virtv1.VirtualMachine, message string) error {

@@ -29,6 +29,9 @@ type Config struct {
 	Log                  *slog.Logger
 	// Workers is how many VMs are reconciled at once.
 	Workers int
+	// MigrationDuration is how long each live migration takes, from its
+	// start to its end on the target (zero: it ends at the next look).
+	MigrationDuration time.Duration
 }
 
 // Controller is the virt-controller stand-in.
@@ -41,6 +44,7 @@ type Controller struct {
 	// reconcile ended (Unix nanoseconds).
 	busy atomic.Int32
 	last atomic.Int64
+	mig  migrations
 }
 
 // New builds the stand-in; Run starts it.
@@ -50,6 +54,7 @@ func New(cfg Config) *Controller {
 	}
 	cfg.Workers = max(cfg.Workers, 1)
 	c := &Controller{
+		mig:  migrations{running: map[string]*migration{}, evicted: map[string]bool{}},
 		cfg:  cfg,
 		vms:  cfg.VMs,
 		vmis: cfg.VMIs,
@@ -127,6 +132,7 @@ func (c *Controller) Settled() (last time.Time, idle bool) {
 func (c *Controller) sync(ctx context.Context, key string) error {
 	obj, ok, err := c.vms.GetIndexer().GetByKey(key)
 	if err != nil || !ok {
+		c.forget(key)
 		return err
 	}
 	vm := obj.(*virtv1.VirtualMachine)
@@ -142,9 +148,14 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return err
 	}
 	if vmi == nil {
-		return nil
+		c.forget(key)
+		_, err := c.afterEviction(ctx, vm)
+		return err
 	}
-	return c.liveUpdate(ctx, vm, vmi)
+	if err := c.liveUpdate(ctx, vm, vmi); err != nil {
+		return err
+	}
+	return c.migrate(ctx, vmi)
 }
 
 // stageRollout reports whether the KubeVirt CR asks for the Stage strategy.

@@ -17,6 +17,7 @@ import (
 	"kvlive/internal/bus"
 	"kvlive/internal/kube"
 	"kvlive/internal/kube/inmemory"
+	"kvlive/internal/standin"
 	"kvlive/internal/telemetry"
 )
 
@@ -93,7 +94,13 @@ type env struct {
 	closers []func() error
 	running *pipeline.Running
 	tracer  *sdktrace.TracerProvider
+	standin *standin.Controller
 }
+
+// standInMigration is how long each of the in-memory KubeVirt's live
+// migrations takes: short, so the demo ends in seconds, yet long enough
+// that KubeVirt's limits pace the rollout.
+const standInMigration = 20 * time.Millisecond
 
 func start(ctx context.Context, cfg Config) (*env, error) {
 	objs, shapes := seed(cfg.Fleet)
@@ -168,6 +175,7 @@ func (e *env) openBus(ctx context.Context, dir string) error {
 func (e *env) startStages(ctx context.Context) error {
 	r, err := pipeline.Start(ctx, pipeline.Config{
 		Clients: e.clients, JetStream: e.js, Stages: pipeline.AllStages, StandIn: true,
+		StandInMigration: standInMigration, StandInStarted: func(s *standin.Controller) { e.standin = s },
 		Log: e.cfg.Log, Tracer: e.tracer, ApplierWorkers: e.cfg.Workers, ObserveTimeout: verdictDeadline,
 		Horizon: events.DefaultStreamOptions().MaxAge,
 	})

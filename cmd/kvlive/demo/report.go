@@ -31,6 +31,11 @@ func (e *env) report(steps []*stepResult) error {
 	}
 	fmt.Fprintf(e.cfg.Out, "\nEvery VM reached its expected result: live changes are on the VMIs, restarts are flagged RestartRequired, "+
 		"stopped VMs wait for their next boot; %d VMs out of reach were left alone.\n", untouched)
+	if e.standin != nil {
+		m := e.standin.Migrations()
+		fmt.Fprintf(e.cfg.Out, "The in-memory KubeVirt carried the live changes to the guests by %d live migrations, %d at most at once, %v each "+
+			"(KubeVirt's limits: 5 in the cluster, 2 from a node).\n", m.Succeeded, m.MaxRunning, standInMigration)
+	}
 	e.verdicts(steps)
 	e.inspectHints(steps)
 	return nil

@@ -56,11 +56,19 @@ type Config struct {
 	ApplierWorkers int
 	PlannerWorkers int
 	Rate           float64
-	// StandIn also runs the virt-controller stand-in (demo and tests only).
-	StandIn bool
+	// StandIn also runs the virt-controller stand-in (demo and tests only),
+	// whose live migrations each take StandInMigration; StandInStarted,
+	// when set, is given the stand-in once built (the demo reads how many
+	// migrations it ran).
+	StandIn          bool
+	StandInMigration time.Duration
+	StandInStarted   func(*standin.Controller)
 	// ObserveTimeout and TraceFanout tune tracing (see applier.Config and planner.Config).
 	ObserveTimeout time.Duration
 	TraceFanout    int
+	// QueueTimeout is how long a moved VM may wait for its migration to
+	// start (see applier.Config).
+	QueueTimeout time.Duration
 	// Policy is the rollout policy of events that name none.
 	Policy events.Policy
 	// Horizon is the replay horizon (--max-age): with the planner, this
@@ -204,7 +212,11 @@ func (r *Running) abandon(runs []func() error) error {
 // returns their Run functions, which Start calls once the cache has synced.
 func addStages(ctx context.Context, cfg Config, fleet *kube.Cache, current *atomic.Pointer[watcher.Watcher]) (runs []func() error, _ error) {
 	if cfg.StandIn {
-		s := standin.New(standin.Config{Kube: fleet.Clients.Kube, Virt: fleet.Clients.Virt, VMs: fleet.VMInformer(), VMIs: fleet.VMIInformer(), KubeVirts: fleet.KubeVirtInformer(), Log: cfg.Log, Workers: 4})
+		s := standin.New(standin.Config{Kube: fleet.Clients.Kube, Virt: fleet.Clients.Virt, VMs: fleet.VMInformer(), VMIs: fleet.VMIInformer(),
+			KubeVirts: fleet.KubeVirtInformer(), Log: cfg.Log, Workers: 4, MigrationDuration: cfg.StandInMigration})
+		if cfg.StandInStarted != nil {
+			cfg.StandInStarted(s)
+		}
 		runs = append(runs, func() error { return s.Run(ctx) })
 	}
 	if slices.Contains(cfg.Stages, StageWatcher) {
@@ -256,7 +268,7 @@ func addPlanner(ctx context.Context, cfg Config, fleet *kube.Cache, recorder rec
 // permissions.
 func addApplier(ctx context.Context, cfg Config, fleet *kube.Cache, recorder record.EventRecorder, grace time.Duration) ([]func() error, error) {
 	a, err := applier.New(applier.Config{Recorder: recorder, Clients: cfg.Clients, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer,
-		Workers: cfg.ApplierWorkers, Rate: cfg.Rate, ObserveTimeout: cfg.ObserveTimeout, Metrics: cfg.Metrics, Grace: grace, Activity: cfg.moving})
+		Workers: cfg.ApplierWorkers, Rate: cfg.Rate, ObserveTimeout: cfg.ObserveTimeout, QueueTimeout: cfg.QueueTimeout, Metrics: cfg.Metrics, Grace: grace, Activity: cfg.moving})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,327 @@
+package standin
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sync"
+	"time"
+
+	k8scorev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	virtv1 "kubevirt.io/api/core/v1"
+)
+
+// In KubeVirt v1.9 a hot-plug reaches the guest only on a live migration's
+// target: virt-controller patches the VMI's spec and sets HotVCPUChange or
+// HotMemoryChange; the workload updater migrates a live-migratable VMI when
+// workloadUpdateMethods hold LiveMigrate (else evicts it under Evict, else
+// leaves it), never more than parallelMigrationsPerCluster at once, nor
+// more than parallelOutboundMigrationsPerNode from one node; the target's
+// virt-handler then moves the VMI's status to its spec and drops the
+// conditions. The stand-in models that queue: each migration takes
+// Config.MigrationDuration and leaves on the VMI what KubeVirt's leaves
+// (status.migrationState, the node it runs on).
+
+// KubeVirt's migration limits when the KubeVirt CR sets none
+// (pkg/virt-config: ParallelMigrationsPerClusterDefault,
+// ParallelOutboundMigrationsPerNodeDefault).
+const (
+	defaultParallelMigrations  = 5
+	defaultOutboundPerNode     = 2
+	defaultBatchEvictionSize   = 10
+	defaultEvictionIntervalSec = 60
+)
+
+// standinNodes is how many nodes the stand-in spreads VMIs that name none
+// over, so the per-node limit binds as it does in a cluster.
+const standinNodes = 8
+
+// MigrationStats counts the migrations the stand-in ran.
+type MigrationStats struct {
+	Started, Succeeded, Evicted int
+	// MaxRunning is the most that ran at once.
+	MaxRunning int
+}
+
+// migration is one running migration.
+type migration struct {
+	uid, source, target string
+	started             time.Time
+}
+
+// migrations is the stand-in's migration queue: what runs, by VMI key, and
+// what waits for a turn, oldest first.
+type migrations struct {
+	mu      sync.Mutex
+	running map[string]*migration
+	waiting []string
+	evicted map[string]bool
+	// evictions are when the latest evictions were sent, for the batch
+	// limit per interval.
+	evictions []time.Time
+	stats     MigrationStats
+}
+
+// Migrations returns what the stand-in's migration queue ran so far.
+func (c *Controller) Migrations() MigrationStats {
+	c.mig.mu.Lock()
+	defer c.mig.mu.Unlock()
+	return c.mig.stats
+}
+
+// limits are the KubeVirt CR's migration settings and update methods.
+type limits struct {
+	perCluster, perNode int
+	liveMigrate, evict  bool
+	evictBatch          int
+	evictInterval       time.Duration
+}
+
+func (c *Controller) limits() limits {
+	l := limits{perCluster: defaultParallelMigrations, perNode: defaultOutboundPerNode, liveMigrate: true,
+		evictBatch: defaultBatchEvictionSize, evictInterval: defaultEvictionIntervalSec * time.Second}
+	var kv *virtv1.KubeVirt
+	for _, o := range c.cfg.KubeVirts.GetStore().List() {
+		kv = o.(*virtv1.KubeVirt)
+	}
+	if kv == nil {
+		return l
+	}
+	if m := kv.Spec.Configuration.MigrationConfiguration; m != nil {
+		if m.ParallelMigrationsPerCluster != nil {
+			l.perCluster = int(*m.ParallelMigrationsPerCluster)
+		}
+		if m.ParallelOutboundMigrationsPerNode != nil {
+			l.perNode = int(*m.ParallelOutboundMigrationsPerNode)
+		}
+	}
+	ws := kv.Spec.WorkloadUpdateStrategy
+	l.liveMigrate = slices.Contains(ws.WorkloadUpdateMethods, virtv1.WorkloadUpdateMethodLiveMigrate)
+	l.evict = slices.Contains(ws.WorkloadUpdateMethods, virtv1.WorkloadUpdateMethodEvict)
+	if ws.BatchEvictionSize != nil {
+		l.evictBatch = *ws.BatchEvictionSize
+	}
+	if ws.BatchEvictionInterval != nil {
+		l.evictInterval = ws.BatchEvictionInterval.Duration
+	}
+	return l
+}
+
+// hotConditions lists the VMI's hot-plug conditions that are True.
+func hotConditions(vmi *virtv1.VirtualMachineInstance) []virtv1.VirtualMachineInstanceConditionType {
+	var out []virtv1.VirtualMachineInstanceConditionType
+	for _, cond := range vmi.Status.Conditions {
+		if (cond.Type == virtv1.VirtualMachineInstanceVCPUChange || cond.Type == virtv1.VirtualMachineInstanceMemoryChange) && cond.Status == k8scorev1.ConditionTrue {
+			out = append(out, cond.Type)
+		}
+	}
+	return out
+}
+
+func migratable(vmi *virtv1.VirtualMachineInstance) bool {
+	for _, cond := range vmi.Status.Conditions {
+		if cond.Type == virtv1.VirtualMachineInstanceIsMigratable {
+			return cond.Status == k8scorev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// nodeOf is the node the VMI runs on: its own, or one the stand-in gives
+// it by name.
+func nodeOf(vmi *virtv1.VirtualMachineInstance) string {
+	if vmi.Status.NodeName != "" {
+		return vmi.Status.NodeName
+	}
+	f := fnv.New32a()
+	_, _ = f.Write([]byte(vmi.Namespace + "/" + vmi.Name))
+	return fmt.Sprintf("standin-node-%d", f.Sum32()%standinNodes+1)
+}
+
+// migrate runs the VMI through the migration queue as KubeVirt's workload
+// updater, migration controller and virt-handler would: a running
+// migration ends after the duration, a VMI with a hot-plug pending starts
+// one when the limits leave room (else waits its turn), is evicted, or
+// keeps the change for its next boot.
+func (c *Controller) migrate(ctx context.Context, vmi *virtv1.VirtualMachineInstance) error {
+	key := vmi.Namespace + "/" + vmi.Name
+	c.mig.mu.Lock()
+	m := c.mig.running[key]
+	c.mig.mu.Unlock()
+	if m != nil {
+		if left := c.cfg.MigrationDuration - time.Since(m.started); left > 0 {
+			c.queue.AddAfter(key, left)
+			return nil
+		}
+		return c.finishMigration(ctx, vmi, m)
+	}
+	hot := hotConditions(vmi)
+	if len(hot) == 0 || vmi.DeletionTimestamp != nil {
+		c.dropWaiting(key)
+		return nil
+	}
+	l := c.limits()
+	switch {
+	case l.liveMigrate && migratable(vmi):
+		return c.startMigration(ctx, vmi, l)
+	case l.evict:
+		return c.evict(ctx, vmi, l)
+	}
+	return nil // held: the change waits on the VMI for its next boot
+}
+
+// startMigration starts the VMI's migration if the limits leave room, and
+// else puts it in line.
+func (c *Controller) startMigration(ctx context.Context, vmi *virtv1.VirtualMachineInstance, l limits) error {
+	key, source := vmi.Namespace+"/"+vmi.Name, nodeOf(vmi)
+	c.mig.mu.Lock()
+	outbound := 0
+	for _, r := range c.mig.running {
+		if r.source == source {
+			outbound++
+		}
+	}
+	if len(c.mig.running) >= l.perCluster || outbound >= l.perNode {
+		if !slices.Contains(c.mig.waiting, key) {
+			c.mig.waiting = append(c.mig.waiting, key)
+		}
+		c.mig.mu.Unlock()
+		return nil
+	}
+	m := &migration{uid: string(uuid.NewUUID()), source: source, target: targetNode(source), started: time.Now()}
+	c.mig.running[key] = m
+	c.mig.waiting = slices.DeleteFunc(c.mig.waiting, func(k string) bool { return k == key })
+	c.mig.stats.Started++
+	c.mig.stats.MaxRunning = max(c.mig.stats.MaxRunning, len(c.mig.running))
+	c.mig.mu.Unlock()
+	at := metav1.NewTime(m.started)
+	state := map[string]any{
+		"migrationUid": m.uid, "sourceNode": m.source, "targetNode": m.target, "targetNodeAddress": "standin",
+		"startTimestamp": at, "mode": virtv1.MigrationPreCopy,
+	}
+	if err := c.patchVMI(ctx, vmi, map[string]any{}, map[string]any{"migrationState": state}); err != nil {
+		c.release(key)
+		return err
+	}
+	c.queue.AddAfter(key, c.cfg.MigrationDuration)
+	return nil
+}
+
+// finishMigration ends a migration on its target: the VMI's status takes
+// its spec's sockets and guest memory, the hot-plug conditions go, and the
+// VMI runs on the target node, in one write as virt-handler's.
+func (c *Controller) finishMigration(ctx context.Context, vmi *virtv1.VirtualMachineInstance, m *migration) error {
+	status := map[string]any{"nodeName": m.target}
+	if cpu := vmi.Spec.Domain.CPU; cpu != nil {
+		status["currentCPUTopology"] = map[string]any{"sockets": cpu.Sockets, "cores": cpu.Cores, "threads": cpu.Threads}
+	}
+	if mem := vmi.Spec.Domain.Memory; mem != nil && mem.Guest != nil && vmi.Status.Memory != nil {
+		status["memory"] = map[string]any{"guestRequested": mem.Guest.String(), "guestCurrent": mem.Guest.String()}
+	}
+	var conds []virtv1.VirtualMachineInstanceCondition
+	for _, cond := range vmi.Status.Conditions {
+		if cond.Type != virtv1.VirtualMachineInstanceVCPUChange && cond.Type != virtv1.VirtualMachineInstanceMemoryChange {
+			conds = append(conds, cond)
+		}
+	}
+	status["conditions"] = conds
+	end := metav1.Now()
+	status["migrationState"] = map[string]any{"endTimestamp": end, "completed": true, "targetNodeDomainDetected": true, "targetNodeDomainReadyTimestamp": end}
+	if err := c.patchVMI(ctx, vmi, map[string]any{}, status); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	c.mig.mu.Lock()
+	c.mig.stats.Succeeded++
+	c.mig.mu.Unlock()
+	c.release(vmi.Namespace + "/" + vmi.Name)
+	return nil
+}
+
+// release frees the VMI's migration slot and gives every VMI in line a
+// look, in order.
+func (c *Controller) release(key string) {
+	c.mig.mu.Lock()
+	delete(c.mig.running, key)
+	waiting := slices.Clone(c.mig.waiting)
+	c.mig.mu.Unlock()
+	for _, k := range waiting {
+		c.queue.Add(k)
+	}
+}
+
+// forget ends what the queue holds of a VMI that is gone (its VM deleted
+// or stopped): a migration of it ends with it, freeing its slot.
+func (c *Controller) forget(key string) {
+	c.mig.mu.Lock()
+	_, running := c.mig.running[key]
+	c.mig.mu.Unlock()
+	if running {
+		c.release(key)
+	}
+	c.dropWaiting(key)
+}
+
+func (c *Controller) dropWaiting(key string) {
+	c.mig.mu.Lock()
+	defer c.mig.mu.Unlock()
+	c.mig.waiting = slices.DeleteFunc(c.mig.waiting, func(k string) bool { return k == key })
+}
+
+// evict deletes the VMI as the workload updater's eviction of its pod
+// ends it, at most a batch per interval; the VM starts again (evicted
+// marks it) as its run strategy says.
+func (c *Controller) evict(ctx context.Context, vmi *virtv1.VirtualMachineInstance, l limits) error {
+	key := vmi.Namespace + "/" + vmi.Name
+	c.mig.mu.Lock()
+	now := time.Now()
+	c.mig.evictions = slices.DeleteFunc(c.mig.evictions, func(t time.Time) bool { return now.Sub(t) >= l.evictInterval })
+	if len(c.mig.evictions) >= l.evictBatch {
+		wait := l.evictInterval - now.Sub(c.mig.evictions[0])
+		c.mig.mu.Unlock()
+		c.queue.AddAfter(key, wait)
+		return nil
+	}
+	c.mig.evictions = append(c.mig.evictions, now)
+	c.mig.evicted[key] = true
+	c.mig.stats.Evicted++
+	c.mig.mu.Unlock()
+	err := c.cfg.Virt.KubevirtV1().VirtualMachineInstances(vmi.Namespace).Delete(ctx, vmi.Name,
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &vmi.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("standin: evict VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return nil
+}
+
+// afterEviction starts a VM again whose VMI the stand-in evicted, when its
+// run strategy keeps it running; it reports whether it acted.
+func (c *Controller) afterEviction(ctx context.Context, vm *virtv1.VirtualMachine) (bool, error) {
+	key := vm.Namespace + "/" + vm.Name
+	c.mig.mu.Lock()
+	evicted := c.mig.evicted[key]
+	delete(c.mig.evicted, key)
+	c.mig.mu.Unlock()
+	if !evicted {
+		return false, nil
+	}
+	if s := vm.Spec.RunStrategy; s == nil || (*s != virtv1.RunStrategyAlways && *s != virtv1.RunStrategyRerunOnFailure) {
+		return true, nil
+	}
+	return true, c.startVMI(ctx, vm)
+}
+
+// targetNode is the node a migration from source lands on: the next of
+// the stand-in's nodes.
+func targetNode(source string) string {
+	var n int
+	if _, err := fmt.Sscanf(source, "standin-node-%d", &n); err != nil {
+		f := fnv.New32a()
+		_, _ = f.Write([]byte(source))
+		n = int(f.Sum32() % standinNodes)
+	}
+	return fmt.Sprintf("standin-node-%d", n%standinNodes+1)
+}
