@@ -1,0 +1,77 @@
+package standin
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/internal/testenv"
+)
+
+// TestMigrationsKeepKubeVirtsLimits: twelve VMIs on three nodes, each with
+// a CPU hot-plug pending, are migrated at most five at a time in the
+// cluster and two from a node, each change reaching the guest on its
+// target; a VMI that cannot live-migrate keeps its change.
+func TestMigrationsKeepKubeVirtsLimits(t *testing.T) {
+	it := testenv.ClusterInstancetype("u1.small", 1, "2Gi")
+	objs := []runtime.Object{it}
+	for i := range 13 {
+		name := fmt.Sprintf("vm-%d", i)
+		vmi := testenv.RunningVMI("ns", name)
+		vmi.Status.NodeName = fmt.Sprintf("node-%d", i%3)
+		vmi.Spec.Domain.CPU.Sockets = 3 // virt-controller's hot-plug, not yet in the guest
+		vmi.Status.CurrentCPUTopology = &virtv1.CPUTopology{Sockets: 2, Cores: 1, Threads: 1}
+		vmi.Status.Conditions = append(vmi.Status.Conditions, virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceVCPUChange, Status: corev1.ConditionTrue})
+		if i == 12 {
+			vmi.Status.Conditions[0].Status = corev1.ConditionFalse // not live-migratable
+		}
+		objs = append(objs, testenv.VM("ns", name, it.Name), vmi)
+	}
+	clients := testenv.FakeClients(nil, objs...)
+	fleet := testenv.StartWholeCache(t, clients)
+	c := New(Config{Kube: clients.Kube, Virt: clients.Virt, VMs: fleet.VMInformer(), VMIs: fleet.VMIInformer(), KubeVirts: fleet.KubeVirtInformer(),
+		Workers: 4, MigrationDuration: 200 * time.Millisecond})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	maxRunning, maxFromNode := 0, 0
+	testenv.Eventually(t, 30*time.Second, "every migratable VMI migrated", func() bool {
+		list, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		running, fromNode, finished := 0, map[string]int{}, 0
+		for _, vmi := range list.Items {
+			s := vmi.Status.MigrationState
+			switch {
+			case s == nil:
+			case !s.Completed:
+				running++
+				fromNode[s.SourceNode]++
+				maxFromNode = max(maxFromNode, fromNode[s.SourceNode])
+			case vmi.Status.CurrentCPUTopology.Sockets == 3 && len(hotConditions(&vmi)) == 0 && vmi.Status.NodeName == s.TargetNode:
+				finished++
+			}
+		}
+		maxRunning = max(maxRunning, running)
+		return finished == 12
+	})
+	if maxRunning > defaultParallelMigrations || maxFromNode > defaultOutboundPerNode {
+		t.Errorf("seen %d migrations at once, %d from one node; KubeVirt runs at most %d and %d", maxRunning, maxFromNode, defaultParallelMigrations, defaultOutboundPerNode)
+	}
+	if s := c.Migrations(); s.Succeeded != 12 || s.MaxRunning != defaultParallelMigrations {
+		t.Errorf("stats %+v, want 12 succeeded, 5 at most at once", s)
+	}
+	held, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Get(ctx, "vm-12", metav1.GetOptions{})
+	if err != nil || held.Status.MigrationState != nil || len(hotConditions(held)) != 1 {
+		t.Errorf("the VMI that cannot migrate: %+v, %v; want its hot-plug pending and no migration", held.Status, err)
+	}
+}
