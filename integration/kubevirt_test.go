@@ -167,15 +167,19 @@ func (e *kvEnv) waitWatched(n int) {
 }
 
 // realProblem compares, field by field, what kvlive recorded for a VM with
-// what virt-controller did: every live change is on the VMI's spec, every
-// restart change is not, RestartRequired is on the VM exactly when kvlive
-// said restart, and a stopped VM has no VMI. It returns "" when they agree.
+// what KubeVirt did: every live change reached the guest (the VMI's
+// status), every restart change did not, RestartRequired is on the VM
+// exactly when kvlive said KubeVirt sets it, and a stopped VM has no VMI.
+// It returns "" when they agree.
 func realProblem(v clusterView, key string, out events.Outcome) string {
 	vm, vmi := v.vms[key], v.vmis[key]
 	if vm == nil {
 		return "VM gone"
 	}
-	if restartRequired(vm) != (out.Result == events.ResultRestart) {
+	// A restart kvlive predicts for a hot-plug no migration carries comes
+	// without RestartRequired (KubeVirt sets none for it).
+	wantRR := out.Result == events.ResultRestart && strings.HasPrefix(out.Reason, "RestartRequired")
+	if restartRequired(vm) != wantRR {
 		return fmt.Sprintf("kvlive said %s, RestartRequired on the VM is %v (%s)", out.Result, restartRequired(vm), restartMessage(vm))
 	}
 	if out.Result == events.ResultNextBoot {
@@ -205,6 +209,9 @@ func realProblem(v clusterView, key string, out events.Outcome) string {
 			}
 		}
 	}
+	if out.Result != events.ResultLive {
+		return ""
+	}
 	for _, t := range []virtv1.VirtualMachineInstanceConditionType{virtv1.VirtualMachineInstanceVCPUChange, virtv1.VirtualMachineInstanceMemoryChange} {
 		if slices.ContainsFunc(vmi.Status.Conditions, func(c virtv1.VirtualMachineInstanceCondition) bool { return c.Type == t }) {
 			return string(t) + " still pending"
@@ -213,19 +220,21 @@ func realProblem(v clusterView, key string, out events.Outcome) string {
 	return ""
 }
 
-// vmiValue renders the VMI's value of a plan field as plans render it.
+// vmiValue renders what the guest runs of a plan field as plans render
+// it: the VMI's status (a hot-plug is in the VMI's spec as soon as
+// virt-controller takes it, in its status once a migration carried it).
 func vmiValue(vmi *virtv1.VirtualMachineInstance, field string) (string, bool) {
 	switch field {
 	case "cpu.sockets":
-		if vmi.Spec.Domain.CPU == nil {
+		if vmi.Status.CurrentCPUTopology == nil {
 			return "(unset)", true
 		}
-		return strconv.FormatUint(uint64(vmi.Spec.Domain.CPU.Sockets), 10), true
+		return strconv.FormatUint(uint64(vmi.Status.CurrentCPUTopology.Sockets), 10), true
 	case "memory.guest":
-		if vmi.Spec.Domain.Memory == nil || vmi.Spec.Domain.Memory.Guest == nil {
+		if vmi.Status.Memory == nil || vmi.Status.Memory.GuestRequested == nil {
 			return "(unset)", true
 		}
-		return vmi.Spec.Domain.Memory.Guest.String(), true
+		return vmi.Status.Memory.GuestRequested.String(), true
 	}
 	return "", false
 }
