@@ -40,7 +40,12 @@ func TestMigrationsKeepKubeVirtsLimits(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("stand-in: %v", err)
+		}
+	})
 
 	maxRunning, maxFromNode := 0, 0
 	testenv.Eventually(t, 30*time.Second, "every migratable VMI migrated", func() bool {
