@@ -410,7 +410,7 @@ func (rc *Controller) takeSteps(ctx context.Context, store *Store, id string, st
 			return gateResult{gateWaiting, "the rollout's accounting is unreadable: " + err.Error()}
 		}
 		if rc.cfg.Verdicts {
-			if verdicts, err = storedVerdicts(ctx, rc.cfg.JetStream, rec.EventID); err != nil {
+			if verdicts, err = currentVerdicts(ctx, rc.cfg.JetStream, rec.EventID); err != nil {
 				gateErr = err
 				return gateResult{gateWaiting, "KubeVirt's verdicts are unreadable: " + err.Error()}
 			}

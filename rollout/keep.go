@@ -225,7 +225,7 @@ func (k *Keeper) restartAfter(ctx context.Context, a Account, now time.Time) err
 	if rec.Policy.Restart != events.RestartPending || a.Phase != PhaseComplete || rec.Type == string(events.MoveRestart) {
 		return nil
 	}
-	verdicts, err := storedVerdicts(ctx, k.JS, a.EventID)
+	verdicts, err := currentVerdicts(ctx, k.JS, a.EventID)
 	if err != nil {
 		return fmt.Errorf("keep: verdicts of %s: %w", a.EventID, err)
 	}

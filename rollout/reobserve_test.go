@@ -66,6 +66,22 @@ func TestReobserveLooksAgainAtUnsettledVerdicts(t *testing.T) {
 	if v, n := verdictOf(t, js, "held"); n != 1 || v.Observed != events.ObservedPending {
 		t.Errorf("the verdict: %d stored, the last %s; want the one pending verdict, unchanged", n, v.Observed)
 	}
+	// The re-observation is the VM's verdict from now on: status and
+	// gates count it, not the first one.
+	a := Account{EventID: verifyEvent, Latest: map[string]events.Outcome{}}
+	for uid, o := range must(movedOutcomes(ctx, js, verifyEvent)) {
+		a.Latest[uid] = o
+	}
+	if err := CountVerdicts(ctx, js, &a); err != nil || a.Verdicts[events.ObservedLive] != 1 || a.Verdicts[events.ObservedPending] != 0 || a.Differ != 1 {
+		t.Errorf("counted %v, %d differ, %v; want held counted live by its re-observation (done's restart still differs)", a.Verdicts, a.Differ, err)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
 
 // TestReobserveCountsVerdictsStillAwaited: a moved VM whose verdict is not

@@ -459,7 +459,7 @@ func (v *Verifier) record(ctx context.Context, verdict events.Verdict, vm *virtv
 // differing from the prediction, and the moved VMs still awaited. A
 // complete rollout with verdicts awaited is verifying.
 func CountVerdicts(ctx context.Context, js jetstream.JetStream, a *Account) error {
-	stored, err := storedVerdicts(ctx, js, a.EventID)
+	stored, err := currentVerdicts(ctx, js, a.EventID)
 	if err != nil {
 		return err
 	}
@@ -486,6 +486,27 @@ func CountVerdicts(ctx context.Context, js jetstream.JetStream, a *Account) erro
 		a.Phase = PhaseVerifying
 	}
 	return nil
+}
+
+// currentVerdicts reads each VM's current verdict on eventID, by VM UID:
+// the latest re-observation of it (kvlive rollout verify) where there is
+// one, which is then the VM's verdict for status, gates and the restarts a
+// rollout leaves pending; the first verdict stays stored as its history.
+func currentVerdicts(ctx context.Context, js jetstream.JetStream, eventID string) (map[string]events.Verdict, error) {
+	stored, err := storedVerdicts(ctx, js, eventID)
+	if err != nil {
+		return nil, err
+	}
+	again, err := latestReobserved(ctx, js, eventID)
+	if err != nil {
+		return nil, err
+	}
+	for uid, v := range again {
+		if _, ok := stored[uid]; ok {
+			stored[uid] = v
+		}
+	}
+	return stored, nil
 }
 
 // storedVerdicts reads the verdicts stored on eventID's VMs, by VM UID.
