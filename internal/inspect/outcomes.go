@@ -100,8 +100,17 @@ func (r Row) Observed() string {
 	return "-"
 }
 
-// Differs reports a stored verdict other than the prediction.
-func (r Row) Differs() bool { return r.Verdict != nil && !r.Verdict.Observed.Matches(r.Result) }
+// Current is the row's current verdict: its latest re-observation, where
+// there is one, or its verdict (nil when none is stored).
+func (r Row) Current() *events.Verdict {
+	if r.Reobserved != nil && r.Verdict != nil {
+		return r.Reobserved
+	}
+	return r.Verdict
+}
+
+// Differs reports a current verdict other than the prediction.
+func (r Row) Differs() bool { v := r.Current(); return v != nil && !v.Observed.Matches(r.Result) }
 
 // OutcomeRows is FindOutcomes with each VM's verdict joined in.
 func (r *Reader) OutcomeRows(ctx context.Context, f OutcomeFilter) ([]Row, error) {
@@ -240,7 +249,9 @@ func WriteOutcomes(w io.Writer, rows []Row, f printer.Format, width int) error {
 	differ := 0
 	for _, row := range rows {
 		counts[row.Result]++
-		if o := row.Observed(); o != "-" {
+		if v := row.Current(); v != nil {
+			verdicts[string(v.Observed)]++
+		} else if o := row.Observed(); o != "-" {
 			verdicts[o]++
 		}
 		if row.Differs() {

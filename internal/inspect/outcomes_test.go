@@ -122,8 +122,8 @@ func TestOutcomeRowsShowReobservations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 1 || rows[0].Observed() != "not-observed→next-boot" || rows[0].Reobserved == nil || !rows[0].Differs() {
-		t.Fatalf("rows %+v: want job-7 not-observed→next-boot, differing (its verdict at the deadline stands)", rows)
+	if len(rows) != 1 || rows[0].Observed() != "not-observed→next-boot" || rows[0].Reobserved == nil || rows[0].Differs() || rows[0].Current().Observed != events.ObservedNextBoot {
+		t.Fatalf("rows %+v: want job-7 not-observed→next-boot, its re-observation current and as predicted (the verdict at the deadline kept as history)", rows)
 	}
 }
 
