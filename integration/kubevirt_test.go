@@ -401,10 +401,12 @@ func TestRealKubeVirtVerdictsOfAHeldAndARefusedHotplug(t *testing.T) {
 	e.kv.Handler.Hold()
 	held := e.follow(e.editInstancetypeTo("u1.medium", 4, "4Gi"))
 	small := e.follow(e.editInstancetypeTo("u1.small", 4, "4Gi"))
-	e.waitFor("virt-controller to hot-plug the first edit into the VMI", kvTimeout, func() (bool, string) {
+	e.waitFor("virt-controller to hot-plug the first edit into the VMI's spec", kvTimeout, func() (bool, string) {
 		vmi := e.view().vmis[kvNamespace+"/live-0"]
-		got, _ := vmiValue(vmi, "cpu.sockets")
-		return got == "4", "sockets " + got
+		if vmi == nil || vmi.Spec.Domain.CPU == nil {
+			return false, "no VMI CPU"
+		}
+		return vmi.Spec.Domain.CPU.Sockets == 4, fmt.Sprintf("sockets %d", vmi.Spec.Domain.CPU.Sockets)
 	})
 	refused := e.follow(e.editInstancetypeTo("u1.medium", 6, "6Gi"))
 	want := map[string]events.Result{"live-0": events.ResultLive, "local-0": events.ResultRestart, "stopped-0": events.ResultNextBoot}
