@@ -74,7 +74,11 @@ type Config struct {
 	// its verdict is queued; the verdict deadline runs from the start.
 	// Zero is DefaultQueueTimeout.
 	QueueTimeout time.Duration
-	Metrics      *telemetry.Metrics
+	// Migrations, when set, paces live moves by the migration budget
+	// (migrations.go): KubeVirt's parallelMigrationsPerCluster, or a
+	// rollout policy's migrationBudget when lower.
+	Migrations MigrationFleet
+	Metrics    *telemetry.Metrics
 	// Grace is how long VMs being moved may finish after ctx ends.
 	Grace time.Duration
 	// Recorder, when set, records Kubernetes Events on a batched rollout's
@@ -102,6 +106,9 @@ type Applier struct {
 	// control reads a record afresh where the watch may lag.
 	watch   *rollout.Watch
 	control *rollout.Store
+	// budget paces live moves by KubeVirt's migration capacity (nil: no
+	// pacing).
+	budget *budget
 	// known is what each event's rollout record says, once read
 	// (knownRollout by event id).
 	known *lru.Cache
@@ -157,6 +164,10 @@ func (o *openReads) found(eventID string, read time.Time) {
 type knownRollout struct {
 	object      events.Ref
 	maxInFlight int
+	// migrationBudget is the policy's cap on its VMs migrating at once
+	// (0: the process's budget), abortOnFailure its onFailure: abort.
+	migrationBudget int
+	abortOnFailure  bool
 	// window is a restart rollout's restart window (zero: any time).
 	window events.Window
 	// batchOf is the batch of each VM the rollout planned, by a hash of
@@ -222,6 +233,14 @@ func (a *Applier) Run(ctx context.Context) error {
 	if a.watch, err = store.StartWatch(ctx, nil); err != nil {
 		return fmt.Errorf("applier: %w", err)
 	}
+	if a.cfg.Migrations != nil {
+		kv, err := a.cfg.JetStream.KeyValue(ctx, events.BucketMigrations)
+		if err != nil {
+			return fmt.Errorf("applier: migration budget: %w", err)
+		}
+		a.budget = &budget{kv: kv, fleet: a.cfg.Migrations}
+		go a.sweepSlots(ctx)
+	}
 	rt, err := consumer.New(consumer.Config{
 		Stage: events.ConsumerApplier, Consumer: cons, JetStream: a.cfg.JetStream, Workers: a.cfg.Workers,
 		MaxDeliver: events.ApplierMaxDeliver, Backoff: consumer.DefaultBackoff(), Grace: a.cfg.Grace,
@@ -262,6 +281,12 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg, d consumer.Deli
 	if held != nil {
 		return *held
 	}
+	tookSlot := false
+	if a.budget != nil && aborted == nil && needsMigration(plan) {
+		if tookSlot, err = a.takeSlot(ctx, plan, known.migrationBudget); err != nil {
+			return consumer.Retry(fmt.Errorf("waiting for a slot of the migration budget: %w", err))
+		}
+	}
 	started := a.cfg.Clock.Now()
 	ctx, span := a.startSpan(ctx, msg, plan, d.Attempt)
 	out, retry := a.carryOut(ctx, msg, plan, d, span, aborted)
@@ -270,6 +295,9 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg, d consumer.Deli
 		return *retry
 	}
 	a.complete(&out, plan, d, span)
+	if tookSlot && !out.Wrote {
+		a.giveBack(ctx, plan) // nothing moved: no migration of kvlive's doing comes
+	}
 	if err := a.publishOutcome(ctx, out); err != nil {
 		// The VM may have moved; the redelivery finds it at the target and
 		// records the outcome without writing again.
@@ -389,7 +417,8 @@ func (a *Applier) knownRollout(ctx context.Context, eventID string) (knownRollou
 		case !ok:
 			return nil, fmt.Errorf("%w: event %s has no rollout record (forged, or recorded longer ago than the replay horizon)", errNotPlanned, eventID)
 		}
-		r := knownRollout{object: rec.Object, maxInFlight: rec.Policy.MaxInFlight, window: rec.Policy.RestartWindow, move: events.Move(rec.Type)}
+		r := knownRollout{object: rec.Object, maxInFlight: rec.Policy.MaxInFlight, window: rec.Policy.RestartWindow, move: events.Move(rec.Type),
+			migrationBudget: rec.Policy.MigrationBudget, abortOnFailure: rec.Policy.OnFailure == events.OnFailureAbort}
 		vms, listed, err := rollout.PlannedVMs(ctx, a.cfg.JetStream, rec)
 		if err != nil {
 			return nil, err

@@ -47,6 +47,12 @@ type Policy struct {
 	// moves at once (its --workers cap every rollout together). Zero: no
 	// cap of the rollout's own.
 	MaxInFlight int `json:"maxInFlight,omitempty"`
+	// MigrationBudget caps how many of the rollout's running VMs whose
+	// change reaches the guest by a live migration may be moved while
+	// their migration has not ended, below KubeVirt's
+	// parallelMigrationsPerCluster (to leave room for node drains). Zero:
+	// the process's budget.
+	MigrationBudget int `json:"migrationBudget,omitempty"`
 	// Restart is what becomes of VMs whose change needs a restart: "move"
 	// (the default, also spelled "never": the pin moves, KubeVirt flags
 	// RestartRequired, and nobody restarts them), "skip" (their pin stays;
@@ -177,6 +183,9 @@ func (p Policy) Validate() error {
 	}
 	if p.MaxInFlight < 0 {
 		check("maxInFlight", fmt.Errorf("%d: want 0 (no cap) or more", p.MaxInFlight))
+	}
+	if p.MigrationBudget < 0 {
+		check("migrationBudget", fmt.Errorf("%d: want 0 (the process's budget) or more", p.MigrationBudget))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%s%w", policyFieldsPrefix, err)

@@ -220,6 +220,7 @@ func KVConfigs(o StreamOptions) []jetstream.KeyValueConfig {
 		{Bucket: BucketControl, Description: "kvlive: pause, resume and abort per event", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1),
 			LimitMarkerTTL: time.Minute},
 		{Bucket: BucketBus, Description: "kvlive: the scope of the replicas sharing this bus", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1)},
+		{Bucket: BucketMigrations, Description: "kvlive applier: the migration budget's slots, held by moved VMs whose live migration has not ended", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1)},
 	}
 }
 

@@ -4,7 +4,6 @@ package integration
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -80,35 +79,85 @@ func TestRealKubeVirtLiveRolloutMigrates(t *testing.T) {
 	}
 	// Never more than KubeVirt's five at once, as the players ran them.
 	ran := e.kv.Handler.Migrations()
-	if n := maxConcurrent(ran); n > 5 {
+	if n := maxOverlap(migrationSpans(ran)); n > 5 {
 		t.Errorf("%d migrations ran at once, KubeVirt runs at most 5", n)
 	}
-	t.Logf("%d migrations (%d succeeded, %d failed), at most %d at once", len(list.Items), len(succeeded), len(failed), maxConcurrent(ran))
+	t.Logf("%d migrations (%d succeeded, %d failed), at most %d at once", len(list.Items), len(succeeded), len(failed), maxOverlap(migrationSpans(ran)))
 }
 
-// maxConcurrent is the most migrations that overlapped in time.
-func maxConcurrent(ms []framework.Migration) int {
-	type edge struct {
-		at    time.Time
-		delta int
-	}
-	var edges []edge
+// migrationSpans are the migrations the players ran, start to end.
+func migrationSpans(ms []framework.Migration) []span {
+	var spans []span
 	for _, m := range ms {
-		if m.Started.IsZero() || m.Ended.IsZero() {
-			continue
+		if !m.Started.IsZero() && !m.Ended.IsZero() {
+			spans = append(spans, span{m.Started, m.Ended})
 		}
-		edges = append(edges, edge{m.Started, 1}, edge{m.Ended, -1})
 	}
-	sort.Slice(edges, func(i, j int) bool {
-		if edges[i].at.Equal(edges[j].at) {
-			return edges[i].delta < edges[j].delta
+	return spans
+}
+
+// TestRealKubeVirtLiveMovesKeepToTheMigrationBudget rolls a live change
+// out to eight running VMs with a migration budget of two: kvlive never
+// has more than two VMs moved whose migration has not ended (from its pin
+// writes in the API server's audit log to the migration's end, as the
+// players ran it), and every verdict is live. Then every VM's next
+// migration fails: the rollout pauses on the first failure, saying so,
+// with no more than the budget's two VMs moved.
+func TestRealKubeVirtLiveMovesKeepToTheMigrationBudget(t *testing.T) {
+	e := newKubeVirtEnv(t)
+	e.kv.Handler.SetMigrationDuration(2 * time.Second)
+	e.createInstancetype("u1.medium", 2, "2Gi")
+	var fleet []kvVM
+	names := map[string]bool{}
+	for i := range 8 {
+		fleet = append(fleet, kvVM{name: fmt.Sprintf("vm-%02d", i), running: true})
+		names[fleet[i].name] = true
+	}
+	e.createVMs("u1.medium", fleet...)
+	e.runKvlive("all stages", "--observe-timeout", "1m", "--migration-budget", "2")
+	e.waitWatched(1)
+
+	eventID := e.editInstancetypeTo("u1.medium", 3, "2Gi")
+	e.follow(eventID)
+	e.checkVerdicts(eventID, 5*time.Minute)
+	ended := map[string]time.Time{}
+	for _, m := range e.kv.Handler.Migrations() {
+		if !m.Failed {
+			ended[strings.TrimPrefix(m.VMI, kvNamespace+"/")] = m.Ended
 		}
-		return edges[i].at.Before(edges[j].at)
+	}
+	var committed []span
+	for _, ev := range e.kvlivePatches() {
+		if names[ev.ObjectRef.Name] && ev.ObjectRef.Resource == "virtualmachines" {
+			end, ok := ended[ev.ObjectRef.Name]
+			if !ok {
+				t.Errorf("%s: moved, but no migration of it ended", ev.ObjectRef.Name)
+				continue
+			}
+			committed = append(committed, span{ev.Received, end})
+		}
+	}
+	if len(committed) != len(fleet) {
+		t.Errorf("%d pin writes by kvlive, want %d", len(committed), len(fleet))
+	}
+	if n := maxOverlap(committed); n > 2 {
+		t.Errorf("%d VMs moved at once whose migration had not ended; the budget is 2", n)
+	}
+	if n := maxOverlap(migrationSpans(e.kv.Handler.Migrations())); n > 2 {
+		t.Errorf("%d migrations at once, want at most the budget's 2", n)
+	}
+
+	for _, v := range fleet {
+		e.kv.Handler.Inject(kvNamespace, v.name, framework.Fault{Migrations: 1})
+	}
+	before := len(e.kvlivePatches())
+	failing := e.editInstancetypeTo("u1.medium", 4, "2Gi")
+	e.waitFor("the rollout paused by a failed migration", 3*time.Minute, func() (bool, string) {
+		out := e.kvliveCommand(time.Minute, "rollout", "status", failing, "--nats-url", e.natsURL)
+		return strings.Contains(out, "paused") && strings.Contains(out, "live migration"), out
 	})
-	n, top := 0, 0
-	for _, e := range edges {
-		n += e.delta
-		top = max(top, n)
+	time.Sleep(5 * time.Second) // a move the pause missed would show by now
+	if moved := len(e.kvlivePatches()) - before; moved > 2 {
+		t.Errorf("%d VMs moved once a migration failed; at most the budget's 2 were to be committed", moved)
 	}
-	return top
 }

@@ -37,6 +37,7 @@ func bindGateFlags(f *pflag.FlagSet, p *events.Policy) {
 	f.StringVar(&p.OnFailure, "on-failure", "", "what a failed gate or a missed deadline does: pause (default) or abort")
 	f.StringVar(&p.ProgressDeadline, "progress-deadline", "", "how long each batch may take to pass its gate (default 10m)")
 	f.IntVar(&p.MaxInFlight, "max-in-flight", 0, "VMs of one rollout each applier replica moves at once; 0: only --workers caps them")
+	f.IntVar(&p.MigrationBudget, "migration-budget", 0, "running VMs kvlive moves whose live migration has not ended, below KubeVirt's parallelMigrationsPerCluster (to leave room for node drains); 0: KubeVirt's")
 	bindWindowFlags(f, &p.RestartWindow)
 	bindWebhookFlags(f, p)
 }

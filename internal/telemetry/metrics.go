@@ -42,6 +42,10 @@ type Metrics struct {
 	pruneFailed     prometheus.Counter
 	pruneYieldEnded prometheus.Counter
 	mismatches      prometheus.Counter
+	migrationWaits  *prometheus.CounterVec
+	migrationSlots  prometheus.Gauge
+	slotsGivenUp    prometheus.Counter
+	migrationFails  prometheus.Counter
 }
 
 // New registers kvlive's metrics, and the Go and process collectors, in a
@@ -116,14 +120,54 @@ func New() *Metrics {
 		mismatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvlive_verdict_mismatches_total", Help: "Stored verdicts where KubeVirt did other than kvlive predicted (kvlive_verdicts_total with predicted != observed).",
 		}),
+		migrationWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvlive_migration_waits_total", Help: "Times live moves started waiting for something other than a free migration slot, by reason (kubevirt-not-deployed).",
+		}, []string{"reason"}),
+		migrationSlots: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvlive_migration_slots_in_use", Help: "Slots of the migration budget held by moved VMs whose live migration has not ended, as this applier last took one.",
+		}),
+		slotsGivenUp: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvlive_migration_slots_given_up_total", Help: "Migration slots freed because no migration of their VM ended within --migration-queue-timeout.",
+		}),
+		migrationFails: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvlive_migrations_failed_total", Help: "KubeVirt live migrations of VMs kvlive moved that failed; each stops its rollout (pause, or abort by its policy).",
+		}),
 		keptPastHorizon: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvlive_rollouts_kept_past_horizon", Help: "Rollouts older than the replay horizon whose records are kept because they have not settled (paused, waiting for a promote, plans in flight), as the last sweep found.",
 		}),
 	}
 	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.sweepsFailed, m.verdicts, m.verdictFailed, m.pruned, m.pruneFailed, m.pruneYieldEnded,
-		m.mismatches, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.mismatches, m.migrationWaits, m.migrationSlots, m.slotsGivenUp, m.migrationFails, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.zeroSeries()
 	return m
+}
+
+// MigrationWait counts live moves starting to wait, by reason.
+func (m *Metrics) MigrationWait(reason string) {
+	if m != nil {
+		m.migrationWaits.WithLabelValues(reason).Inc()
+	}
+}
+
+// MigrationSlots sets the migration budget's slots in use.
+func (m *Metrics) MigrationSlots(n int) {
+	if m != nil {
+		m.migrationSlots.Set(float64(n))
+	}
+}
+
+// MigrationSlotGivenUp counts a slot freed at the queue timeout.
+func (m *Metrics) MigrationSlotGivenUp() {
+	if m != nil {
+		m.slotsGivenUp.Inc()
+	}
+}
+
+// MigrationFailed counts a failed live migration of a VM kvlive moved.
+func (m *Metrics) MigrationFailed() {
+	if m != nil {
+		m.migrationFails.Inc()
+	}
 }
 
 // Event counts one planned event of the given CloudEvents type.

@@ -268,7 +268,7 @@ func addPlanner(ctx context.Context, cfg Config, fleet *kube.Cache, recorder rec
 // permissions.
 func addApplier(ctx context.Context, cfg Config, fleet *kube.Cache, recorder record.EventRecorder, grace time.Duration) ([]func() error, error) {
 	a, err := applier.New(applier.Config{Recorder: recorder, Clients: cfg.Clients, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer,
-		Workers: cfg.ApplierWorkers, Rate: cfg.Rate, ObserveTimeout: cfg.ObserveTimeout, QueueTimeout: cfg.QueueTimeout, Metrics: cfg.Metrics, Grace: grace, Activity: cfg.moving})
+		Workers: cfg.ApplierWorkers, Rate: cfg.Rate, ObserveTimeout: cfg.ObserveTimeout, QueueTimeout: cfg.QueueTimeout, Migrations: fleet, Metrics: cfg.Metrics, Grace: grace, Activity: cfg.moving})
 	if err != nil {
 		return nil, err
 	}

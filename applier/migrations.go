@@ -1,0 +1,360 @@
+package applier
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/events"
+	"kvlive/instancetype"
+)
+
+// The migration budget paces live moves by KubeVirt's migration capacity.
+// In KubeVirt v1.9 a running VM's hot-plug reaches the guest only by a
+// live migration, at most parallelMigrationsPerCluster (5) at once, so a
+// rollout that moves a whole batch's pins at once commits every VM of it
+// to a migration long before the first one ends, or fails. The applier
+// instead keeps the running VMs it moved whose migration has not ended
+// within a budget: a live move takes one of the budget's slots (a KV
+// create in events.BucketMigrations, shared by every replica) before the
+// pin moves, and the slot is given back once KubeVirt's migration of the
+// VM ended (or the VM can no longer migrate, stopped, or went). A failed
+// migration pauses (or, by the policy, aborts) its rollout, so a bad
+// instance type commits at most the budget's VMs. Next-boot and restart
+// moves take no slot.
+
+// MigrationFleet is what the budget reads of the cluster: each VM's VMI
+// and the KubeVirt CR (its migration settings and deployment state).
+type MigrationFleet interface {
+	VM(namespace, name string) *virtv1.VirtualMachine
+	VMI(namespace, name string) *virtv1.VirtualMachineInstance
+	KubeVirt() *virtv1.KubeVirt
+}
+
+// defaultParallelMigrations is KubeVirt's parallelMigrationsPerCluster
+// when the CR sets none.
+const defaultParallelMigrations = 5
+
+// Budget pacing timing: how often a waiting move looks for a free slot,
+// and how long after its move a VM that shows no hot-plug yet keeps its
+// slot (virt-controller patches the VMI within milliseconds of the move).
+const (
+	slotPoll      = time.Second
+	slotReactions = 30 * time.Second
+)
+
+// budget is the applier's view of the migration budget.
+type budget struct {
+	kv    jetstream.KeyValue
+	fleet MigrationFleet
+}
+
+// size is the budget for a rollout's VM: KubeVirt's
+// parallelMigrationsPerCluster, or the rollout policy's migrationBudget
+// (kvlive run --migration-budget for events that name no policy) when
+// lower. Every rollout's VMs share the slots: a rollout with a lower
+// budget takes one only while fewer are in use.
+func (b *budget) size(policy int) int {
+	n := defaultParallelMigrations
+	if kv := b.fleet.KubeVirt(); kv != nil {
+		if m := kv.Spec.Configuration.MigrationConfiguration; m != nil && m.ParallelMigrationsPerCluster != nil {
+			n = int(*m.ParallelMigrationsPerCluster)
+		}
+	}
+	if policy > 0 && policy < n {
+		n = policy
+	}
+	return max(n, 1)
+}
+
+// notDeployed says why KubeVirt's workload updater starts no migration
+// now (the KubeVirt CR not fully deployed: an install or upgrade under
+// way), or "".
+func (b *budget) notDeployed() string {
+	kv := b.fleet.KubeVirt()
+	if kv == nil {
+		return ""
+	}
+	switch {
+	case kv.Status.Phase != virtv1.KubeVirtPhaseDeployed:
+		return fmt.Sprintf("the KubeVirt CR is %q, not Deployed: KubeVirt starts no workload-update migration until it is", kv.Status.Phase)
+	case kv.Status.ObservedDeploymentID != kv.Status.TargetDeploymentID:
+		return "the KubeVirt CR is being updated (observed deployment differs from the target): KubeVirt starts no workload-update migration until it is done"
+	}
+	return ""
+}
+
+// needsMigration reports whether the plan's move reaches the guest only by
+// a live migration: a live result with sockets or guest memory to hot-plug.
+func needsMigration(plan events.Plan) bool {
+	if plan.Action != events.ResultLive {
+		return false
+	}
+	for _, c := range plan.Changes {
+		if c.Class == instancetype.ClassLive && (c.Field == "cpu.sockets" || c.Field == "memory.guest") {
+			return true
+		}
+	}
+	return false
+}
+
+// slot is one slot as read from the bucket.
+type slot struct {
+	key string
+	rev uint64
+	MS  events.MigrationSlot
+}
+
+// slots reads the budget's slots in use.
+func (b *budget) slots(ctx context.Context) ([]slot, error) {
+	keys, err := b.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []slot
+	for k := range keys.Keys() {
+		if k == events.MigrationWaitKey {
+			continue
+		}
+		e, err := b.kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		s := slot{key: k, rev: e.Revision()}
+		if json.Unmarshal(e.Value(), &s.MS) == nil {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// take waits for a slot for the plan's VM and returns whether this call
+// took it (false: the VM held one already, from an earlier delivery). It
+// waits while the KubeVirt CR is not deployed, and gives up when ctx ends
+// or the rollout stops running (errSteered).
+func (a *Applier) takeSlot(ctx context.Context, plan events.Plan, policy int) (bool, error) {
+	b := a.budget
+	waitingSince := time.Time{}
+	for {
+		if why := b.notDeployed(); why != "" {
+			if waitingSince.IsZero() {
+				waitingSince = a.cfg.Clock.Now()
+				a.cfg.Log.Warn("applier: live moves wait for KubeVirt", "why", why)
+				a.cfg.Metrics.MigrationWait("kubevirt-not-deployed")
+				a.sayWait(ctx, why, waitingSince)
+			}
+		} else {
+			if !waitingSince.IsZero() {
+				a.clearWait(ctx)
+			}
+			took, err := a.tryTake(ctx, plan, b.size(policy))
+			if err != nil || took != nil {
+				return took != nil && *took, err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(slotPoll):
+		}
+		if a.watch != nil && a.watch.Of(plan.EventID).State != events.StateRunning {
+			return false, errSteered
+		}
+	}
+}
+
+// tryTake frees the slots whose migration ended and takes a free one for
+// the plan's VM; nil means none is free.
+func (a *Applier) tryTake(ctx context.Context, plan events.Plan, n int) (*bool, error) {
+	slots, err := a.budget.slots(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migration budget: %w", err)
+	}
+	used := map[string]bool{}
+	for _, s := range slots {
+		if s.MS.VM.UID == plan.VM.UID {
+			took := false
+			return &took, nil // an earlier delivery's move holds it
+		}
+		if a.freeIfEnded(ctx, s) {
+			continue
+		}
+		used[s.key] = true
+	}
+	if len(used) >= n {
+		return nil, nil
+	}
+	body, err := json.Marshal(events.MigrationSlot{EventID: plan.EventID, VM: plan.VM, At: a.cfg.Clock.Now().UTC()})
+	if err != nil {
+		return nil, err
+	}
+	for i := range n {
+		key := events.MigrationSlotKey(i)
+		if used[key] {
+			continue
+		}
+		if _, err := a.budget.kv.Create(ctx, key, body); err == nil {
+			took := true
+			a.cfg.Metrics.MigrationSlots(len(used) + 1)
+			return &took, nil
+		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, fmt.Errorf("migration budget: take %s: %w", key, err)
+		}
+	}
+	return nil, nil // another replica took the free ones first
+}
+
+// slotSweepEvery is how often each applier looks at the budget's slots
+// with no move waiting: their VMs' migrations end (and may fail) whether or
+// not another live move comes.
+const slotSweepEvery = 5 * time.Second
+
+// sweepSlots frees the slots whose migration ended, and acts on failed
+// migrations, until ctx ends.
+func (a *Applier) sweepSlots(ctx context.Context) {
+	t := time.NewTicker(slotSweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		slots, err := a.budget.slots(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				a.cfg.Log.Warn("applier: migration budget unreadable; looked at again", "err", err, "in", slotSweepEvery)
+			}
+			continue
+		}
+		inUse := 0
+		for _, s := range slots {
+			if !a.freeIfEnded(ctx, s) {
+				inUse++
+			}
+		}
+		a.cfg.Metrics.MigrationSlots(inUse)
+	}
+}
+
+// giveBack frees the slot the plan's VM holds (a move that wrote nothing).
+func (a *Applier) giveBack(ctx context.Context, plan events.Plan) {
+	slots, err := a.budget.slots(ctx)
+	if err != nil {
+		a.cfg.Log.Warn("applier: migration budget unreadable; the slot is freed once the sweep sees the VM has nothing to migrate", "vm", plan.VM.String(), "err", err)
+		return
+	}
+	for _, s := range slots {
+		if s.MS.VM.UID == plan.VM.UID {
+			a.free(ctx, s, "the move wrote nothing")
+		}
+	}
+}
+
+// freeIfEnded gives a slot back once its VM's migration ended, or can no
+// longer come, and acts on a failed one; it reports whether it freed it.
+func (a *Applier) freeIfEnded(ctx context.Context, s slot) bool {
+	why, failed := a.slotState(s)
+	if failed != nil && failed.UID != s.MS.FailedMigration {
+		a.migrationFailed(ctx, s, *failed)
+	}
+	if why == "" {
+		return false
+	}
+	a.free(ctx, s, why)
+	return true
+}
+
+// slotState says why a slot's VM needs it no more ("" while it does),
+// and the migration that failed since its move, if one did.
+func (a *Applier) slotState(s slot) (string, *instancetype.Migration) {
+	vm := a.budget.fleet.VM(s.MS.VM.Namespace, s.MS.VM.Name)
+	if vm == nil || string(vm.UID) != s.MS.VM.UID {
+		return "the VM is gone", nil
+	}
+	vmi := a.budget.fleet.VMI(s.MS.VM.Namespace, s.MS.VM.Name)
+	since := s.MS.At.Add(-time.Second).Truncate(time.Second)
+	switch {
+	case vmi == nil || vmi.IsFinal():
+		return "the VM stopped", nil
+	case vmi.CreationTimestamp.After(since):
+		return "the VM runs a new VMI", nil
+	case a.cfg.Clock.Since(s.MS.At) > a.cfg.QueueTimeout:
+		a.cfg.Metrics.MigrationSlotGivenUp()
+		return fmt.Sprintf("no migration ended within the queue timeout %v: the slot is given up", a.cfg.QueueTimeout), nil
+	}
+	m := instancetype.MigrationSince(vmi, since)
+	var failed *instancetype.Migration
+	if m.Failed {
+		failed = &m
+	}
+	pending := len(instancetype.HotplugPending(vmi)) > 0
+	switch {
+	case m.Running:
+		return "", nil
+	case pending && !instancetype.Migratable(vmi):
+		return "the VMI cannot live-migrate: its change waits for a restart", failed
+	case pending:
+		return "", failed // waiting for KubeVirt's turn, or its retry after a failure
+	case m.Succeeded:
+		return "its migration ended", nil
+	case a.cfg.Clock.Since(s.MS.At) > slotReactions:
+		return "KubeVirt asked for no migration", nil
+	}
+	return "", failed
+}
+
+// free deletes the slot, unless it changed since it was read.
+func (a *Applier) free(ctx context.Context, s slot, why string) {
+	if err := a.budget.kv.Delete(ctx, s.key, jetstream.LastRevision(s.rev)); err != nil {
+		return // changed or freed by another replica: read again next time
+	}
+	a.cfg.Log.Debug("applier: migration slot freed", "vm", s.MS.VM.String(), "event", s.MS.EventID, "why", why)
+}
+
+// migrationFailed pauses (or, by its policy, aborts) the rollout of a VM
+// whose live migration failed, once per failed migration: the budget's
+// other VMs are all that rollout committed.
+func (a *Applier) migrationFailed(ctx context.Context, s slot, m instancetype.Migration) {
+	s.MS.FailedMigration = m.UID
+	body, err := json.Marshal(s.MS)
+	if err != nil {
+		return
+	}
+	if _, err := a.budget.kv.Update(ctx, s.key, body, s.rev); err != nil {
+		return // another replica acts on it
+	}
+	a.cfg.Metrics.MigrationFailed()
+	action := events.ActionPause
+	if r, err := a.knownRollout(ctx, s.MS.EventID); err == nil && r.abortOnFailure {
+		action = events.ActionAbort
+	}
+	reason := fmt.Sprintf("KubeVirt's live migration %s of %s failed: %s", m.UID, s.MS.VM, m.FailureReason)
+	a.cfg.Log.Warn("applier: a live migration failed; the rollout stops taking more VMs", "event", s.MS.EventID, "vm", s.MS.VM.String(), "migration", m.UID, "reason", m.FailureReason, "action", action)
+	if a.control == nil {
+		return
+	}
+	if _, _, err := a.control.Apply(ctx, s.MS.EventID, action, reason, "kvlive applier", a.cfg.Clock.Now(), false); err != nil {
+		a.cfg.Log.Warn("applier: could not stop the rollout after a failed migration", "event", s.MS.EventID, "err", err)
+	}
+}
+
+// sayWait records why live moves wait, for rollout status.
+func (a *Applier) sayWait(ctx context.Context, reason string, since time.Time) {
+	body, err := json.Marshal(events.MigrationWait{Reason: reason, Since: since.UTC()})
+	if err == nil {
+		_, _ = a.budget.kv.Put(ctx, events.MigrationWaitKey, body)
+	}
+}
+
+func (a *Applier) clearWait(ctx context.Context) {
+	_ = a.budget.kv.Delete(ctx, events.MigrationWaitKey)
+}

@@ -1,0 +1,37 @@
+package events
+
+import (
+	"fmt"
+	"time"
+)
+
+// BucketMigrations holds the migration budget's slots: one key per slot
+// (MigrationSlotKey), held by a running VM kvlive moved whose live
+// migration has not ended. A slot is taken with a KV create, so every
+// replica shares one budget and never more VMs hold it than it has slots.
+const BucketMigrations = "kvlive-migrations"
+
+// MigrationSlotKey is the key of slot i of the migration budget.
+func MigrationSlotKey(i int) string { return fmt.Sprintf("slot-%d", i) }
+
+// MigrationWaitKey is the key where an applier says why live moves wait
+// for something other than a free slot (the KubeVirt CR not fully
+// deployed), for rollout status to show; it is deleted once they go on.
+const MigrationWaitKey = "wait"
+
+// MigrationSlot is the VM holding one slot of the migration budget.
+type MigrationSlot struct {
+	EventID string `json:"eventId"`
+	VM      VMRef  `json:"vm"`
+	// At is when the slot was taken, just before the VM's pin moved.
+	At time.Time `json:"at"`
+	// FailedMigration is the latest failed migration of the VM kvlive
+	// acted on (paused its rollout for), so it acts once per failure.
+	FailedMigration string `json:"failedMigration,omitempty"`
+}
+
+// MigrationWait says why live moves wait, and since when.
+type MigrationWait struct {
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since"`
+}
