@@ -92,6 +92,9 @@ type Account struct {
 	Verdicts map[events.Observed]int `json:"verdicts,omitempty"`
 	Differ   int                     `json:"differ,omitempty"`
 	Awaited  int                     `json:"awaited,omitempty"`
+	// Migrations is the migration budget as CountMigrations read it: nil
+	// until then, or where no applier paces live moves.
+	Migrations *Migrations `json:"migrations,omitempty"`
 	// Latest is the latest outcome per VM UID.
 	Latest map[string]events.Outcome `json:"-"`
 	// DeadBatch is the batch of each VM counted in DeadLetters, by UID.

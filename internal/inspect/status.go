@@ -27,6 +27,9 @@ func (r *Reader) Status(ctx context.Context, arg string) (rollout.Account, error
 	if err == nil {
 		err = rollout.CountVerdicts(ctx, r.js, &a)
 	}
+	if err == nil {
+		err = rollout.CountMigrations(ctx, r.js, &a)
+	}
 	if err == nil && !a.Recorded {
 		err = r.refused(ctx, &a)
 	}
@@ -94,6 +97,16 @@ func WriteStatus(w io.Writer, a rollout.Account, f printer.Format) error {
 	if err == nil && a.Verdicts != nil {
 		_, err = fmt.Fprintf(w, "verdicts:     %s (KubeVirt's, on the VMs moved; %d %s from the prediction)\n",
 			VerdictList(verdictCounts(a)), a.Differ, map[bool]string{true: "differs", false: "differ"}[a.Differ == 1])
+	}
+	if m := a.Migrations; err == nil && m != nil && (m.Unfinished > 0 || m.Waiting != "") {
+		line := fmt.Sprintf("%d of its VMs moved, their live migration not ended (%d of the migration budget's slots in use)", m.Unfinished, m.InUse)
+		if len(m.Failed) > 0 {
+			line += "; failed: " + strings.Join(m.Failed, ", ")
+		}
+		if m.Waiting != "" {
+			line += "; live moves wait: " + m.Waiting
+		}
+		_, err = fmt.Fprintf(w, "migrations:   %s\n", line)
 	}
 	if err == nil && len(a.Record.Supersedes) > 0 {
 		_, err = fmt.Fprintf(w, "supersedes:   %s\n", strings.Join(a.Record.Supersedes, ", "))
