@@ -72,11 +72,15 @@ type VM struct {
 	Revision string `json:"revision,omitempty"`
 	// Generation is the object generation the revision holds; Lag is how
 	// many generations the object moved on since.
-	Generation      int64  `json:"generation,omitempty"`
-	Lag             int64  `json:"lag,omitempty"`
-	RestartRequired bool   `json:"restartRequired,omitempty"`
-	Stopped         bool   `json:"stopped,omitempty"`
-	Reason          string `json:"reason,omitempty"`
+	Generation      int64 `json:"generation,omitempty"`
+	Lag             int64 `json:"lag,omitempty"`
+	RestartRequired bool  `json:"restartRequired,omitempty"`
+	// HotplugPending: virt-controller hot-plugged CPU or memory into the
+	// running VMI's spec, and the change waits for the live migration
+	// that brings it to the guest (queued in KubeVirt, or migrating).
+	HotplugPending bool   `json:"hotplugPending,omitempty"`
+	Stopped        bool   `json:"stopped,omitempty"`
+	Reason         string `json:"reason,omitempty"`
 }
 
 // Row is one instance type's or preference's drift across the VMs that
@@ -97,6 +101,7 @@ type Row struct {
 	MaxLag          int64         `json:"maxLag"`
 	Lags            map[int64]int `json:"lags,omitempty"`
 	RestartRequired int           `json:"restartRequired"`
+	HotplugPending  int           `json:"hotplugPending"`
 	Stopped         int           `json:"stopped"`
 	// Members are the VMs counted, by namespace and name.
 	Members []VM `json:"vms,omitempty"`
@@ -160,6 +165,7 @@ func newTally(src Source, ref events.Ref) *tally {
 func standing(src Source, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, preference bool, row *tally) VM {
 	v := VM{Namespace: vm.Namespace, Name: vm.Name, Stopped: vmi == nil || vmi.IsFinal()}
 	_, v.RestartRequired = instancetype.RestartRequired(vm)
+	v.HotplugPending = !v.Stopped && len(instancetype.HotplugPending(vmi)) > 0
 	pin, err := instancetype.PinOf(vm, preference)
 	if err != nil {
 		v.State, v.Reason = StateUnpinned, err.Error()
@@ -200,6 +206,9 @@ func (r *tally) add(v VM) {
 	}
 	if v.Stopped {
 		r.Stopped++
+	}
+	if v.HotplugPending {
+		r.HotplugPending++
 	}
 	switch v.State {
 	case StateLatest:

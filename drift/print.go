@@ -43,6 +43,7 @@ func summary(rows []Row) *printer.Table {
 		printer.Column{Name: "UNKNOWN"},
 		printer.Column{Name: "UNPINNED"},
 		printer.Column{Name: "RESTART-REQUIRED"},
+		printer.Column{Name: "HOTPLUG-PENDING"},
 		printer.Column{Name: "STOPPED"},
 	)
 	for _, r := range rows {
@@ -51,7 +52,7 @@ func summary(rows []Row) *printer.Table {
 			generation = "<missing>"
 		}
 		t.Append(r.Object.String(), generation, itoa(r.Total), itoa(r.Latest), itoa(r.Behind), strconv.FormatInt(r.MaxLag, 10),
-			itoa(r.Unknown), itoa(r.Unpinned), itoa(r.RestartRequired), itoa(r.Stopped))
+			itoa(r.Unknown), itoa(r.Unpinned), itoa(r.RestartRequired), itoa(r.HotplugPending), itoa(r.Stopped))
 	}
 	return t
 }
@@ -65,6 +66,7 @@ func members(rows []Row) *printer.Table {
 		printer.Column{Name: "PINNED"},
 		printer.Column{Name: "LAG"},
 		printer.Column{Name: "RESTART-REQUIRED"},
+		printer.Column{Name: "HOTPLUG-PENDING"},
 		printer.Column{Name: "STOPPED"},
 		printer.Column{Name: "REASON"},
 	)
@@ -75,7 +77,7 @@ func members(rows []Row) *printer.Table {
 				pinned = strconv.FormatInt(v.Generation, 10)
 			}
 			t.Append(v.Namespace, v.Name, r.Object.String(), string(v.State), pinned, strconv.FormatInt(v.Lag, 10),
-				strconv.FormatBool(v.RestartRequired), strconv.FormatBool(v.Stopped), v.Reason)
+				strconv.FormatBool(v.RestartRequired), strconv.FormatBool(v.HotplugPending), strconv.FormatBool(v.Stopped), v.Reason)
 		}
 	}
 	return t

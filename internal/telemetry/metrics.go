@@ -433,6 +433,19 @@ func (m *Metrics) VMsBehind(behind func() (counts map[string]int, ok bool)) {
 		[]string{"object"}, nil)})
 }
 
+// VMsHotplugPending exports kvlive_vms_hotplug_pending{object}: per
+// instance type and preference, the running VMs whose hot-plugged CPU or
+// memory waits for the live migration that brings it to the guest, from
+// the cache at scrape time, as VMsBehind.
+func (m *Metrics) VMsHotplugPending(pending func() (counts map[string]int, ok bool)) {
+	if m == nil {
+		return
+	}
+	m.Registry.MustRegister(&behindCollector{behind: pending, desc: prometheus.NewDesc("kvlive_vms_hotplug_pending",
+		"Running VMs referencing an instance type or preference whose hot-plugged CPU or memory waits on the VMI for the live migration that brings it to the guest (HotVCPUChange/HotMemoryChange), from the cache at scrape time; kvlive drift shows which.",
+		[]string{"object"}, nil)})
+}
+
 // behindCollector turns one count per object into one gauge per object at
 // each scrape; objects no VM references any more have no series.
 type behindCollector struct {

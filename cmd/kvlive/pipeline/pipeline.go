@@ -165,6 +165,16 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		}
 		return counts, true
 	})
+	cfg.Metrics.VMsHotplugPending(func() (map[string]int, bool) {
+		if !fleet.HasSynced() {
+			return nil, false
+		}
+		counts := map[string]int{}
+		for _, row := range drift.Measure(fleet, drift.Filter{CountsOnly: true}) {
+			counts[row.Object.String()] = row.HotplugPending
+		}
+		return counts, true
+	})
 	ctx, cancel := context.WithCancel(ctx)
 	group, ctx := errgroup.WithContext(ctx)
 	r := &Running{group: group, cancel: cancel, moving: cfg.moving}
