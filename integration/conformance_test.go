@@ -306,7 +306,7 @@ func standinWorld(t *testing.T) *conformanceWorld {
 			t.Fatal(err)
 		}
 	}
-	if _, err := clients.Virt.KubevirtV1().KubeVirts(framework.KubeVirtNamespace).Create(e.ctx, kubevirtCR(), metav1.CreateOptions{}); err != nil {
+	if err := createDeployedKubeVirt(e.ctx, clients); err != nil {
 		t.Fatal(err)
 	}
 	e.startStandin()

@@ -16,6 +16,7 @@ import (
 	"kubevirt.io/api/instancetype/v1beta1"
 
 	"kvlive/events"
+	"kvlive/integration/framework"
 	"kvlive/internal/kube"
 )
 
@@ -139,7 +140,7 @@ func seed(ctx context.Context, t *testing.T, c kube.Clients, o fleetOptions, sha
 			t.Fatalf("seed: namespace: %v", err)
 		}
 	}
-	if _, err := c.Virt.KubevirtV1().KubeVirts("kubevirt").Create(ctx, kubevirtCR(), metav1.CreateOptions{}); err != nil {
+	if err := createDeployedKubeVirt(ctx, c); err != nil {
 		t.Fatalf("seed: KubeVirt CR: %v", err)
 	}
 	for name, spec := range instancetypes {
@@ -170,6 +171,19 @@ func createVM(ctx context.Context, c kube.Clients, s vmShape) error {
 		return fmt.Errorf("VMI %s: %w", s.key(), err)
 	}
 	return nil
+}
+
+// createDeployedKubeVirt creates kubevirtCR and reports it Deployed, as
+// virt-operator does once KubeVirt is installed: KubeVirt's workload
+// updater starts no migration before.
+func createDeployedKubeVirt(ctx context.Context, c kube.Clients) error {
+	cr, err := c.Virt.KubevirtV1().KubeVirts(framework.KubeVirtNamespace).Create(ctx, kubevirtCR(), metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	cr.Status.Phase = virtv1.KubeVirtPhaseDeployed
+	_, err = c.Virt.KubevirtV1().KubeVirts(framework.KubeVirtNamespace).UpdateStatus(ctx, cr, metav1.UpdateOptions{})
+	return err
 }
 
 // kubevirtCR configures LiveUpdate with live migration and the hotplug ratio.

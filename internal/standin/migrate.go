@@ -75,6 +75,9 @@ func (c *Controller) Migrations() MigrationStats {
 
 // limits are the KubeVirt CR's migration settings and update methods.
 type limits struct {
+	// deployed is false while the KubeVirt CR is not fully deployed (an
+	// install or upgrade): the workload updater then starts nothing.
+	deployed            bool
 	perCluster, perNode int
 	liveMigrate, evict  bool
 	evictBatch          int
@@ -82,7 +85,7 @@ type limits struct {
 }
 
 func (c *Controller) limits() limits {
-	l := limits{perCluster: defaultParallelMigrations, perNode: defaultOutboundPerNode, liveMigrate: true,
+	l := limits{deployed: true, perCluster: defaultParallelMigrations, perNode: defaultOutboundPerNode, liveMigrate: true,
 		evictBatch: defaultBatchEvictionSize, evictInterval: defaultEvictionIntervalSec * time.Second}
 	var kv *virtv1.KubeVirt
 	for _, o := range c.cfg.KubeVirts.GetStore().List() {
@@ -91,6 +94,7 @@ func (c *Controller) limits() limits {
 	if kv == nil {
 		return l
 	}
+	l.deployed = kv.Status.Phase == virtv1.KubeVirtPhaseDeployed && kv.Status.ObservedDeploymentID == kv.Status.TargetDeploymentID
 	if m := kv.Spec.Configuration.MigrationConfiguration; m != nil {
 		if m.ParallelMigrationsPerCluster != nil {
 			l.perCluster = int(*m.ParallelMigrationsPerCluster)
@@ -166,6 +170,9 @@ func (c *Controller) migrate(ctx context.Context, vmi *virtv1.VirtualMachineInst
 	}
 	l := c.limits()
 	switch {
+	case !l.deployed:
+		c.queue.AddAfter(key, time.Second) // the KubeVirt CR's next state brings no VM back through the queue
+		return nil
 	case l.liveMigrate && migratable(vmi):
 		return c.startMigration(ctx, vmi, l)
 	case l.evict:

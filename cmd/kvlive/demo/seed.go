@@ -95,7 +95,8 @@ func seed(o Options) ([]runtime.Object, []vmShape) {
 }
 
 // kubeVirtCR is the KubeVirt CR of the demo's cluster: LiveUpdate, with
-// live migration as the workload update method.
+// live migration as the workload update method, deployed (KubeVirt's
+// workload updater migrates nothing before).
 func kubeVirtCR() *virtv1.KubeVirt {
 	strategy := virtv1.VMRolloutStrategyLiveUpdate
 	return &virtv1.KubeVirt{
@@ -109,6 +110,7 @@ func kubeVirtCR() *virtv1.KubeVirt {
 				WorkloadUpdateMethods: []virtv1.WorkloadUpdateMethod{virtv1.WorkloadUpdateMethodLiveMigrate},
 			},
 		},
+		Status: virtv1.KubeVirtStatus{Phase: virtv1.KubeVirtPhaseDeployed},
 	}
 }
 
