@@ -36,6 +36,14 @@ func fleet(t *testing.T) []runtime.Object {
 		objs = append(objs, testenv.RunningVMI(vm.Namespace, vm.Name))
 		return vm
 	}
+	// migrating runs the VM with a CPU hot-plug on its VMI that waits for
+	// the live migration bringing it to the guest.
+	migrating := func(vm *virtv1.VirtualMachine) *virtv1.VirtualMachine {
+		vmi := testenv.RunningVMI(vm.Namespace, vm.Name)
+		vmi.Status.Conditions = append(vmi.Status.Conditions, virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceVCPUChange, Status: corev1.ConditionTrue})
+		objs = append(objs, vmi)
+		return vm
+	}
 	restartRequired := func(vm *virtv1.VirtualMachine) *virtv1.VirtualMachine {
 		vm.Status.Conditions = append(vm.Status.Conditions, virtv1.VirtualMachineCondition{Type: virtv1.VirtualMachineRestartRequired, Status: corev1.ConditionTrue})
 		return vm
@@ -47,7 +55,7 @@ func fleet(t *testing.T) []runtime.Object {
 	objs = append(objs, testenv.Pin(t, withPref, testenv.ClusterPreference("deleted-pref", v1beta1.Sockets)))
 	it.Generation = 3
 	objs = append(objs, it,
-		running(pinned(testenv.VM("team-a", "latest", "u1.medium"), 3, "")),
+		migrating(pinned(testenv.VM("team-a", "latest", "u1.medium"), 3, "")),
 		restartRequired(running(pinned(testenv.VM("team-a", "restart", "u1.medium"), 2, ""))),
 		pinned(testenv.VM("team-a", "stopped-behind", "u1.medium"), 1, ""),
 		testenv.VM("team-b", "unpinned", "u1.medium"),
@@ -69,9 +77,9 @@ func TestMeasureCountsEveryVMWhereItsPinStands(t *testing.T) {
 	pref := events.Ref{Kind: events.KindClusterPreference, Name: "deleted-pref"}
 	want := []drift.Row{{
 		Object: it, Generation: 3, Total: 7, Latest: 2, Behind: 2, Unpinned: 1, Unknown: 2, MaxLag: 2, Lags: map[int64]int{1: 1, 2: 1},
-		RestartRequired: 1, Stopped: 3,
+		RestartRequired: 1, HotplugPending: 1, Stopped: 3,
 		Members: []drift.VM{
-			{Namespace: "team-a", Name: "latest", State: drift.StateLatest, Revision: "latest-u1.medium-v1beta1-uid-u1.medium-3", Generation: 3},
+			{Namespace: "team-a", Name: "latest", State: drift.StateLatest, Revision: "latest-u1.medium-v1beta1-uid-u1.medium-3", Generation: 3, HotplugPending: true},
 			{Namespace: "team-a", Name: "restart", State: drift.StateBehind, Revision: "restart-u1.medium-v1beta1-uid-u1.medium-2", Generation: 2, Lag: 1, RestartRequired: true},
 			{Namespace: "team-a", Name: "stopped-behind", State: drift.StateBehind, Revision: "stopped-behind-u1.medium-v1beta1-uid-u1.medium-1", Generation: 1, Lag: 2, Stopped: true},
 			{Namespace: "team-a", Name: "with-pref", State: drift.StateLatest, Revision: "with-pref-u1.medium-v1beta1-uid-u1.medium-3", Generation: 3},
