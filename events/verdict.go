@@ -86,10 +86,26 @@ type Verdict struct {
 	Deadline   time.Duration `json:"deadline"`
 	TraceID    string        `json:"traceId,omitempty"`
 	SpanID     string        `json:"spanId,omitempty"`
+	// Migration is KubeVirt's live migration of the VM since the move, as
+	// the VMI showed it when the verdict was read, if one was handed off.
+	Migration *MigrationRecord `json:"migration,omitempty"`
 	// Reobserved marks a later look at a VM whose verdict was unsettled
 	// (pending, refused or not observed at the deadline), asked for with
 	// kvlive rollout verify: it follows the verdict, never replaces it.
 	Reobserved bool `json:"reobserved,omitempty"`
+}
+
+// MigrationRecord is one live migration of a VM as its VMI reports it
+// (status.migrationState): KubeVirt's migration object's UID, the node it
+// went to, when the source started it and when it ended, and whether it
+// failed and why.
+type MigrationRecord struct {
+	UID           string     `json:"uid"`
+	Target        string     `json:"target,omitempty"`
+	Started       *time.Time `json:"started,omitempty"`
+	Ended         *time.Time `json:"ended,omitempty"`
+	Failed        bool       `json:"failed,omitempty"`
+	FailureReason string     `json:"failureReason,omitempty"`
 }
 
 // Unsettled reports a verdict that says what stood at the deadline rather

@@ -148,6 +148,16 @@ type Migration struct {
 	// starts another while the hot-plug condition stands).
 	Failed        bool
 	FailureReason string
+	// Ended is when it ended, if it did.
+	Ended *time.Time
+}
+
+// Record is the migration as a verdict keeps it, nil when there was none.
+func (m Migration) Record() *events.MigrationRecord {
+	if m.UID == "" {
+		return nil
+	}
+	return &events.MigrationRecord{UID: m.UID, Target: m.Target, Started: m.Started, Ended: m.Ended, Failed: m.Failed, FailureReason: m.FailureReason}
 }
 
 // MigrationSince reads the VMI's latest migration if it was handed off
@@ -173,6 +183,14 @@ func MigrationSince(vmi *virtv1.VirtualMachineInstance, since time.Time) Migrati
 		return m
 	case ended == nil || ended.Time.Before(since):
 		return Migration{} // ended before the move: not this move's
+	}
+	end := ended.Time
+	m.Ended = &end
+	if began != nil && !began.Time.Before(since) {
+		t := began.Time
+		m.Started = &t
+	}
+	switch {
 	case s.Failed:
 		m.Failed, m.FailureReason = true, s.FailureReason
 	default:

@@ -23,6 +23,9 @@ type Judgement struct {
 	// verdict if nothing changes before: the deadline after the move, or
 	// after the migration's start, or the queue deadline.
 	Due time.Time
+	// Migration is the VM's live migration since the move, if the VMI
+	// showed one.
+	Migration *events.MigrationRecord
 }
 
 // Judge reads KubeVirt's verdict on a VM kvlive moved (its outcome o) from
@@ -157,8 +160,16 @@ func judgeEvicted(o events.Outcome, vmi *virtv1.VirtualMachineInstance, c clockA
 	return Judgement{Observed: events.ObservedQueued, Reason: "the VMI was not evicted by the queue deadline: KubeVirt's workload updater evicts a few VMIs a minute (batchEvictionSize per batchEvictionInterval)"}, true
 }
 
-// judgeRunning reads the verdict on a running VM without RestartRequired.
+// judgeRunning reads the verdict on a running VM without RestartRequired,
+// with the VM's migration since the move, if any.
 func judgeRunning(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, since metav1.Time, c clockAt) (Judgement, bool) {
+	j, final := judgeLive(o, vm, vmi, since, c)
+	j.Migration = MigrationSince(vmi, since.Time).Record()
+	return j, final
+}
+
+// judgeLive reads the verdict on a running VM without RestartRequired.
+func judgeLive(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, since metav1.Time, c clockAt) (Judgement, bool) {
 	want := expectOnVMI(o.Changes)
 	conds := HotplugPending(vmi)
 	m := MigrationSince(vmi, since.Time)

@@ -410,7 +410,7 @@ func (v *Verifier) store(ctx context.Context, a awaited, j instancetype.Judgemen
 	o := a.out
 	verdict := events.Verdict{EventID: o.EventID, VM: o.VM, Predicted: o.Result, Observed: j.Observed, Reason: j.Reason,
 		Condition: j.Condition, Message: j.Message, Batch: o.Batch, MovedAt: o.FinishedAt, ObservedAt: now.UTC(),
-		Deadline: o.VerdictDeadline, TraceID: o.TraceID, SpanID: o.SpanID}
+		Deadline: o.VerdictDeadline, TraceID: o.TraceID, SpanID: o.SpanID, Migration: j.Migration}
 	id := events.VerdictID(o.EventID, o.VM.UID)
 	body, err := events.Encode(events.TypeVerdict, id, "kvlive/verifier", o.VM.String(), now, &verdict)
 	if err != nil {
@@ -438,10 +438,23 @@ func (v *Verifier) record(ctx context.Context, verdict events.Verdict, vm *virtv
 				TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true}))
 		}
 	}
-	_, span := v.tracer.Start(ctx, "verdict "+verdict.VM.String(), trace.WithTimestamp(verdict.MovedAt), trace.WithAttributes(
+	vctx, span := v.tracer.Start(ctx, "verdict "+verdict.VM.String(), trace.WithTimestamp(verdict.MovedAt), trace.WithAttributes(
 		attribute.String("kvlive.event.id", verdict.EventID), attribute.String("kvlive.predicted", string(verdict.Predicted)),
 		attribute.String("kvlive.observed", string(verdict.Observed)), attribute.String("kvlive.verdict.reason", verdict.Reason),
 		attribute.String("kvlive.kubevirt.condition", verdict.Condition), attribute.String("kvlive.kubevirt.message", verdict.Message)))
+	if m := verdict.Migration; m != nil && m.Started != nil {
+		// KubeVirt's live migration that carried (or failed to carry) the
+		// change, from the source's start to its end (or the verdict).
+		end := verdict.ObservedAt
+		if m.Ended != nil {
+			end = *m.Ended
+		}
+		_, ms := v.tracer.Start(vctx, "migration "+verdict.VM.String(), trace.WithTimestamp(*m.Started), trace.WithAttributes(
+			attribute.String("kvlive.migration.uid", m.UID), attribute.String("kvlive.migration.target", m.Target),
+			attribute.Bool("kvlive.migration.failed", m.Failed), attribute.String("kvlive.migration.failure", m.FailureReason),
+			attribute.Bool("kvlive.migration.ended", m.Ended != nil)))
+		ms.End(trace.WithTimestamp(end))
+	}
 	span.End(trace.WithTimestamp(verdict.ObservedAt))
 	if verdict.Observed.Matches(verdict.Predicted) {
 		return

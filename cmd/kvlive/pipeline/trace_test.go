@@ -106,8 +106,9 @@ func TestTraceFollowsTheEventAcrossNATS(t *testing.T) {
 		}
 		parents[s.SpanContext().SpanID()] = true
 	}
-	live := 0
+	live, verdicts := 0, map[trace.SpanID]bool{}
 	for _, s := range byName(spans, "verdict ") {
+		verdicts[s.SpanContext().SpanID()] = true
 		if !parents[s.Parent().SpanID()] {
 			t.Errorf("%s: parent %s, want a VM's apply span", s.Name(), s.Parent().SpanID())
 		}
@@ -119,6 +120,17 @@ func TestTraceFollowsTheEventAcrossNATS(t *testing.T) {
 	}
 	if live != fleetSize/2 {
 		t.Errorf("%d verdict spans say live, want %d (the running VMs)", live, fleetSize/2)
+	}
+	// Each live change reached its guest by a migration, a span under the
+	// VM's verdict.
+	migrations := byName(spans, "migration ")
+	for _, s := range migrations {
+		if !verdicts[s.Parent().SpanID()] {
+			t.Errorf("%s: parent %s, want a VM's verdict span", s.Name(), s.Parent().SpanID())
+		}
+	}
+	if len(migrations) != fleetSize/2 {
+		t.Errorf("%d migration spans, want %d (the running VMs)", len(migrations), fleetSize/2)
 	}
 	for uid, o := range ids.outcomes {
 		if o.TraceID != observe.SpanContext().TraceID().String() {
