@@ -93,11 +93,12 @@ func TestRealKubeVirtLiveRolloutMigrates(t *testing.T) {
 	t.Logf("%d migrations (%d succeeded, %d failed), at most %d at once", len(list.Items), len(succeeded), len(failed), maxOverlap(migrationSpans(ran)))
 }
 
-// pinWrites are kvlive's writes of VMs in the audit log, oldest first.
+// pinWrites are kvlive's writes of VMs (the pin moves) in the audit log,
+// oldest first.
 func (e *env) pinWrites() []auditEvent {
 	var out []auditEvent
 	for _, ev := range e.kvlivePatches() {
-		if ev.ObjectRef.Resource == "virtualmachines" && ev.ObjectRef.Subresource == "" {
+		if ev.ObjectRef.Resource == "virtualmachines" {
 			out = append(out, ev)
 		}
 	}
