@@ -192,7 +192,11 @@ func (a *Applier) tryTake(ctx context.Context, plan events.Plan, n int) (*bool, 
 	if len(used) >= n {
 		return nil, nil
 	}
-	body, err := json.Marshal(events.MigrationSlot{EventID: plan.EventID, VM: plan.VM, At: a.cfg.Clock.Now().UTC()})
+	taken := events.MigrationSlot{EventID: plan.EventID, VM: plan.VM, At: a.cfg.Clock.Now().UTC()}
+	if vmi := a.budget.fleet.VMI(plan.VM.Namespace, plan.VM.Name); vmi != nil && vmi.Status.MigrationState != nil {
+		taken.Prior = string(vmi.Status.MigrationState.MigrationUID)
+	}
+	body, err := json.Marshal(taken)
 	if err != nil {
 		return nil, err
 	}
@@ -292,6 +296,9 @@ func (a *Applier) slotState(s slot) (string, *instancetype.Migration) {
 		return fmt.Sprintf("no migration ended within the queue timeout %v: the slot is given up", a.cfg.QueueTimeout), nil
 	}
 	m := instancetype.MigrationSince(vmi, since)
+	if m.UID != "" && m.UID == s.MS.Prior {
+		m = instancetype.Migration{} // the one before the move
+	}
 	var failed *instancetype.Migration
 	if m.Failed {
 		failed = &m

@@ -25,6 +25,9 @@ type MigrationSlot struct {
 	VM      VMRef  `json:"vm"`
 	// At is when the slot was taken, just before the VM's pin moved.
 	At time.Time `json:"at"`
+	// Prior is the VMI's latest migration when the slot was taken: one
+	// that ended before the move, never this move's.
+	Prior string `json:"prior,omitempty"`
 	// FailedMigration is the latest failed migration of the VM kvlive
 	// acted on (paused its rollout for), so it acts once per failure.
 	FailedMigration string `json:"failedMigration,omitempty"`

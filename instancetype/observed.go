@@ -160,8 +160,8 @@ func (m Migration) Record() *events.MigrationRecord {
 	return &events.MigrationRecord{UID: m.UID, Target: m.Target, Started: m.Started, Ended: m.Ended, Failed: m.Failed, FailureReason: m.FailureReason}
 }
 
-// MigrationSince reads the VMI's latest migration if it was handed off
-// after since; the zero Migration otherwise.
+// MigrationSince reads the VMI's latest migration if it started after
+// since (or, running, whatever its start); the zero Migration otherwise.
 func MigrationSince(vmi *virtv1.VirtualMachineInstance, since time.Time) Migration {
 	s := vmi.Status.MigrationState
 	if s == nil || s.MigrationUID == "" {
@@ -181,8 +181,10 @@ func MigrationSince(vmi *virtv1.VirtualMachineInstance, since time.Time) Migrati
 			m.Started = &t
 		}
 		return m
-	case ended == nil || ended.Time.Before(since):
-		return Migration{} // ended before the move: not this move's
+	case ended == nil || ended.Time.Before(since) || (began != nil && began.Time.Before(since)):
+		// Ended, or started, before the move: not this move's (virt-controller
+		// hot-plugs nothing while a migration runs).
+		return Migration{}
 	}
 	end := ended.Time
 	m.Ended = &end

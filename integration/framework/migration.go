@@ -46,8 +46,9 @@ type Fault struct {
 	NotOnlined bool
 }
 
-// Migration is one migration the players finished, as they saw it end.
+// Migration is one migration the players ended, as they saw it end.
 type Migration struct {
+	// Name is the migration object's UID; VMI its namespace/name.
 	Name, VMI string
 	Source    string
 	Target    string
@@ -212,6 +213,7 @@ func (h *VirtHandler) finalize(ctx context.Context, key string, vmi *virtv1.Virt
 		return err
 	}
 	h.recordFinished(key, done)
+	h.recordMigration(vmi)
 	return nil
 }
 
@@ -221,7 +223,11 @@ func (h *VirtHandler) failMigration(ctx context.Context, vmi *virtv1.VirtualMach
 	state, now := vmi.Status.MigrationState, metav1.Now()
 	state.Failed, state.Completed, state.EndTimestamp = true, true, &now
 	state.FailureReason = "Live migration failed: injected by the test (the migration did not converge)"
-	return h.update(ctx, vmi)
+	if err := h.update(ctx, vmi); err != nil {
+		return err
+	}
+	h.recordMigration(vmi)
+	return nil
 }
 
 // cleanUp ends a finished migration on both nodes: the target virt-handler
@@ -245,11 +251,8 @@ func (h *VirtHandler) cleanUp(ctx context.Context, m *virtv1.VirtualMachineInsta
 		gone = state.TargetPod
 	}
 	if gone != "" {
-		if err := h.podEnded(ctx, m.Namespace, gone); err != nil {
-			return err
-		}
+		return h.podEnded(ctx, m.Namespace, gone)
 	}
-	h.recordMigration(m)
 	return nil
 }
 
@@ -282,19 +285,19 @@ func (h *VirtHandler) recordFinished(key string, done []string) {
 	h.finished[key] = append(h.finished[key], done...)
 }
 
-func (h *VirtHandler) recordMigration(m *virtv1.VirtualMachineInstanceMigration) {
+// recordMigration keeps a migration as the players ended it, once.
+func (h *VirtHandler) recordMigration(vmi *virtv1.VirtualMachineInstance) {
+	s := vmi.Status.MigrationState
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.recorded == nil {
 		h.recorded = map[types.UID]bool{}
 	}
-	if h.recorded[m.UID] {
+	if h.recorded[s.MigrationUID] {
 		return
 	}
-	h.recorded[m.UID] = true
-	s := m.Status.MigrationState
-	rec := Migration{Name: m.Name, VMI: m.Namespace + "/" + m.Spec.VMIName, Source: s.SourceNode, Target: s.TargetNode,
-		Failed: m.Status.Phase == virtv1.MigrationFailed}
+	h.recorded[s.MigrationUID] = true
+	rec := Migration{Name: string(s.MigrationUID), VMI: vmi.Namespace + "/" + vmi.Name, Source: s.SourceNode, Target: s.TargetNode, Failed: s.Failed}
 	if s.StartTimestamp != nil {
 		rec.Started = s.StartTimestamp.Time
 	}
