@@ -180,12 +180,12 @@ func (a *Applier) tryTake(ctx context.Context, plan events.Plan, n int) (*bool, 
 	}
 	used := map[string]bool{}
 	for _, s := range slots {
-		if s.MS.VM.UID == plan.VM.UID {
-			took := false
-			return &took, nil // an earlier delivery's move holds it
-		}
 		if a.freeIfEnded(ctx, s) {
 			continue
+		}
+		if s.MS.VM.UID == plan.VM.UID && s.MS.EventID == plan.EventID {
+			took := false
+			return &took, nil // an earlier delivery of this plan holds it
 		}
 		used[s.key] = true
 	}
@@ -290,7 +290,7 @@ func (a *Applier) slotState(s slot) (string, *instancetype.Migration) {
 	case vmi == nil || vmi.IsFinal():
 		return "the VM stopped", nil
 	case vmi.CreationTimestamp.After(since):
-		return "the VM runs a new VMI", nil
+		return fmt.Sprintf("the VM runs a new VMI (created %s, the slot taken %s)", vmi.CreationTimestamp.UTC().Format(time.RFC3339), s.MS.At.Format(time.RFC3339Nano)), nil
 	case a.cfg.Clock.Since(s.MS.At) > a.cfg.QueueTimeout:
 		a.cfg.Metrics.MigrationSlotGivenUp()
 		return fmt.Sprintf("no migration ended within the queue timeout %v: the slot is given up", a.cfg.QueueTimeout), nil
