@@ -246,7 +246,10 @@ func guestNote(vmi *virtv1.VirtualMachineInstance, want LiveWant) string {
 	if want.Memory == nil || mem == nil || mem.GuestCurrent == nil || mem.GuestCurrent.Cmp(*want.Memory) >= 0 {
 		return ""
 	}
-	return "; the guest has onlined " + mem.GuestCurrent.String() + " of " + want.Memory.String() + " so far"
+	// Copies: String caches its text in the Quantity, and the VMI is a
+	// shared cache's.
+	current, wanted := mem.GuestCurrent.DeepCopy(), want.Memory.DeepCopy()
+	return "; the guest has onlined " + current.String() + " of " + wanted.String() + " so far"
 }
 
 // switchedTo reports whether vm references obj in its spec and KubeVirt

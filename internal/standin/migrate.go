@@ -227,7 +227,10 @@ func (c *Controller) finishMigration(ctx context.Context, vmi *virtv1.VirtualMac
 		status["currentCPUTopology"] = map[string]any{"sockets": cpu.Sockets, "cores": cpu.Cores, "threads": cpu.Threads}
 	}
 	if mem := vmi.Spec.Domain.Memory; mem != nil && mem.Guest != nil && vmi.Status.Memory != nil {
-		status["memory"] = map[string]any{"guestRequested": mem.Guest.String(), "guestCurrent": mem.Guest.String()}
+		// A copy: String caches its text in the Quantity, and the VMI is
+		// the informer's, which other goroutines read.
+		guest := mem.Guest.DeepCopy()
+		status["memory"] = map[string]any{"guestRequested": guest.String(), "guestCurrent": guest.String()}
 	}
 	var conds []virtv1.VirtualMachineInstanceCondition
 	for _, cond := range vmi.Status.Conditions {
