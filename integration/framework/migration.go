@@ -66,10 +66,10 @@ func (h *VirtHandler) SetMigrationDuration(d time.Duration) { h.duration.Store(i
 func (h *VirtHandler) Inject(namespace, name string, f Fault) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.faults == nil {
-		h.faults = map[string]*Fault{}
+	if h.faultsOf == nil {
+		h.faultsOf = map[string]*Fault{}
 	}
-	h.faults[namespace+"/"+name] = &f
+	h.faultsOf[namespace+"/"+name] = &f
 }
 
 // Migrations lists the migrations the players ended, in the order they
@@ -80,13 +80,34 @@ func (h *VirtHandler) Migrations() []Migration {
 	return append([]Migration(nil), h.migrations...)
 }
 
-// fault takes one occurrence of what goes wrong for key: check reports
-// whether the fault applies and spends it.
-func (h *VirtHandler) fault(key string, check func(*Fault) bool) bool {
+// faults returns what goes wrong next for key, without spending it: a
+// write that fails (a conflict on a stale cache) is tried again with the
+// same faults, which spend only once the write went through.
+func (h *VirtHandler) faults(key string) Fault {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	f := h.faults[key]
-	return f != nil && check(f)
+	if f := h.faultsOf[key]; f != nil {
+		return *f
+	}
+	return Fault{}
+}
+
+// spend records that the faults in used happened.
+func (h *VirtHandler) spend(key string, used Fault) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f := h.faultsOf[key]
+	if f == nil {
+		return
+	}
+	if used.Migrations > 0 {
+		f.Migrations--
+	}
+	if used.CPU > 0 {
+		f.CPU--
+	}
+	f.Memory = f.Memory && !used.Memory
+	f.NotOnlined = f.NotOnlined && !used.NotOnlined
 }
 
 // requeueAfter is an error a player's sync returns to look at the object
@@ -134,8 +155,12 @@ func (h *VirtHandler) syncMigration(ctx context.Context, m *virtv1.VirtualMachin
 			return requeueAfter(left)
 		}
 		key := vmi.Namespace + "/" + vmi.Name
-		if h.fault(key, func(f *Fault) bool { f.Migrations--; return f.Migrations >= 0 }) {
-			return h.failMigration(ctx, vmi)
+		if h.faults(key).Migrations > 0 {
+			if err := h.failMigration(ctx, vmi); err != nil {
+				return err
+			}
+			h.spend(key, Fault{Migrations: 1})
+			return nil
 		}
 		if !state.TargetNodeDomainDetected || state.EndTimestamp == nil {
 			return h.update(ctx, landOnTarget(vmi))
@@ -175,8 +200,11 @@ func landOnTarget(vmi *virtv1.VirtualMachineInstance) *virtv1.VirtualMachineInst
 // update.
 func (h *VirtHandler) finalize(ctx context.Context, key string, vmi *virtv1.VirtualMachineInstance) error {
 	var done []string
+	faults, used := h.faults(key), Fault{}
 	if hasCondition(vmi, virtv1.VirtualMachineInstanceVCPUChange) {
-		if !h.fault(key, func(f *Fault) bool { f.CPU--; return f.CPU >= 0 }) {
+		if faults.CPU > 0 {
+			used.CPU = 1
+		} else {
 			cpu := vmi.Spec.Domain.CPU
 			vmi.Status.CurrentCPUTopology = &virtv1.CPUTopology{Sockets: cpu.Sockets, Cores: cpu.Cores, Threads: cpu.Threads}
 			done = append(done, string(virtv1.VirtualMachineInstanceVCPUChange))
@@ -185,8 +213,8 @@ func (h *VirtHandler) finalize(ctx context.Context, key string, vmi *virtv1.Virt
 	}
 	delete(vmi.Labels, virtv1.VirtualMachinePodCPULimitsLabel)
 	if hasCondition(vmi, virtv1.VirtualMachineInstanceMemoryChange) && vmi.Status.Memory != nil {
-		failed := h.fault(key, func(f *Fault) bool { was := f.Memory; f.Memory = false; return was })
-		if failed {
+		if faults.Memory {
+			used.Memory = true
 			for i := range vmi.Status.Conditions {
 				if c := &vmi.Status.Conditions[i]; c.Type == virtv1.VirtualMachineInstanceMemoryChange {
 					c.Status, c.Reason = corev1.ConditionFalse, "Memory Hotplug Failed"
@@ -197,7 +225,9 @@ func (h *VirtHandler) finalize(ctx context.Context, key string, vmi *virtv1.Virt
 			vmi.Status.Conditions = withoutConditions(vmi.Status.Conditions, virtv1.VirtualMachineInstanceMemoryChange)
 			guest := guestMemory(vmi)
 			vmi.Status.Memory.GuestRequested = guest
-			if !h.fault(key, func(f *Fault) bool { was := f.NotOnlined; f.NotOnlined = false; return was }) {
+			if faults.NotOnlined {
+				used.NotOnlined = true
+			} else {
 				// What the domain reports once the guest onlined it.
 				vmi.Status.Memory.GuestCurrent = copyQuantity(guest)
 			}
@@ -212,6 +242,7 @@ func (h *VirtHandler) finalize(ctx context.Context, key string, vmi *virtv1.Virt
 	if err := h.update(ctx, vmi); err != nil {
 		return err
 	}
+	h.spend(key, used)
 	h.recordFinished(key, done)
 	h.recordMigration(vmi)
 	return nil

@@ -227,7 +227,7 @@ type VirtHandler struct {
 	requeueAll func()
 	mu         sync.Mutex
 	finished   map[string][]string
-	faults     map[string]*Fault
+	faultsOf   map[string]*Fault
 	recorded   map[types.UID]bool
 	migrations []Migration
 }
