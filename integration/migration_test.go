@@ -187,3 +187,36 @@ func TestRealKubeVirtLiveMovesKeepToTheMigrationBudget(t *testing.T) {
 		t.Errorf("VMs %v moved once a migration failed; at most the budget's 2 were to be committed", slices.Sorted(maps.Keys(moved)))
 	}
 }
+
+// TestRealKubeVirtHotplugFailuresOnTheTarget: the players fail hot-plugs
+// where virt-handler can, on a migration's target. A CPU hot-plug error
+// leaves the topology as it was, so virt-controller asks again and its
+// workload updater migrates the VMI once more, which carries the change:
+// live, after two migrations. A memory hot-plug failure sets
+// HotMemoryChange=False, which virt-controller turns into RestartRequired:
+// KubeVirt's verdict is restart, not the live kvlive predicted, and says so.
+func TestRealKubeVirtHotplugFailuresOnTheTarget(t *testing.T) {
+	e := newKubeVirtEnv(t)
+	e.createInstancetype("u1.medium", 2, "2Gi")
+	e.createVMs("u1.medium", kvVM{name: "cpu-error", running: true}, kvVM{name: "memory-failure", running: true})
+	e.kv.Handler.Inject(kvNamespace, "cpu-error", framework.Fault{CPU: 1})
+	e.kv.Handler.Inject(kvNamespace, "memory-failure", framework.Fault{Memory: true})
+	e.runKvlive("all stages", "--observe-timeout", "1m")
+	e.waitWatched(1)
+
+	eventID := e.editInstancetypeTo("u1.medium", 3, "4Gi")
+	e.checkResults(e.follow(eventID), map[string]events.Result{"cpu-error": events.ResultLive, "memory-failure": events.ResultLive})
+	e.checkVerdictsAre(eventID, map[string]verdictWant{
+		"cpu-error":      {events.ObservedLive, "migration", nil},
+		"memory-failure": {events.ObservedRestart, "Memory-hotplug failed", nil},
+	})
+	succeeded := 0
+	for _, m := range e.kv.Handler.Migrations() {
+		if m.VMI == kvNamespace+"/cpu-error" && !m.Failed {
+			succeeded++
+		}
+	}
+	if succeeded != 2 {
+		t.Errorf("cpu-error: %d migrations, want 2 (the first one's CPU hot-plug failed on the target)", succeeded)
+	}
+}
