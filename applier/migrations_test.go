@@ -1,0 +1,113 @@
+package applier
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"kvlive/events"
+	"kvlive/internal/testenv"
+	"kvlive/rollout"
+)
+
+// budgetFleet is a MigrationFleet of VMs and VMIs by name.
+type budgetFleet struct {
+	vms  map[string]*virtv1.VirtualMachine
+	vmis map[string]*virtv1.VirtualMachineInstance
+	kv   *virtv1.KubeVirt
+}
+
+func (f *budgetFleet) VM(_, name string) *virtv1.VirtualMachine { return f.vms[name] }
+func (f *budgetFleet) VMI(_, name string) *virtv1.VirtualMachineInstance {
+	return f.vmis[name]
+}
+func (f *budgetFleet) KubeVirt() *virtv1.KubeVirt { return f.kv }
+
+// TestTheMigrationBudgetHoldsLiveMovesToItsSlots: with a budget of two, a
+// third live move finds no slot until one VM's migration ended; a VM whose
+// hot-plug waits for its migration keeps its slot, and so does one whose
+// migration ended before it was moved again; a failed migration pauses the
+// rollout once.
+func TestTheMigrationBudgetHoldsLiveMovesToItsSlots(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, events.BucketMigrations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet := &budgetFleet{vms: map[string]*virtv1.VirtualMachine{}, vmis: map[string]*virtv1.VirtualMachineInstance{}}
+	old := metav1.NewTime(time.Now().Add(-time.Hour))
+	for _, n := range []string{"a", "b", "c"} {
+		fleet.vms[n] = &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: n, UID: types.UID("uid-" + n)}}
+		vmi := testenv.RunningVMI("ns", n)
+		vmi.CreationTimestamp = old
+		// Its last migration ended an hour ago, before any move here.
+		vmi.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "old-" + types.UID(n), StartTimestamp: &old, EndTimestamp: &old, Completed: true}
+		fleet.vmis[n] = vmi
+	}
+	store, err := rollout.Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients := testenv.FakeClients(nil)
+	a, err := New(Config{Clients: clients, Fleet: testenv.StartCache(t, clients), JetStream: js, QueueTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.budget, a.control = &budget{kv: kv, fleet: fleet}, store
+	plan := func(n string) events.Plan {
+		return events.Plan{EventID: "E", VM: events.VMRef{Namespace: "ns", Name: n, UID: "uid-" + n}, Action: events.ResultLive}
+	}
+	take := func(n string) bool {
+		took, err := a.tryTake(ctx, plan(n), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return took != nil
+	}
+	if !take("a") || !take("b") {
+		t.Fatal("a and b found no slot in an empty budget of two")
+	}
+	if take("c") {
+		t.Fatal("c took a third slot of a budget of two")
+	}
+	// a's hot-plug waits on its VMI for KubeVirt's migration: it keeps its slot.
+	hot := virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceVCPUChange, Status: corev1.ConditionTrue}
+	fleet.vmis["a"].Status.Conditions = append(fleet.vmis["a"].Status.Conditions, hot)
+	if take("c") {
+		t.Fatal("c took the slot of a, whose migration has not started")
+	}
+	// b's migration ends: its slot is c's.
+	started, ended := metav1.Now(), metav1.NewTime(time.Now().Add(time.Second))
+	fleet.vmis["b"].Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m-b", StartTimestamp: &started, EndTimestamp: &ended, Completed: true}
+	if !take("c") {
+		t.Fatal("c found no slot once b's migration ended")
+	}
+	// a's migration fails: its rollout is paused, once, and a keeps its slot
+	// (KubeVirt migrates it again).
+	fleet.vmis["a"].Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m-a", StartTimestamp: &started, EndTimestamp: &ended, Completed: true, Failed: true, FailureReason: "did not converge"}
+	if take("b") {
+		t.Fatal("b took a slot while a (failed, retried) and c hold both")
+	}
+	c, _, err := store.Get(ctx, "E")
+	if err != nil || c.State != events.StatePaused {
+		t.Fatalf("rollout E: %+v, %v; want paused by a's failed migration", c, err)
+	}
+	slots, err := a.budget.slots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := 0
+	for _, s := range slots {
+		if s.MS.FailedMigration == "m-a" {
+			failed++
+		}
+	}
+	if len(slots) != 2 || failed != 1 {
+		t.Errorf("slots %+v; want a's (its failure recorded) and c's", slots)
+	}
+}
