@@ -234,7 +234,7 @@ func (a *Applier) Run(ctx context.Context) error {
 		return fmt.Errorf("applier: %w", err)
 	}
 	if a.cfg.Migrations != nil {
-		kv, err := a.cfg.JetStream.KeyValue(ctx, events.BucketMigrations)
+		kv, err := a.cfg.JetStream.KeyValue(ctx, events.BucketBus)
 		if err != nil {
 			return fmt.Errorf("applier: migration budget: %w", err)
 		}

@@ -21,7 +21,7 @@ import (
 // to a migration long before the first one ends, or fails. The applier
 // instead keeps the running VMs it moved whose migration has not ended
 // within a budget: a live move takes one of the budget's slots (a KV
-// create in events.BucketMigrations, shared by every replica) before the
+// create in events.BucketBus, shared by every replica) before the
 // pin moves, and the slot is given back once KubeVirt's migration of the
 // VM ended (or the VM can no longer migrate, stopped, or went). A failed
 // migration pauses (or, by the policy, aborts) its rollout, so a bad
@@ -112,7 +112,10 @@ type slot struct {
 
 // slots reads the budget's slots in use.
 func (b *budget) slots(ctx context.Context) ([]slot, error) {
-	keys, err := b.kv.ListKeys(ctx)
+	keys, err := b.kv.ListKeysFiltered(ctx, events.MigrationKeys)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,7 @@ func (f *budgetFleet) KubeVirt() *virtv1.KubeVirt { return f.kv }
 func TestTheMigrationBudgetHoldsLiveMovesToItsSlots(t *testing.T) {
 	js := testenv.JetStream(t)
 	ctx := t.Context()
-	kv, err := js.KeyValue(ctx, events.BucketMigrations)
+	kv, err := js.KeyValue(ctx, events.BucketBus)
 	if err != nil {
 		t.Fatal(err)
 	}

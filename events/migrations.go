@@ -5,19 +5,22 @@ import (
 	"time"
 )
 
-// BucketMigrations holds the migration budget's slots: one key per slot
+// The migration budget lives in BucketBus, beside the scope claim: what
+// the replicas sharing a bus agree on. One key per slot
 // (MigrationSlotKey), held by a running VM kvlive moved whose live
-// migration has not ended. A slot is taken with a KV create, so every
+// migration has not ended; a slot is taken with a KV create, so every
 // replica shares one budget and never more VMs hold it than it has slots.
-const BucketMigrations = "kvlive-migrations"
+
+// MigrationKeys filters the migration budget's keys in BucketBus.
+const MigrationKeys = "migrations.>"
 
 // MigrationSlotKey is the key of slot i of the migration budget.
-func MigrationSlotKey(i int) string { return fmt.Sprintf("slot-%d", i) }
+func MigrationSlotKey(i int) string { return fmt.Sprintf("migrations.slot-%d", i) }
 
 // MigrationWaitKey is the key where an applier says why live moves wait
 // for something other than a free slot (the KubeVirt CR not fully
 // deployed), for rollout status to show; it is deleted once they go on.
-const MigrationWaitKey = "wait"
+const MigrationWaitKey = "migrations.wait"
 
 // MigrationSlot is the VM holding one slot of the migration budget.
 type MigrationSlot struct {

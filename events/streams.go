@@ -53,7 +53,8 @@ const (
 	// rollout (pause, resume, abort).
 	BucketControl = "kvlive-rollout-control"
 	// BucketBus holds what the replicas sharing one bus agree on: the
-	// scope they serve (ScopeKey).
+	// scope they serve (ScopeKey) and the migration budget's slots
+	// (MigrationSlotKey).
 	BucketBus = "kvlive-bus"
 )
 
@@ -219,8 +220,7 @@ func KVConfigs(o StreamOptions) []jetstream.KeyValueConfig {
 			LimitMarkerTTL: time.Minute},
 		{Bucket: BucketControl, Description: "kvlive: pause, resume and abort per event", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1),
 			LimitMarkerTTL: time.Minute},
-		{Bucket: BucketBus, Description: "kvlive: the scope of the replicas sharing this bus", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1)},
-		{Bucket: BucketMigrations, Description: "kvlive applier: the migration budget's slots, held by moved VMs whose live migration has not ended", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1)},
+		{Bucket: BucketBus, Description: "kvlive: what the replicas sharing this bus agree on: their scope, the migration budget", Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1)},
 	}
 }
 

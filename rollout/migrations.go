@@ -10,7 +10,7 @@ import (
 	"kvlive/events"
 )
 
-// Migrations is what the migration budget (events.BucketMigrations) says of
+// Migrations is what the migration budget (in events.BucketBus) says of
 // a rollout: how many of its VMs kvlive moved whose live migration has not
 // ended (running, or queued in KubeVirt), of how many slots held in all,
 // and why live moves wait, when they wait for something else than a slot.
@@ -26,14 +26,17 @@ type Migrations struct {
 // CountMigrations reads the migration budget into a.Migrations; a bus
 // without the bucket (no applier set it up yet) leaves it nil.
 func CountMigrations(ctx context.Context, js jetstream.JetStream, a *Account) error {
-	kv, err := js.KeyValue(ctx, events.BucketMigrations)
+	kv, err := js.KeyValue(ctx, events.BucketBus)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	keys, err := kv.ListKeys(ctx)
+	keys, err := kv.ListKeysFiltered(ctx, events.MigrationKeys)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 func TestStatusShowsTheMigrationBudget(t *testing.T) {
 	js := testenv.JetStream(t)
 	ctx := t.Context()
-	kv, err := js.KeyValue(ctx, events.BucketMigrations)
+	kv, err := js.KeyValue(ctx, events.BucketBus)
 	if err != nil {
 		t.Fatal(err)
 	}
