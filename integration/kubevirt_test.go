@@ -429,12 +429,14 @@ func TestRealKubeVirtVerdictsOfAHeldAndARefusedHotplug(t *testing.T) {
 	// condition cleared for the moment, still pending behind the first.
 	// On the non-migratable VM a sync whose CPU hotplug is refused never
 	// reaches the memory handler, so its RestartRequired comes and goes
-	// with the retries too: restart, pending behind the first hotplug, or
-	// (caught between two retries, as live-0 may be) refused.
+	// with the retries too: restart, pending behind the first hotplug,
+	// (caught between two retries, as live-0 may be) refused, or, with the
+	// condition gone at the deadline, restart for its sockets, which no
+	// migration of a VMI that cannot migrate carries.
 	refusedNow := e.checkVerdictsAre(refused.EventID, map[string]verdictWant{
 		"live-0": {events.ObservedRefused, "HotPlugCPUError", &verdictWant{events.ObservedPending, "HotVCPUChange", nil}},
 		"local-0": {events.ObservedRestart, "only available for migratable VMs", &verdictWant{events.ObservedPending, "HotVCPUChange",
-			&verdictWant{events.ObservedRefused, "HotPlugCPUError", nil}}},
+			&verdictWant{events.ObservedRefused, "HotPlugCPUError", &verdictWant{events.ObservedRestart, "no migration carries it", nil}}}},
 		"stopped-0": {events.ObservedNextBoot, "", nil},
 	})["live-0"]
 
