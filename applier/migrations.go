@@ -145,8 +145,15 @@ func (b *budget) slots(ctx context.Context) ([]slot, error) {
 // or the rollout stops running (errSteered).
 func (a *Applier) takeSlot(ctx context.Context, plan events.Plan, policy int) (bool, error) {
 	b := a.budget
-	waitingSince := time.Time{}
+	waitingSince, began := time.Time{}, a.cfg.Clock.Now()
 	for {
+		if waited := a.cfg.Clock.Since(began); waited > a.cfg.QueueTimeout {
+			// Every wait has its bound: the plan is retried, and dead-lettered
+			// with this reason once its deliveries are spent.
+			a.cfg.Metrics.MigrationWait("gave-up")
+			a.cfg.Log.Warn("applier: a live move gave up waiting for the migration budget", "vm", plan.VM.String(), "event", plan.EventID, "waited", waited)
+			return false, fmt.Errorf("%w: waited %v (--migration-queue-timeout) for a slot of the migration budget or for KubeVirt to be deployed", errTransient, waited.Round(time.Second))
+		}
 		if why := b.notDeployed(); why != "" {
 			if waitingSince.IsZero() {
 				waitingSince = a.cfg.Clock.Now()
@@ -157,6 +164,7 @@ func (a *Applier) takeSlot(ctx context.Context, plan events.Plan, policy int) (b
 		} else {
 			if !waitingSince.IsZero() {
 				a.clearWait(ctx)
+				waitingSince = time.Time{}
 			}
 			took, err := a.tryTake(ctx, plan, b.size(policy))
 			if err != nil || took != nil {
@@ -296,6 +304,7 @@ func (a *Applier) slotState(s slot) (string, *instancetype.Migration) {
 		return fmt.Sprintf("the VM runs a new VMI (created %s, the slot taken %s)", vmi.CreationTimestamp.UTC().Format(time.RFC3339), s.MS.At.Format(time.RFC3339Nano)), nil
 	case a.cfg.Clock.Since(s.MS.At) > a.cfg.QueueTimeout:
 		a.cfg.Metrics.MigrationSlotGivenUp()
+		a.cfg.Log.Warn("applier: a migration slot given up: no migration of its VM ended within --migration-queue-timeout", "vm", s.MS.VM.String(), "event", s.MS.EventID, "taken", s.MS.At)
 		return fmt.Sprintf("no migration ended within the queue timeout %v: the slot is given up", a.cfg.QueueTimeout), nil
 	}
 	m := instancetype.MigrationSince(vmi, since)

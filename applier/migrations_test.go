@@ -1,6 +1,9 @@
 package applier
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,5 +112,35 @@ func TestTheMigrationBudgetHoldsLiveMovesToItsSlots(t *testing.T) {
 	}
 	if len(slots) != 2 || failed != 1 {
 		t.Errorf("slots %+v; want a's (its failure recorded) and c's", slots)
+	}
+}
+
+// TestALiveMoveWaitsForKubeVirtNoLongerThanTheQueueTimeout: while the
+// KubeVirt CR is not Deployed no slot is taken, rollout status is told
+// why, and the wait ends at the queue timeout with an error saying so.
+func TestALiveMoveWaitsForKubeVirtNoLongerThanTheQueueTimeout(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, events.BucketBus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet := &budgetFleet{kv: &virtv1.KubeVirt{Status: virtv1.KubeVirtStatus{Phase: virtv1.KubeVirtPhaseDeploying}}}
+	clients := testenv.FakeClients(nil)
+	a, err := New(Config{Clients: clients, Fleet: testenv.StartCache(t, clients), JetStream: js, QueueTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.budget = &budget{kv: kv, fleet: fleet}
+	_, err = a.takeSlot(ctx, events.Plan{EventID: "E", VM: events.VMRef{Namespace: "ns", Name: "a", UID: "uid-a"}, Action: events.ResultLive}, 0)
+	if !errors.Is(err, errTransient) || !strings.Contains(err.Error(), "--migration-queue-timeout") {
+		t.Fatalf("takeSlot: %v; want a transient error naming the queue timeout", err)
+	}
+	if e, err := kv.Get(ctx, events.MigrationWaitKey); err != nil || !strings.Contains(string(e.Value()), "Deploying") {
+		t.Errorf("the wait key: %v; want why live moves wait", err)
+	}
+	if slots, err := a.budget.slots(ctx); err != nil || len(slots) != 0 {
+		t.Errorf("slots %v, %v; want none taken while KubeVirt is not deployed", slots, err)
 	}
 }
