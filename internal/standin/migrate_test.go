@@ -1,7 +1,6 @@
 package standin
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -37,15 +36,8 @@ func TestMigrationsKeepKubeVirtsLimits(t *testing.T) {
 	fleet := testenv.StartWholeCache(t, clients)
 	c := New(Config{Kube: clients.Kube, Virt: clients.Virt, VMs: fleet.VMInformer(), VMIs: fleet.VMIInformer(), KubeVirts: fleet.KubeVirtInformer(),
 		Workers: 4, MigrationDuration: 200 * time.Millisecond})
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("stand-in: %v", err)
-		}
-	})
+	runUntilCleanup(t, c)
+	ctx := t.Context()
 
 	maxRunning, maxFromNode := 0, 0
 	testenv.Eventually(t, 30*time.Second, "every migratable VMI migrated", func() bool {

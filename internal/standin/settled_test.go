@@ -21,15 +21,7 @@ func TestSettledAfterPinning(t *testing.T) {
 	if last, _ := c.Settled(); !last.Equal(time.Unix(0, 0)) {
 		t.Fatalf("before Run: last reconciled at %v, want never", last)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("stand-in: %v", err)
-		}
-	})
+	runUntilCleanup(t, c)
 	start := time.Now()
 	testenv.Eventually(t, 10*time.Second, "the VM pinned", func() bool {
 		vm := fleet.VM("ns", "vm-1")
@@ -42,4 +34,19 @@ func TestSettledAfterPinning(t *testing.T) {
 	if last, _ := c.Settled(); last.Before(start) || last.After(time.Now()) {
 		t.Errorf("last reconciled at %v, want after %v and by now", last, start)
 	}
+}
+
+// runUntilCleanup runs the stand-in until the test ends, failing the test
+// if it returns an error.
+func runUntilCleanup(t *testing.T, c *Controller) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("stand-in: %v", err)
+		}
+	})
 }
