@@ -38,9 +38,9 @@ const (
 	// (or eviction) that brings it to the guest, and none had started by
 	// the queue deadline.
 	ObservedQueued Observed = "queued"
-	// ObservedEvicted: KubeVirt's workload updater evicted the VMI to
-	// bring the change in; the VM runs a new VMI, or stays stopped as its
-	// run strategy says.
+	// ObservedEvicted: a VM predicted to be evicted no longer runs the VMI
+	// it ran at the move: it runs one started since, or none (the VMI
+	// shows a replacement, not who made it).
 	ObservedEvicted Observed = "evicted"
 )
 

@@ -144,14 +144,15 @@ func judgePinned(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.Virtua
 
 // judgeEvicted reads the verdict on a VM whose VMI KubeVirt's workload
 // updater was predicted to evict: a VMI started after the move (or none)
-// is the eviction done; the old VMI still running waits in the updater's
+// is the VMI replaced, which the reason says without claiming who did it
+// (the VM's VMI shows no eviction); the old VMI still running waits in the updater's
 // eviction batches, queued until the queue deadline.
 func judgeEvicted(o events.Outcome, vmi *virtv1.VirtualMachineInstance, c clockAt) (Judgement, bool) {
 	switch {
 	case vmi == nil:
-		return Judgement{Observed: events.ObservedEvicted, Reason: "the VMI is gone: KubeVirt evicted it and the VM's run strategy did not start it again"}, true
+		return Judgement{Observed: events.ObservedEvicted, Reason: "the VMI that ran at the move is gone and none runs (an eviction, or another stop); the change applies at the next start"}, true
 	case vmi.CreationTimestamp.After(o.FinishedAt.Truncate(time.Second)):
-		return Judgement{Observed: events.ObservedEvicted, Reason: "KubeVirt evicted the VMI; the VM runs a new VMI on its new pin"}, true
+		return Judgement{Observed: events.ObservedEvicted, Reason: "the VM runs a VMI started after the move, on its new pin (an eviction, or another restart)"}, true
 	}
 	due, at := c.queueDue()
 	if !due {
