@@ -58,6 +58,14 @@ func startPlayers(t *testing.T, c kube.Clients) *VirtHandler {
 		return h.syncMigration(ctx, obj.(*virtv1.VirtualMachineInstanceMigration))
 	})
 	h.requeueAll = migrations.requeueAll
+	// virt-handler watches VMIs: a migration's next step (finalizing once
+	// the domain landed on the target) follows its VMI's update, not the
+	// migration object's next change.
+	_, _ = handler.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
+		if vmi, ok := o.(*virtv1.VirtualMachineInstance); ok && vmi.Status.MigrationState != nil && !vmi.Status.MigrationState.Completed {
+			migrations.requeueAll()
+		}
+	}})
 	for _, p := range []*player{launcher, handler, migrations} {
 		wg.Add(1)
 		go func() { defer wg.Done(); p.run(ctx) }()
