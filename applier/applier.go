@@ -238,7 +238,10 @@ func (a *Applier) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("applier: migration budget: %w", err)
 		}
-		a.budget = &budget{kv: kv, fleet: a.cfg.Migrations}
+		a.budget = newBudget(kv, a.cfg.Migrations)
+		if err := a.budget.follow(ctx); err != nil {
+			return fmt.Errorf("applier: migration budget: %w", err)
+		}
 		go a.sweepSlots(ctx)
 	}
 	rt, err := consumer.New(consumer.Config{

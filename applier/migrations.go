@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/client-go/tools/cache"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
@@ -29,22 +31,28 @@ import (
 // moves take no slot.
 
 // MigrationFleet is what the budget reads of the cluster: each VM's VMI
-// and the KubeVirt CR (its migration settings and deployment state).
+// and the KubeVirt CR (its migration settings and deployment state), and
+// the informers that tell when they change (nil: looked at on a timer).
 type MigrationFleet interface {
 	VM(namespace, name string) *virtv1.VirtualMachine
 	VMI(namespace, name string) *virtv1.VirtualMachineInstance
 	KubeVirt() *virtv1.KubeVirt
+	VMIInformer() cache.SharedIndexInformer
+	KubeVirtInformer() cache.SharedIndexInformer
 }
 
 // defaultParallelMigrations is KubeVirt's parallelMigrationsPerCluster
 // when the CR sets none.
 const defaultParallelMigrations = 5
 
-// Budget pacing timing: how often a waiting move looks for a free slot,
-// and how long after its move a VM that shows no hot-plug yet keeps its
-// slot (virt-controller patches the VMI within milliseconds of the move).
+// Budget pacing timing. Waiting moves and the sweep act on events (a slot
+// freed in the bucket, a VMI holding a slot or the KubeVirt CR changed);
+// slotRecheck bounds how long either goes without looking (what no event
+// tells: a rollout paused, a slot past its time). slotReactions is how
+// long after its move a VM that shows no hot-plug yet keeps its slot
+// (virt-controller patches the VMI within milliseconds of the move).
 const (
-	slotPoll      = time.Second
+	slotRecheck   = 5 * time.Second
 	slotReactions = 30 * time.Second
 )
 
@@ -52,6 +60,140 @@ const (
 type budget struct {
 	kv    jetstream.KeyValue
 	fleet MigrationFleet
+
+	mu sync.Mutex
+	// room is closed (and replaced) when a slot may have come free: a slot
+	// deleted from the bucket, or the KubeVirt CR changed.
+	room chan struct{}
+	// holders are the VMs ("namespace/name") holding slots, by slot key, as
+	// the bucket's watch last told; look is poked when one's VMI changes.
+	holders map[string]string
+	look    chan struct{}
+}
+
+func newBudget(kv jetstream.KeyValue, fleet MigrationFleet) *budget {
+	return &budget{kv: kv, fleet: fleet, room: make(chan struct{}), holders: map[string]string{}, look: make(chan struct{}, 1)}
+}
+
+// roomChanged is closed once the budget may have room; take it before
+// looking at the slots, so no freeing between the look and the wait is
+// missed.
+func (b *budget) roomChanged() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.room
+}
+
+// wake tells the moves waiting for a slot to look again.
+func (b *budget) wake() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	close(b.room)
+	b.room = make(chan struct{})
+}
+
+// poke asks the sweep to look at the slots now.
+func (b *budget) poke() {
+	select {
+	case b.look <- struct{}{}:
+	default: // a look is due already
+	}
+}
+
+// follow keeps the budget told of what frees a slot until ctx ends: the
+// bucket's slot keys (a delete wakes waiting moves), the VMIs of the VMs
+// holding slots (their migration's end pokes the sweep) and the KubeVirt
+// CR (deployed again, or a new parallelMigrationsPerCluster).
+func (b *budget) follow(ctx context.Context) error {
+	w, err := b.kv.Watch(ctx, events.MigrationKeys)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", events.MigrationKeys, err)
+	}
+	if inf := b.fleet.VMIInformer(); inf != nil {
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    b.vmiChanged,
+			UpdateFunc: func(_, obj any) { b.vmiChanged(obj) },
+			DeleteFunc: b.vmiChanged,
+		}); err != nil {
+			return fmt.Errorf("VMI handler: %w", err)
+		}
+	}
+	if inf := b.fleet.KubeVirtInformer(); inf != nil {
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { b.wake() },
+			UpdateFunc: func(any, any) { b.wake() },
+			DeleteFunc: func(any) { b.wake() },
+		}); err != nil {
+			return fmt.Errorf("KubeVirt handler: %w", err)
+		}
+	}
+	go func() {
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e != nil {
+					b.slotChanged(e)
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// slotChanged keeps holders current from the bucket's watch, and wakes the
+// waiting moves when a slot is freed.
+func (b *budget) slotChanged(e jetstream.KeyValueEntry) {
+	if e.Key() == events.MigrationWaitKey {
+		return
+	}
+	var ms events.MigrationSlot
+	taken := e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &ms) == nil
+	b.mu.Lock()
+	if taken {
+		b.holders[e.Key()] = ms.VM.Namespace + "/" + ms.VM.Name
+	} else {
+		delete(b.holders, e.Key())
+	}
+	b.mu.Unlock()
+	if !taken {
+		b.wake()
+	}
+}
+
+// held records the VMs holding slots, as a sweep read them.
+func (b *budget) held(slots []slot) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	clear(b.holders)
+	for _, s := range slots {
+		b.holders[s.key] = s.MS.VM.Namespace + "/" + s.MS.VM.Name
+	}
+}
+
+// vmiChanged pokes the sweep when the VMI of a VM holding a slot changed.
+func (b *budget) vmiChanged(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	holds := false
+	for _, vm := range b.holders {
+		if vm == key {
+			holds = true
+			break
+		}
+	}
+	b.mu.Unlock()
+	if holds {
+		b.poke()
+	}
 }
 
 // size is the budget for a rollout's VM: KubeVirt's
@@ -154,6 +296,7 @@ func (a *Applier) takeSlot(ctx context.Context, plan events.Plan, policy int) (b
 			a.cfg.Log.Warn("applier: a live move gave up waiting for the migration budget", "vm", plan.VM.String(), "event", plan.EventID, "waited", waited)
 			return false, fmt.Errorf("%w: waited %v (--migration-queue-timeout) for a slot of the migration budget or for KubeVirt to be deployed", errTransient, waited.Round(time.Second))
 		}
+		room := b.roomChanged()
 		if why := b.notDeployed(); why != "" {
 			if waitingSince.IsZero() {
 				waitingSince = a.cfg.Clock.Now()
@@ -174,7 +317,8 @@ func (a *Applier) takeSlot(ctx context.Context, plan events.Plan, policy int) (b
 		select {
 		case <-ctx.Done():
 			return false, ctx.Err()
-		case <-time.After(slotPoll):
+		case <-room:
+		case <-time.After(slotRecheck):
 		}
 		if a.watch != nil && a.watch.Of(plan.EventID).State != events.StateRunning {
 			return false, errSteered
@@ -227,36 +371,35 @@ func (a *Applier) tryTake(ctx context.Context, plan events.Plan, n int) (*bool, 
 	return nil, nil // another replica took the free ones first
 }
 
-// slotSweepEvery is how often each applier looks at the budget's slots
-// with no move waiting: their VMs' migrations end (and may fail) whether or
-// not another live move comes.
-const slotSweepEvery = 5 * time.Second
-
 // sweepSlots frees the slots whose migration ended, and acts on failed
-// migrations, until ctx ends.
+// migrations, until ctx ends: when a VM holding a slot changes (its
+// migrations end, and may fail, whether or not another live move comes),
+// and every slotRecheck for what no event tells.
 func (a *Applier) sweepSlots(ctx context.Context) {
-	t := time.NewTicker(slotSweepEvery)
+	t := time.NewTicker(slotRecheck)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-a.budget.look:
 		}
 		slots, err := a.budget.slots(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				a.cfg.Log.Warn("applier: migration budget unreadable; looked at again", "err", err, "in", slotSweepEvery)
+				a.cfg.Log.Warn("applier: migration budget unreadable; looked at again", "err", err, "in", slotRecheck)
 			}
 			continue
 		}
-		inUse := 0
+		var held []slot
 		for _, s := range slots {
 			if !a.freeIfEnded(ctx, s) {
-				inUse++
+				held = append(held, s)
 			}
 		}
-		a.cfg.Metrics.MigrationSlots(inUse)
+		a.budget.held(held)
+		a.cfg.Metrics.MigrationSlots(len(held))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
@@ -28,7 +29,9 @@ func (f *budgetFleet) VM(_, name string) *virtv1.VirtualMachine { return f.vms[n
 func (f *budgetFleet) VMI(_, name string) *virtv1.VirtualMachineInstance {
 	return f.vmis[name]
 }
-func (f *budgetFleet) KubeVirt() *virtv1.KubeVirt { return f.kv }
+func (f *budgetFleet) KubeVirt() *virtv1.KubeVirt                  { return f.kv }
+func (f *budgetFleet) VMIInformer() cache.SharedIndexInformer      { return nil }
+func (f *budgetFleet) KubeVirtInformer() cache.SharedIndexInformer { return nil }
 
 // TestTheMigrationBudgetHoldsLiveMovesToItsSlots: with a budget of two, a
 // third live move finds no slot until one VM's migration ended; a VM whose
@@ -61,7 +64,7 @@ func TestTheMigrationBudgetHoldsLiveMovesToItsSlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.budget, a.control = &budget{kv: kv, fleet: fleet}, store
+	a.budget, a.control = newBudget(kv, fleet), store
 	plan := func(n string) events.Plan {
 		return events.Plan{EventID: "E", VM: events.VMRef{Namespace: "ns", Name: n, UID: "uid-" + n}, Action: events.ResultLive}
 	}
@@ -132,7 +135,7 @@ func TestALiveMoveWaitsForKubeVirtNoLongerThanTheQueueTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.budget = &budget{kv: kv, fleet: fleet}
+	a.budget = newBudget(kv, fleet)
 	_, err = a.takeSlot(ctx, events.Plan{EventID: "E", VM: events.VMRef{Namespace: "ns", Name: "a", UID: "uid-a"}, Action: events.ResultLive}, 0)
 	if !errors.Is(err, errTransient) || !strings.Contains(err.Error(), "--migration-queue-timeout") {
 		t.Fatalf("takeSlot: %v; want a transient error naming the queue timeout", err)
