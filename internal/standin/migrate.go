@@ -206,9 +206,13 @@ func (c *Controller) startMigration(ctx context.Context, vmi *virtv1.VirtualMach
 	c.mig.stats.MaxRunning = max(c.mig.stats.MaxRunning, len(c.mig.running))
 	c.mig.mu.Unlock()
 	at := metav1.NewTime(m.started)
+	// A new migration's state replaces the last one's (a merge patch drops
+	// what is null).
 	state := map[string]any{
 		"migrationUid": m.uid, "sourceNode": m.source, "targetNode": m.target, "targetNodeAddress": "standin",
 		"startTimestamp": at, "mode": virtv1.MigrationPreCopy,
+		"endTimestamp": nil, "completed": nil, "failed": nil, "failureReason": nil,
+		"targetNodeDomainDetected": nil, "targetNodeDomainReadyTimestamp": nil,
 	}
 	if err := c.patchVMI(ctx, vmi, map[string]any{}, map[string]any{"migrationState": state}); err != nil {
 		c.release(key)
