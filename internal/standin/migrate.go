@@ -42,15 +42,28 @@ const standinNodes = 8
 
 // MigrationStats counts the migrations the stand-in ran.
 type MigrationStats struct {
-	Started, Succeeded, Evicted int
+	Started, Succeeded, Failed, Evicted int
 	// MaxRunning is the most that ran at once.
 	MaxRunning int
 }
+
+// MigrationRecord is one migration the stand-in ended.
+type MigrationRecord struct {
+	// VMI is namespace/name; UID the migration's.
+	VMI, UID       string
+	Started, Ended time.Time
+	Failed         bool
+}
+
+// failureReason is what a failed migration of the stand-in's reports.
+const failureReason = "Live migration failed: the stand-in failed it (FailMigration)"
 
 // migration is one running migration.
 type migration struct {
 	uid, source, target string
 	started             time.Time
+	// fails: it ends failed, as one that did not converge.
+	fails bool
 }
 
 // migrations is the stand-in's migration queue: what runs, by VMI key, and
@@ -64,6 +77,10 @@ type migrations struct {
 	// limit per interval.
 	evictions []time.Time
 	stats     MigrationStats
+	// history is every migration ended, in the order they ended; fail
+	// holds the ordinals (in Started) of migrations to fail.
+	history []MigrationRecord
+	fail    map[int]bool
 }
 
 // Migrations returns what the stand-in's migration queue ran so far.
@@ -71,6 +88,27 @@ func (c *Controller) Migrations() MigrationStats {
 	c.mig.mu.Lock()
 	defer c.mig.mu.Unlock()
 	return c.mig.stats
+}
+
+// History lists the migrations the stand-in ended, in the order they
+// ended.
+func (c *Controller) History() []MigrationRecord {
+	c.mig.mu.Lock()
+	defer c.mig.mu.Unlock()
+	return slices.Clone(c.mig.history)
+}
+
+// FailMigration makes the nth migration started from now (1: the next)
+// fail at its end, as one that did not converge: the VMI keeps its
+// hot-plug conditions and waits for another turn, as KubeVirt's workload
+// updater migrates it again.
+func (c *Controller) FailMigration(nth int) {
+	c.mig.mu.Lock()
+	defer c.mig.mu.Unlock()
+	if c.mig.fail == nil {
+		c.mig.fail = map[int]bool{}
+	}
+	c.mig.fail[c.mig.stats.Started+nth] = true
 }
 
 // limits are the KubeVirt CR's migration settings and update methods.
@@ -203,6 +241,7 @@ func (c *Controller) startMigration(ctx context.Context, vmi *virtv1.VirtualMach
 	c.mig.running[key] = m
 	c.mig.waiting = slices.DeleteFunc(c.mig.waiting, func(k string) bool { return k == key })
 	c.mig.stats.Started++
+	m.fails = c.mig.fail[c.mig.stats.Started]
 	c.mig.stats.MaxRunning = max(c.mig.stats.MaxRunning, len(c.mig.running))
 	c.mig.mu.Unlock()
 	at := metav1.NewTime(m.started)
@@ -224,8 +263,20 @@ func (c *Controller) startMigration(ctx context.Context, vmi *virtv1.VirtualMach
 
 // finishMigration ends a migration on its target: the VMI's status takes
 // its spec's sockets and guest memory, the hot-plug conditions go, and the
-// VMI runs on the target node, in one write as virt-handler's.
+// VMI runs on the target node, in one write as virt-handler's. A
+// migration set to fail ends failed on its source instead, the VMI's
+// hot-plug still pending.
 func (c *Controller) finishMigration(ctx context.Context, vmi *virtv1.VirtualMachineInstance, m *migration) error {
+	key := vmi.Namespace + "/" + vmi.Name
+	if m.fails {
+		end := metav1.Now()
+		state := map[string]any{"endTimestamp": end, "completed": true, "failed": true, "failureReason": failureReason}
+		if err := c.patchVMI(ctx, vmi, map[string]any{}, map[string]any{"migrationState": state}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		c.ended(key, m, end.Time, true) // its VMI, still hot, takes its next turn in the queue
+		return nil
+	}
 	status := map[string]any{"nodeName": m.target}
 	if cpu := vmi.Spec.Domain.CPU; cpu != nil {
 		status["currentCPUTopology"] = map[string]any{"sockets": cpu.Sockets, "cores": cpu.Cores, "threads": cpu.Threads}
@@ -248,11 +299,21 @@ func (c *Controller) finishMigration(ctx context.Context, vmi *virtv1.VirtualMac
 	if err := c.patchVMI(ctx, vmi, map[string]any{}, status); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	c.mig.mu.Lock()
-	c.mig.stats.Succeeded++
-	c.mig.mu.Unlock()
-	c.release(vmi.Namespace + "/" + vmi.Name)
+	c.ended(key, m, end.Time, false)
 	return nil
+}
+
+// ended records a migration's end and frees its slot.
+func (c *Controller) ended(key string, m *migration, at time.Time, failed bool) {
+	c.mig.mu.Lock()
+	if failed {
+		c.mig.stats.Failed++
+	} else {
+		c.mig.stats.Succeeded++
+	}
+	c.mig.history = append(c.mig.history, MigrationRecord{VMI: key, UID: m.uid, Started: m.started, Ended: at, Failed: failed})
+	c.mig.mu.Unlock()
+	c.release(key)
 }
 
 // release frees the VMI's migration slot and gives every VMI in line a

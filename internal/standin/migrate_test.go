@@ -72,3 +72,35 @@ func TestMigrationsKeepKubeVirtsLimits(t *testing.T) {
 		t.Errorf("the VMI that cannot migrate: %+v, %v; want its hot-plug pending and no migration", held.Status, err)
 	}
 }
+
+// TestAFailedMigrationLeavesItsHotplugForTheNext: the migration set to
+// fail ends failed on its source, the VMI's hot-plug still pending, and
+// the VMI's next migration carries the change; the history keeps both.
+func TestAFailedMigrationLeavesItsHotplugForTheNext(t *testing.T) {
+	it := testenv.ClusterInstancetype("u1.small", 1, "2Gi")
+	vmi := testenv.RunningVMI("ns", "vm")
+	vmi.Spec.Domain.CPU.Sockets = 3
+	vmi.Status.CurrentCPUTopology = &virtv1.CPUTopology{Sockets: 2, Cores: 1, Threads: 1}
+	vmi.Status.Conditions = append(vmi.Status.Conditions, virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceVCPUChange, Status: corev1.ConditionTrue})
+	clients := testenv.FakeClients(nil, it, testenv.VM("ns", "vm", it.Name), vmi)
+	fleet := testenv.StartWholeCache(t, clients)
+	c := New(Config{Kube: clients.Kube, Virt: clients.Virt, VMs: fleet.VMInformer(), VMIs: fleet.VMIInformer(), KubeVirts: fleet.KubeVirtInformer(),
+		Workers: 2, MigrationDuration: 100 * time.Millisecond})
+	c.FailMigration(1)
+	runUntilCleanup(t, c)
+
+	testenv.Eventually(t, 30*time.Second, "the second migration to carry the hot-plug", func() bool {
+		return c.Migrations().Succeeded == 1
+	})
+	h := c.History()
+	if len(h) != 2 || !h[0].Failed || h[1].Failed || h[0].UID == h[1].UID || h[0].VMI != "ns/vm" {
+		t.Fatalf("history %+v; want a failed migration of ns/vm, then a succeeded one", h)
+	}
+	if s := c.Migrations(); s.Started != 2 || s.Failed != 1 {
+		t.Errorf("stats %+v; want 2 started, 1 failed", s)
+	}
+	got, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Get(t.Context(), "vm", metav1.GetOptions{})
+	if err != nil || got.Status.CurrentCPUTopology.Sockets != 3 || len(hotConditions(got)) != 0 || got.Status.MigrationState.Failed {
+		t.Errorf("VMI after the second migration: %+v, %v; want 3 sockets, no hot-plug, not failed", got.Status, err)
+	}
+}
