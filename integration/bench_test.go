@@ -55,7 +55,7 @@ var (
 	benchMemoryStopped = flag.String("bench.memory-stopped", "", "fleet sizes (comma separated) of stopped VMs whose kvlive run RSS is read")
 	benchRollouts      = flag.Int("bench.store-rollouts", 100, "rollouts the store holds for the per-event commands")
 	benchPlans         = flag.Int("bench.plans", 20000, "plans sent through each bus")
-	benchSections      = flag.String("bench.sections", "stopped,bus", "sections to run: stopped and bus by default (about 10 minutes); apply (kvlive and the loops with the stand-in reacting, kubectl, latency and the store), latency alone, planner, memory, revisions (ControllerRevisions after 10 edits) and switch (a switch's preview among 100,000 unrelated revisions) when named")
+	benchSections      = flag.String("bench.sections", "stopped,bus", "sections to run: stopped and bus by default (about 10 minutes); apply (kvlive and the loops with the stand-in reacting, kubectl, latency and the store), latency alone, planner, memory, revisions (ControllerRevisions after 10 edits), switch (a switch's preview among 100,000 unrelated revisions) and migrations (a live rollout of 1,000 running VMs through the stand-in's migrations, about 8 minutes) when named")
 	benchCached        = flag.String("bench.cached", "10000,100000", "cached fleet sizes (comma separated) the planner plans against")
 )
 
@@ -149,7 +149,7 @@ func TestBench(t *testing.T) {
 	for _, s := range []struct {
 		name string
 		run  func(*testing.T, *benchTable)
-	}{{"stopped", benchStopped}, {"apply", benchApply}, {"latency", benchLatencyAlone}, {"planner", benchPlanner}, {"memory", benchRSS}, {"bus", benchBus}, {"revisions", benchRevisions}, {"switch", benchSwitchPlan}} {
+	}{{"stopped", benchStopped}, {"apply", benchApply}, {"latency", benchLatencyAlone}, {"planner", benchPlanner}, {"memory", benchRSS}, {"bus", benchBus}, {"revisions", benchRevisions}, {"switch", benchSwitchPlan}, {"migrations", benchMigrations}} {
 		if slices.Contains(strings.Split(*benchSections, ","), s.name) {
 			t.Run(s.name, func(t *testing.T) { s.run(t, tab) })
 		}

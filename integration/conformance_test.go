@@ -309,7 +309,7 @@ func standinWorld(t *testing.T) *conformanceWorld {
 	if err := createDeployedKubeVirt(e.ctx, clients); err != nil {
 		t.Fatal(err)
 	}
-	e.startStandin()
+	e.startStandin(0)
 	kv := &kvEnv{env: e}
 	return &conformanceWorld{env: e, name: "stand-in", boot: func(i int, r conformanceRow) {
 		vm := kvVM{name: rowName(i), running: true, notMigratable: r.notMigratable, instancetype: rowName(i), preference: prefName(i, r)}

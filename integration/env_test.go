@@ -129,7 +129,7 @@ func newEnv(t *testing.T, o fleetOptions) *env {
 		e.js = connect(t, e.natsURL)
 	}
 	e.plansTap = tapPlans(t, e.js)
-	e.startStandin()
+	e.startStandin(o.migration)
 	seed(e.ctx, t, clients, o, e.shapes)
 	e.waitPinned()
 	e.uids = map[string]string{}
@@ -216,9 +216,9 @@ func connect(t *testing.T, url string, extra ...nats.Option) jetstream.JetStream
 	return js
 }
 
-// startStandin runs the virt-controller stand-in until the test ends; its
-// log is shown if the test fails.
-func (e *env) startStandin() {
+// startStandin runs the virt-controller stand-in, its migrations taking
+// migration each, until the test ends; its log is shown if the test fails.
+func (e *env) startStandin(migration time.Duration) {
 	e.t.Helper()
 	var log testenv.LogBuffer
 	ctx, cancel := context.WithCancel(context.Background())
@@ -228,7 +228,7 @@ func (e *env) startStandin() {
 	}
 	c := standin.New(standin.Config{
 		Kube: fleet.Clients.Kube, Virt: fleet.Clients.Virt,
-		VMs: fleet.VMInformer(), VMIs: fleet.VMIInformer(), KubeVirts: fleet.KubeVirtInformer(), Workers: 16,
+		VMs: fleet.VMInformer(), VMIs: fleet.VMIInformer(), KubeVirts: fleet.KubeVirtInformer(), Workers: 16, MigrationDuration: migration,
 		Log: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	e.standin = c

@@ -142,7 +142,7 @@ func TestRealKubeVirtLiveMovesKeepToTheMigrationBudget(t *testing.T) {
 	eventID := e.editInstancetypeTo("u1.medium", 3, "2Gi")
 	e.follow(eventID)
 	e.checkVerdicts(eventID, 5*time.Minute)
-	committed, carried := movesToTheirMigrations(t, e.pinWrites(), e.kv.Handler.Migrations(), names)
+	committed, carried := movesToTheirMigrations(t, e.pinWrites(), playersRan(e.kv.Handler.Migrations()), func(vm string) bool { return names[strings.TrimPrefix(vm, kvNamespace+"/")] })
 	if len(committed) != len(fleet) {
 		t.Errorf("%d VMs moved by kvlive and migrated since, want %d", len(committed), len(fleet))
 	}
@@ -172,44 +172,59 @@ func TestRealKubeVirtLiveMovesKeepToTheMigrationBudget(t *testing.T) {
 	}
 }
 
+// ranMigration is one migration as the players (framework.Migration) or
+// the stand-in (standin.MigrationRecord) ran it.
+type ranMigration struct {
+	// vm is the VMI's namespace/name; name the migration's (or its UID).
+	vm, name       string
+	started, ended time.Time
+	failed         bool
+}
+
+// playersRan are the migrations the players ended.
+func playersRan(ms []framework.Migration) []ranMigration {
+	out := make([]ranMigration, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, ranMigration{vm: m.VMI, name: m.Name, started: m.Started, ended: m.Ended, failed: m.Failed})
+	}
+	return out
+}
+
 // movesToTheirMigrations follows each of kvlive's pin writes (from the
-// audit log) of the named VMs to the first migration of the VM that
-// started after it, as the players ran it: committed spans the write to
-// that migration's end (what the budget holds), carried the migration
-// itself. A move no migration followed, or a VM migrated again for a
-// reason of KubeVirt's own, is named in the test's log and by an error
-// for the former: the budget holds a slot until the migration after
-// the move ends, not through KubeVirt's later ones.
-func movesToTheirMigrations(t *testing.T, writes []auditEvent, ran []framework.Migration, names map[string]bool) (committed, carried []span) {
+// audit log) of the VMs counted to the first migration of the VM that
+// started after it: committed spans the write to that migration's end
+// (what the budget holds), carried the migration itself. A move no
+// migration followed is an error; a VM migrated again for a reason of
+// KubeVirt's own is named in the test's log: the budget holds a slot until
+// the migration after the move ends, not through KubeVirt's later ones.
+func movesToTheirMigrations(t *testing.T, writes []auditEvent, ran []ranMigration, counted func(vm string) bool) (committed, carried []span) {
 	t.Helper()
-	byVMI := map[string][]framework.Migration{}
+	byVMI := map[string][]ranMigration{}
 	for _, m := range ran {
-		if !m.Started.IsZero() && !m.Ended.IsZero() {
-			vm := strings.TrimPrefix(m.VMI, kvNamespace+"/")
-			byVMI[vm] = append(byVMI[vm], m)
+		if !m.started.IsZero() && !m.ended.IsZero() {
+			byVMI[m.vm] = append(byVMI[m.vm], m)
 		}
 	}
 	for vm := range byVMI {
-		slices.SortFunc(byVMI[vm], func(a, b framework.Migration) int { return a.Started.Compare(b.Started) })
+		slices.SortFunc(byVMI[vm], func(a, b ranMigration) int { return a.started.Compare(b.started) })
 	}
 	for _, ev := range writes {
-		vm := ev.ObjectRef.Name
-		if !names[vm] {
+		vm := ev.ObjectRef.Namespace + "/" + ev.ObjectRef.Name
+		if !counted(vm) {
 			continue
 		}
-		// Migration timestamps are whole seconds (metav1.Time).
-		i := slices.IndexFunc(byVMI[vm], func(m framework.Migration) bool { return !m.Started.Before(ev.Received.Truncate(time.Second)) })
+		// The players' migration timestamps are whole seconds (metav1.Time).
+		i := slices.IndexFunc(byVMI[vm], func(m ranMigration) bool { return !m.started.Before(ev.Received.Truncate(time.Second)) })
 		if i < 0 {
 			t.Errorf("%s: moved at %s, and no migration of it started since", vm, ev.Received.Format(time.RFC3339Nano))
 			continue
 		}
 		m := byVMI[vm][i]
-		committed = append(committed, span{ev.Received, m.Ended})
-		carried = append(carried, span{m.Started, m.Ended})
+		committed = append(committed, span{ev.Received, m.ended})
+		carried = append(carried, span{m.started, m.ended})
 		for _, later := range byVMI[vm][i+1:] {
-			t.Logf("%s: migrated again (%s, %s to %s, failed %v) after the migration that carried kvlive's move", vm, later.Name, later.Started.Format(time.TimeOnly), later.Ended.Format(time.TimeOnly), later.Failed)
+			t.Logf("%s: migrated again (%s, %s to %s, failed %v) after the migration that carried kvlive's move", vm, later.name, later.started.Format(time.TimeOnly), later.ended.Format(time.TimeOnly), later.failed)
 		}
-		t.Logf("%s: moved %s, migrated %s to %s", vm, ev.Received.Format("15:04:05.000"), m.Started.Format(time.TimeOnly), m.Ended.Format(time.TimeOnly))
 	}
 	return committed, carried
 }

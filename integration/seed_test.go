@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"time"
 	"context"
 	"fmt"
 	"strings"
@@ -69,6 +70,11 @@ type fleetOptions struct {
 	natsCluster int
 	// stopped makes every VM of the fleet stopped (run strategy Halted).
 	stopped bool
+	// live makes every VM of the fleet running and live-migratable.
+	live bool
+	// migration is how long each of the stand-in's live migrations takes
+	// (zero: it ends at the stand-in's next look).
+	migration time.Duration
 	// natsRoles are further users of a secured NATS, each limited to a
 	// role of deploy/nats/kvlive-permissions.conf (user to role variable);
 	// env.natsUser gives the flags that connect as one.
@@ -102,8 +108,8 @@ func (s vmShape) expected() events.Result {
 }
 
 // shapes lists the fleet's VMs. Of every 4 VMs of an instance type 3 run
-// (none with stopped),
-// and every 8th running VM is not live-migratable; tiers rotate web, db,
+// (none with stopped, all with live),
+// and every 8th running VM is not live-migratable (none with live); tiers rotate web, db,
 // batch. Names follow the instance type: u1-medium-0007.
 func (o fleetOptions) shapes() []vmShape {
 	tiers := []string{"web", "db", "batch"}
@@ -115,8 +121,8 @@ func (o fleetOptions) shapes() []vmShape {
 				name:         fmt.Sprintf("%s-%04d", strings.ReplaceAll(it, ".", "-"), i),
 				instancetype: it,
 				tier:         tiers[i%len(tiers)],
-				running:      !o.stopped && i%4 != 3,
-				migratable:   i%8 != 5,
+				running:      o.live || (!o.stopped && i%4 != 3),
+				migratable:   o.live || i%8 != 5,
 			})
 		}
 	}
