@@ -89,6 +89,12 @@ type Verdict struct {
 	// Migration is KubeVirt's live migration of the VM since the move, as
 	// the VMI showed it when the verdict was read, if one was handed off.
 	Migration *MigrationRecord `json:"migration,omitempty"`
+	// FailedMigrations are the VM's live migrations since the move that
+	// failed, as the verifier saw them while it awaited the verdict, oldest
+	// first (the latest among them may be Migration). The VMI keeps only
+	// its latest migration, and a verifier started since counts only what
+	// it saw: there were at least these.
+	FailedMigrations []MigrationRecord `json:"failedMigrations,omitempty"`
 	// Reobserved marks a later look at a VM whose verdict was unsettled
 	// (pending, refused or not observed at the deadline), asked for with
 	// kvlive rollout verify: it follows the verdict, never replaces it.

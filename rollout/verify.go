@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -77,6 +78,23 @@ type awaited struct {
 	// seq is the outcome's stream sequence, which tells the outcome
 	// delivered again from another attempt's outcome of the same VM.
 	seq uint64
+	// failed are the VM's migrations since the move seen failing, oldest
+	// first.
+	failed []events.MigrationRecord
+}
+
+// sawFailed keeps a failed migration the VMI shows on the awaited
+// outcome a, once per migration.
+func (v *Verifier) sawFailed(key string, a *awaited, m *events.MigrationRecord) {
+	if m == nil || !m.Failed || slices.ContainsFunc(a.failed, func(f events.MigrationRecord) bool { return f.UID == m.UID }) {
+		return
+	}
+	a.failed = append(slices.Clone(a.failed), *m)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if cur, ok := v.byVM[key][awaitKey(a.out)]; ok && cur.seq == a.seq {
+		v.byVM[key][awaitKey(a.out)] = *a
+	}
 }
 
 // Bodies of JetStream's ack protocol: the acknowledgement, and the
@@ -376,6 +394,7 @@ func (v *Verifier) judge(ctx context.Context, key string) error {
 	var errs []error
 	for _, a := range pending {
 		j, final := instancetype.Judge(a.out, vm, vmi, now, a.out.VerdictDeadline)
+		v.sawFailed(key, &a, j.Migration)
 		if !final {
 			// The queue keeps one wake-up per VM, the earliest: this
 			// outcome's own deadline may be later than the one that woke
@@ -410,7 +429,10 @@ func (v *Verifier) store(ctx context.Context, a awaited, j instancetype.Judgemen
 	o := a.out
 	verdict := events.Verdict{EventID: o.EventID, VM: o.VM, Predicted: o.Result, Observed: j.Observed, Reason: j.Reason,
 		Condition: j.Condition, Message: j.Message, Batch: o.Batch, MovedAt: o.FinishedAt, ObservedAt: now.UTC(),
-		Deadline: o.VerdictDeadline, TraceID: o.TraceID, SpanID: o.SpanID, Migration: j.Migration}
+		Deadline: o.VerdictDeadline, TraceID: o.TraceID, SpanID: o.SpanID, Migration: j.Migration, FailedMigrations: a.failed}
+	if before := failedBefore(verdict); len(before) > 0 {
+		verdict.Reason += fmt.Sprintf("; %d failed migration(s) before it: %s", len(before), strings.Join(before, ", "))
+	}
 	id := events.VerdictID(o.EventID, o.VM.UID)
 	body, err := events.Encode(events.TypeVerdict, id, "kvlive/verifier", o.VM.String(), now, &verdict)
 	if err != nil {
@@ -429,6 +451,18 @@ func (v *Verifier) store(ctx context.Context, a awaited, j instancetype.Judgemen
 	return nil
 }
 
+// failedBefore names the verdict's failed migrations other than the one
+// it was read at (which its reason names already).
+func failedBefore(v events.Verdict) []string {
+	var out []string
+	for _, f := range v.FailedMigrations {
+		if v.Migration == nil || f.UID != v.Migration.UID {
+			out = append(out, f.UID+" ("+f.FailureReason+")")
+		}
+	}
+	return out
+}
+
 // record traces, counts and, on a mismatch, reports a stored verdict.
 func (v *Verifier) record(ctx context.Context, verdict events.Verdict, vm *virtv1.VirtualMachine) {
 	v.cfg.Metrics.Verdict(verdict.Predicted, verdict.Observed)
@@ -442,9 +476,16 @@ func (v *Verifier) record(ctx context.Context, verdict events.Verdict, vm *virtv
 		attribute.String("kvlive.event.id", verdict.EventID), attribute.String("kvlive.predicted", string(verdict.Predicted)),
 		attribute.String("kvlive.observed", string(verdict.Observed)), attribute.String("kvlive.verdict.reason", verdict.Reason),
 		attribute.String("kvlive.kubevirt.condition", verdict.Condition), attribute.String("kvlive.kubevirt.message", verdict.Message)))
-	if m := verdict.Migration; m != nil && m.Started != nil {
-		// KubeVirt's live migration that carried (or failed to carry) the
-		// change, from the source's start to its end (or the verdict).
+	// KubeVirt's live migrations that carried (or failed to carry) the
+	// change, each from the source's start to its end (or the verdict).
+	migrations := slices.Clone(verdict.FailedMigrations)
+	if m := verdict.Migration; m != nil && !slices.ContainsFunc(migrations, func(f events.MigrationRecord) bool { return f.UID == m.UID }) {
+		migrations = append(migrations, *m)
+	}
+	for _, m := range migrations {
+		if m.Started == nil {
+			continue
+		}
 		end := verdict.ObservedAt
 		if m.Ended != nil {
 			end = *m.Ended

@@ -3,6 +3,7 @@ package rollout
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -392,4 +393,54 @@ func TestAnOutcomeOfARecreatedVMDoesNotDisplaceTheAwaitedOne(t *testing.T) {
 		info := consumerInfo(t, js)
 		return n == 1 && v.Observed == events.ObservedLive && info != nil && info.NumAckPending == 0
 	})
+}
+
+// TestAVerdictCountsTheMigrationsThatFailedBeforeIt: a VM whose first
+// migration fails and whose second carries the change is live, and its
+// verdict keeps the failed one: named in the reason, listed, and traced.
+func TestAVerdictCountsTheMigrationsThatFailedBeforeIt(t *testing.T) {
+	js := testenv.JetStream(t)
+	vmi := testenv.RunningVMI("ns", "retried")
+	clients := testenv.FakeClients(nil, verifyVM("retried"), vmi)
+	cache := testenv.StartCache(t, clients)
+	v, err := NewVerifier(VerifierConfig{Fleet: cache, JetStream: js, Deadline: time.Hour, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var done sync.WaitGroup
+	done.Go(func() { _ = v.Run(ctx) })
+	defer func() { cancel(); done.Wait() }()
+	moved(t, js, "retried", events.ResultLive, 1, time.Hour)
+	seen := func() (awaiting, failed int) {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		for _, a := range v.byVM["ns/retried"] {
+			awaiting++
+			failed += len(a.failed)
+		}
+		return awaiting, failed
+	}
+	testenv.Eventually(t, 30*time.Second, "the outcome awaited", func() bool { n, _ := seen(); return n == 1 })
+	update := func(vmi *virtv1.VirtualMachineInstance) {
+		if _, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Update(ctx, vmi, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first migration fails: the hot-plug stays pending.
+	failed := vmi.DeepCopy()
+	start, end := metav1.NewTime(time.Now().Add(time.Second)), metav1.NewTime(time.Now().Add(2*time.Second))
+	failed.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "first", SourceNode: "node01", TargetNode: "node02",
+		StartTimestamp: &start, EndTimestamp: &end, Completed: true, Failed: true, FailureReason: "did not converge"}
+	update(failed)
+	testenv.Eventually(t, 30*time.Second, "the verifier to see the failed migration", func() bool { _, n := seen(); return n == 1 })
+	carried := failed.DeepCopy()
+	testenv.MigratedTo(carried, 4, time.Now().Add(3*time.Second))
+	update(carried)
+	testenv.Eventually(t, 30*time.Second, "the verdict", func() bool { _, n := verdictOf(t, js, "retried"); return n == 1 })
+	got, _ := verdictOf(t, js, "retried")
+	if got.Observed != events.ObservedLive || len(got.FailedMigrations) != 1 || got.FailedMigrations[0].UID != "first" ||
+		!strings.Contains(got.Reason, "1 failed migration(s) before it: first (did not converge)") {
+		t.Errorf("verdict %+v; want live, with the failed migration first kept and named", got)
+	}
 }
