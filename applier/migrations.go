@@ -418,60 +418,72 @@ func (a *Applier) giveBack(ctx context.Context, plan events.Plan) {
 }
 
 // freeIfEnded gives a slot back once its VM's migration ended, or can no
-// longer come, and acts on a failed one; it reports whether it freed it.
+// longer come, acts on a failed one, and marks the slot of a VM whose
+// migration runs; it reports whether it freed it.
 func (a *Applier) freeIfEnded(ctx context.Context, s slot) bool {
-	why, failed := a.slotState(s)
-	if failed != nil && failed.UID != s.MS.FailedMigration {
-		a.migrationFailed(ctx, s, *failed)
+	why, m := a.slotState(s)
+	if m.Failed && m.UID != s.MS.FailedMigration {
+		a.migrationFailed(ctx, s, m)
+		return false // read again next time, its failure recorded
 	}
 	if why == "" {
+		if running := m.Running && m.Started != nil; running != (s.MS.Migrating != nil) {
+			a.markMigrating(ctx, s, m.Started)
+		}
 		return false
 	}
 	a.free(ctx, s, why)
 	return true
 }
 
-// slotState says why a slot's VM needs it no more ("" while it does),
-// and the migration that failed since its move, if one did.
-func (a *Applier) slotState(s slot) (string, *instancetype.Migration) {
+// slotState says why a slot's VM needs it no more ("" while it does), and
+// the VM's migration since the move, if one showed.
+func (a *Applier) slotState(s slot) (string, instancetype.Migration) {
 	vm := a.budget.fleet.VM(s.MS.VM.Namespace, s.MS.VM.Name)
 	if vm == nil || string(vm.UID) != s.MS.VM.UID {
-		return "the VM is gone", nil
+		return "the VM is gone", instancetype.Migration{}
 	}
 	vmi := a.budget.fleet.VMI(s.MS.VM.Namespace, s.MS.VM.Name)
 	since := s.MS.At.Add(-time.Second).Truncate(time.Second)
 	switch {
 	case vmi == nil || vmi.IsFinal():
-		return "the VM stopped", nil
+		return "the VM stopped", instancetype.Migration{}
 	case vmi.CreationTimestamp.After(since):
-		return fmt.Sprintf("the VM runs a new VMI (created %s, the slot taken %s)", vmi.CreationTimestamp.UTC().Format(time.RFC3339), s.MS.At.Format(time.RFC3339Nano)), nil
+		return fmt.Sprintf("the VM runs a new VMI (created %s, the slot taken %s)", vmi.CreationTimestamp.UTC().Format(time.RFC3339), s.MS.At.Format(time.RFC3339Nano)), instancetype.Migration{}
 	case a.cfg.Clock.Since(s.MS.At) > a.cfg.QueueTimeout:
 		a.cfg.Metrics.MigrationSlotGivenUp()
 		a.cfg.Log.Warn("applier: a migration slot given up: no migration of its VM ended within --migration-queue-timeout", "vm", s.MS.VM.String(), "event", s.MS.EventID, "taken", s.MS.At)
-		return fmt.Sprintf("no migration ended within the queue timeout %v: the slot is given up", a.cfg.QueueTimeout), nil
+		return fmt.Sprintf("no migration ended within the queue timeout %v: the slot is given up", a.cfg.QueueTimeout), instancetype.Migration{}
 	}
 	m := instancetype.MigrationSince(vmi, since)
 	if m.UID != "" && m.UID == s.MS.Prior {
 		m = instancetype.Migration{} // the one before the move
 	}
-	var failed *instancetype.Migration
-	if m.Failed {
-		failed = &m
-	}
 	pending := len(instancetype.HotplugPending(vmi)) > 0
 	switch {
 	case m.Running:
-		return "", nil
+		return "", m
 	case pending && !instancetype.Migratable(vmi):
-		return "the VMI cannot live-migrate: its change waits for a restart", failed
+		return "the VMI cannot live-migrate: its change waits for a restart", m
 	case pending:
-		return "", failed // waiting for KubeVirt's turn, or its retry after a failure
+		return "", m // waiting for KubeVirt's turn, or its retry after a failure
 	case m.Succeeded:
-		return "its migration ended", nil
+		return "its migration ended", m
 	case a.cfg.Clock.Since(s.MS.At) > slotReactions:
-		return "KubeVirt asked for no migration", nil
+		return "KubeVirt asked for no migration", m
 	}
-	return "", failed
+	return "", m
+}
+
+// markMigrating records on the slot that its VM's migration runs (started
+// non-nil) or no longer does, for rollout status to tell migrating VMs
+// from queued ones; a slot changed since it was read is left to the next
+// look.
+func (a *Applier) markMigrating(ctx context.Context, s slot, started *time.Time) {
+	s.MS.Migrating = started
+	if body, err := json.Marshal(s.MS); err == nil {
+		_, _ = a.budget.kv.Update(ctx, s.key, body, s.rev)
+	}
 }
 
 // free deletes the slot, unless it changed since it was read.
@@ -486,7 +498,7 @@ func (a *Applier) free(ctx context.Context, s slot, why string) {
 // whose live migration failed, once per failed migration: the budget's
 // other VMs are all that rollout committed.
 func (a *Applier) migrationFailed(ctx context.Context, s slot, m instancetype.Migration) {
-	s.MS.FailedMigration = m.UID
+	s.MS.FailedMigration, s.MS.Migrating = m.UID, nil
 	body, err := json.Marshal(s.MS)
 	if err != nil {
 		return

@@ -87,8 +87,23 @@ func TestTheMigrationBudgetHoldsLiveMovesToItsSlots(t *testing.T) {
 	if take("c") {
 		t.Fatal("c took the slot of a, whose migration has not started")
 	}
-	// b's migration ends: its slot is c's.
+	// b's migration runs: its slot says so, for rollout status.
 	started, ended := metav1.Now(), metav1.NewTime(time.Now().Add(time.Second))
+	fleet.vmis["b"].Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m-b", StartTimestamp: &started}
+	if take("c") {
+		t.Fatal("c took the slot of b, whose migration runs")
+	}
+	migrating := 0
+	slots, err := a.budget.slots(ctx)
+	for _, s := range slots {
+		if s.MS.Migrating != nil && s.MS.VM.Name == "b" {
+			migrating++
+		}
+	}
+	if err != nil || migrating != 1 {
+		t.Fatalf("slots %+v, %v; want b's marked migrating", slots, err)
+	}
+	// b's migration ends: its slot is c's.
 	fleet.vmis["b"].Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m-b", StartTimestamp: &started, EndTimestamp: &ended, Completed: true}
 	if !take("c") {
 		t.Fatal("c found no slot once b's migration ended")
@@ -103,7 +118,7 @@ func TestTheMigrationBudgetHoldsLiveMovesToItsSlots(t *testing.T) {
 	if err != nil || c.State != events.StatePaused {
 		t.Fatalf("rollout E: %+v, %v; want paused by a's failed migration", c, err)
 	}
-	slots, err := a.budget.slots(ctx)
+	slots, err = a.budget.slots(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

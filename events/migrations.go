@@ -34,6 +34,10 @@ type MigrationSlot struct {
 	// FailedMigration is the latest failed migration of the VM kvlive
 	// acted on (paused its rollout for), so it acts once per failure.
 	FailedMigration string `json:"failedMigration,omitempty"`
+	// Migrating is when KubeVirt's migration of the VM started, as an
+	// applier saw it: the VM migrates, no longer waits in KubeVirt's
+	// queue. A failed migration clears it (the VM waits again).
+	Migrating *time.Time `json:"migrating,omitempty"`
 }
 
 // MigrationWait says why live moves wait, and since when.
