@@ -28,7 +28,7 @@ func (r *Reader) Status(ctx context.Context, arg string) (rollout.Account, error
 		err = rollout.CountVerdicts(ctx, r.js, &a)
 	}
 	if err == nil {
-		err = rollout.CountMigrations(ctx, r.js, &a)
+		err = rollout.CountMigrations(ctx, r.js, &a, time.Now())
 	}
 	if err == nil && !a.Recorded {
 		err = r.refused(ctx, &a)
@@ -98,13 +98,17 @@ func WriteStatus(w io.Writer, a rollout.Account, f printer.Format) error {
 		_, err = fmt.Fprintf(w, "verdicts:     %s (KubeVirt's, on the VMs moved; %d %s from the prediction)\n",
 			VerdictList(verdictCounts(a)), a.Differ, map[bool]string{true: "differs", false: "differ"}[a.Differ == 1])
 	}
-	if m := a.Migrations; err == nil && m != nil && (m.Unfinished > 0 || m.Waiting != "") {
-		line := fmt.Sprintf("%d of its VMs moved, their live migration not ended (%d of the migration budget's slots in use)", m.Unfinished, m.InUse)
+	if m := a.Migrations; err == nil && m != nil && (m.Unfinished > 0 || m.Waiting != "" || m.ToMove > 0) {
+		line := fmt.Sprintf("%d running, %d queued in KubeVirt (moved, their migration not started), %d live moves to come (%d of the migration budget's slots in use)",
+			m.Running, m.Queued, m.ToMove, m.InUse)
 		if len(m.Failed) > 0 {
 			line += "; failed: " + strings.Join(m.Failed, ", ")
 		}
 		if m.Waiting != "" {
 			line += "; live moves wait: " + m.Waiting
+		}
+		if m.Left > 0 {
+			line += fmt.Sprintf("; about %v left at the pace so far (%s)", m.Left, m.Pace)
 		}
 		_, err = fmt.Fprintf(w, "migrations:   %s\n", line)
 	}
