@@ -43,13 +43,18 @@ func (a *Applier) controlled(ctx context.Context, msg jetstream.Msg, plan events
 var errSteered = fmt.Errorf("%w: rollout paused or aborted while the VM waited its turn", errTransient)
 
 // takeTurn waits for the rate limiter, then makes sure the rollout was not
-// paused or aborted meanwhile, so a pause stops moves already queued.
+// paused or aborted meanwhile, so a pause stops moves already queued. A
+// move KubeVirt answers with an eviction (a restart of its own) goes only
+// inside the rollout's restart window, as a restart does.
 func (a *Applier) takeTurn(ctx context.Context, plan events.Plan) error {
 	if err := a.limiter.Wait(ctx); err != nil {
 		return err
 	}
 	if a.watch != nil && a.watch.Of(plan.EventID).State != events.StateRunning {
 		return errSteered
+	}
+	if plan.Action == events.ResultEvict {
+		return a.withinWindow(ctx, plan)
 	}
 	return nil
 }

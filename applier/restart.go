@@ -103,10 +103,10 @@ func shutdownGrace(vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance
 // window: the rollout is paused until the window opens and the plan held.
 var errOutsideWindow = errors.New("outside the restart window")
 
-// withinWindow makes sure a restart goes inside its rollout's restart
-// window: outside it, the rollout is paused until the window opens (a
-// window that closed while the batch went), and errOutsideWindow says to
-// hold the plan.
+// withinWindow makes sure a restart (or a move KubeVirt answers with an
+// eviction) goes inside its rollout's restart window: outside it, the
+// rollout is paused until the window opens (a window that closed while
+// the batch went), and errOutsideWindow says to hold the plan.
 func (a *Applier) withinWindow(ctx context.Context, plan events.Plan) error {
 	r, err := a.knownRollout(ctx, plan.EventID)
 	if err != nil {
@@ -124,7 +124,7 @@ func (a *Applier) withinWindow(ctx context.Context, plan events.Plan) error {
 		}
 		if paused {
 			a.cfg.Metrics.Gate("window", "paused")
-			a.cfg.Log.Info("restart rollout paused until its window opens: its window closed while a batch went", "event", plan.EventID, "opens", opens)
+			a.cfg.Log.Info("rollout paused until its restart window opens: a restart or eviction came due outside it", "event", plan.EventID, "vm", plan.VM.String(), "opens", opens)
 		}
 	}
 	return errOutsideWindow

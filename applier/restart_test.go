@@ -108,3 +108,34 @@ func TestARestartWaitsNoTurnPastItsWindow(t *testing.T) {
 		t.Errorf("control record %s %q until %s (%v); want paused until tomorrow's window", c.State, c.Reason, c.ResumeAt, err)
 	}
 }
+
+// TestAnEvictionWaitsForTheRestartWindow: a move KubeVirt answers with an
+// eviction restarts the VM as surely as kvlive restart does, so outside
+// its rollout's restart window the pin does not move: the rollout pauses
+// until the window opens and the plan is held.
+func TestAnEvictionWaitsForTheRestartWindow(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC))
+	window := events.Window{Schedule: "0 22 * * *", Duration: "1h"}
+	a, _, plan := restartFixture(t, clk, 30, events.Policy{RestartWindow: window})
+	plan.Action, plan.Target = events.ResultEvict, events.Target{Move: events.MoveRepin}
+	if err := a.takeTurn(ctx, plan); !errors.Is(err, errOutsideWindow) {
+		t.Fatalf("an eviction's turn at noon: %v; want it held outside its 22:00 window", err)
+	}
+	c, _, err := a.control.Get(ctx, plan.EventID)
+	if err != nil || c.State != events.StatePaused || !c.ResumeAt.Equal(time.Date(2026, 12, 5, 22, 0, 0, 0, time.UTC)) {
+		t.Errorf("control record %s %q until %s (%v); want paused until tonight's window", c.State, c.Reason, c.ResumeAt, err)
+	}
+	clk.SetTime(time.Date(2026, 12, 5, 22, 30, 0, 0, time.UTC))
+	if _, _, err := a.control.Apply(ctx, plan.EventID, events.ActionResume, "the window opened", "test", clk.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.takeTurn(ctx, plan); err != nil {
+		t.Errorf("an eviction's turn inside its window: %v", err)
+	}
+	plan.Action = events.ResultLive
+	clk.SetTime(time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC))
+	if err := a.takeTurn(ctx, plan); err != nil {
+		t.Errorf("a live move outside the restart window: %v; want it to go", err)
+	}
+}
