@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
+	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
 	"kvlive/instancetype"
@@ -651,7 +652,7 @@ func (rc *Controller) gate(rec events.Rollout, batch int, acct Account, resumed 
 			}
 		}
 	}
-	restarting := rc.restarting(acct, batch)
+	restarting := rc.restarting(acct, batch, verdicts)
 	differ := differing(acct, verdicts, resumed, restarting)
 	failed += len(differ)
 	if tolerated := Tolerated(rec.Policy, rec.Planned); failed > tolerated {
@@ -700,17 +701,26 @@ func (rc *Controller) gate(rec events.Rollout, batch int, acct Account, resumed 
 
 // restarting names the VMs of batch kvlive asked to restart whose restart
 // has not finished as the cache shows it (their old VMI still there, or no
-// new one running yet), by UID, with why.
-func (rc *Controller) restarting(acct Account, batch int) map[string]string {
+// new one running yet), and those whose move KubeVirt answers with an
+// eviction (a restart of its own) not yet evicted or not running again,
+// by UID, with why: they count against the restart budget as restarts do.
+func (rc *Controller) restarting(acct Account, batch int, verdicts map[string]events.Verdict) map[string]string {
 	out := map[string]string{}
 	for uid, o := range acct.Latest {
-		if o.Batch != batch || o.Stopped == "" || !o.Result.Moves() {
+		if o.Batch != batch || !o.Result.Moves() || (o.Stopped == "" && o.Result != events.ResultEvict) {
 			continue
 		}
 		vm, vmi := rc.cfg.Fleet.VM(o.VM.Namespace, o.VM.Name), rc.cfg.Fleet.VMI(o.VM.Namespace, o.VM.Name)
+		if vm == nil || string(vm.UID) != uid {
+			continue // deleted (or re-created): no restart of it goes on
+		}
+		if o.Stopped == "" {
+			if why := evicting(o, vm, vmi, verdicts); why != "" {
+				out[uid] = o.VM.String() + ": " + why
+			}
+			continue
+		}
 		switch {
-		case vm == nil || string(vm.UID) != uid:
-			// Deleted (or re-created): no restart of it goes on.
 		case vmi != nil && string(vmi.UID) == o.Stopped:
 			out[uid] = o.VM.String() + ": its old VMI is still shutting down"
 		case vmi == nil:
@@ -720,6 +730,28 @@ func (rc *Controller) restarting(acct Account, batch int) map[string]string {
 		}
 	}
 	return out
+}
+
+// evicting says why a VM whose move KubeVirt answers with an eviction is
+// still being restarted by it, or "": not evicted yet (no settled verdict,
+// or, without verdicts, the VMI of before the move still runs), or evicted
+// and not running again under a run strategy that starts it.
+func evicting(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, verdicts map[string]events.Verdict) string {
+	if verdicts != nil {
+		if v, ok := verdicts[o.VM.UID]; !ok || v.Observed.Unsettled() {
+			return "KubeVirt has not evicted it yet"
+		}
+	} else if vmi != nil && !vmi.CreationTimestamp.After(o.FinishedAt.Truncate(time.Second)) {
+		return "KubeVirt has not evicted it yet"
+	}
+	restarts := vm.Spec.RunStrategy != nil && (*vm.Spec.RunStrategy == virtv1.RunStrategyAlways || *vm.Spec.RunStrategy == virtv1.RunStrategyRerunOnFailure)
+	switch {
+	case vmi == nil && restarts:
+		return "evicted, no new VMI yet"
+	case vmi != nil && !instancetype.Running(vmi):
+		return "evicted, its new VMI is " + string(vmi.Status.Phase) + ", not running yet"
+	}
+	return ""
 }
 
 // differing lists the moved VMs whose verdict differs from the prediction,
