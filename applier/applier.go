@@ -239,7 +239,7 @@ func (a *Applier) Run(ctx context.Context) error {
 			return fmt.Errorf("applier: migration budget: %w", err)
 		}
 		a.budget = newBudget(kv, a.cfg.Migrations)
-		if err := a.budget.follow(ctx); err != nil {
+		if err := a.budget.follow(ctx, a.cfg.Log); err != nil {
 			return fmt.Errorf("applier: migration budget: %w", err)
 		}
 		go a.sweepSlots(ctx)

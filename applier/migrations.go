@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -104,37 +105,50 @@ func (b *budget) poke() {
 // bucket's slot keys (a delete wakes waiting moves), the VMIs of the VMs
 // holding slots (their migration's end pokes the sweep) and the KubeVirt
 // CR (deployed again, or a new parallelMigrationsPerCluster).
-func (b *budget) follow(ctx context.Context) error {
+func (b *budget) follow(ctx context.Context, log *slog.Logger) error {
 	w, err := b.kv.Watch(ctx, events.MigrationKeys)
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", events.MigrationKeys, err)
 	}
-	if inf := b.fleet.VMIInformer(); inf != nil {
-		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    b.vmiChanged,
-			UpdateFunc: func(_, obj any) { b.vmiChanged(obj) },
-			DeleteFunc: b.vmiChanged,
-		}); err != nil {
-			return fmt.Errorf("VMI handler: %w", err)
-		}
+	type handled struct {
+		inf cache.SharedIndexInformer
+		reg cache.ResourceEventHandlerRegistration
 	}
-	if inf := b.fleet.KubeVirtInformer(); inf != nil {
-		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { b.wake() },
-			UpdateFunc: func(any, any) { b.wake() },
-			DeleteFunc: func(any) { b.wake() },
-		}); err != nil {
-			return fmt.Errorf("KubeVirt handler: %w", err)
+	var regs []handled
+	for _, h := range []struct {
+		inf cache.SharedIndexInformer
+		on  func(any)
+	}{{b.fleet.VMIInformer(), b.vmiChanged}, {b.fleet.KubeVirtInformer(), func(any) { b.wake() }}} {
+		if h.inf == nil {
+			continue
 		}
+		reg, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    h.on,
+			UpdateFunc: func(_, obj any) { h.on(obj) },
+			DeleteFunc: h.on,
+		})
+		if err != nil {
+			_ = w.Stop()
+			return fmt.Errorf("informer handler: %w", err)
+		}
+		regs = append(regs, handled{h.inf, reg})
 	}
 	go func() {
-		defer func() { _ = w.Stop() }()
+		defer func() {
+			_ = w.Stop()
+			for _, r := range regs {
+				_ = r.inf.RemoveEventHandler(r.reg)
+			}
+		}()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case e, ok := <-w.Updates():
 				if !ok {
+					if ctx.Err() == nil {
+						log.Warn("applier: the migration budget's watch ended; waiting moves look again every " + slotRecheck.String())
+					}
 					return
 				}
 				if e != nil {

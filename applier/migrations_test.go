@@ -3,6 +3,7 @@ package applier
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -160,5 +161,38 @@ func TestALiveMoveWaitsForKubeVirtNoLongerThanTheQueueTimeout(t *testing.T) {
 	}
 	if slots, err := a.budget.slots(ctx); err != nil || len(slots) != 0 {
 		t.Errorf("slots %v, %v; want none taken while KubeVirt is not deployed", slots, err)
+	}
+}
+
+// TestAFreedSlotWakesTheWaitingMoves: the bucket's watch tells the budget
+// of a slot freed by any replica, which wakes the moves waiting for one at
+// once, not at their next look.
+func TestAFreedSlotWakesTheWaitingMoves(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, events.BucketBus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBudget(kv, &budgetFleet{})
+	if err := b.follow(ctx, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, events.MigrationSlotKey(0), []byte(`{"eventId":"E","vm":{"namespace":"ns","name":"a","uid":"1"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the holder known from the watch", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.holders[events.MigrationSlotKey(0)] == "ns/a"
+	})
+	room := b.roomChanged()
+	if err := kv.Delete(ctx, events.MigrationSlotKey(0)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-room:
+	case <-time.After(30 * time.Second): // a wake comes or never does: this only bounds the test
+		t.Fatal("no wake after the slot's delete")
 	}
 }
