@@ -3,11 +3,11 @@
 package integration
 
 import (
-	"time"
 	"context"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 	k8scorev1 "k8s.io/api/core/v1"
