@@ -42,6 +42,10 @@ func stageOf(pkg string) string {
 // bound in cmd/ with client-go's clientcmd.
 const cliRuntime = "k8s.io/cli-runtime"
 
+// isReadModel reports whether pkg is one of the read models (readmodel/):
+// the views of the record the CLI, the dashboard and the notifier share.
+func isReadModel(pkg string) bool { return pkg == "readmodel" || strings.HasPrefix(pkg, "readmodel/") }
+
 // layerViolation says why importing imp from pkg breaks the layering, or "".
 func layerViolation(pkg, imp string) string {
 	if imp == cliRuntime || strings.HasPrefix(imp, cliRuntime+"/") {
@@ -70,8 +74,14 @@ func layerViolation(pkg, imp string) string {
 		return "a stage imports another stage; stages meet only on the wire"
 	case strings.HasPrefix(pkg, "internal/") && to != "":
 		return "internal/ never imports a stage"
+	case strings.HasPrefix(pkg, "internal/") && (imp == "rollout" || isReadModel(imp)):
+		return "internal/ is infrastructure: it imports no rollout control and no read model"
+	case isReadModel(pkg) && to != "":
+		return "the read models read the record; they import no stage"
 	case pkg == "rollout" && to != "":
 		return "rollout control imports no stage; the stages import it"
+	case pkg == "rollout" && isReadModel(imp):
+		return "rollout control imports no read model; the read models read it"
 	case !strings.HasPrefix(pkg, "cmd/") && strings.HasPrefix(imp, "cmd/"):
 		return "only cmd/ wires"
 	}
@@ -126,11 +136,15 @@ func TestLayerViolation(t *testing.T) {
 		{"applier", "kvlive/planner", true},
 		{"applier", "kvlive/planner/offline", true},
 		{"planner/offline", "kvlive/planner", false},
-		{"internal/replay", "kvlive/planner/offline", true},
+		{"readmodel/replay", "kvlive/planner/offline", true},
+		{"planner/offline", "kvlive/readmodel/replay", false},
+		{"internal/bus", "kvlive/rollout", true},
+		{"internal/printer", "kvlive/readmodel/inspect", true},
+		{"rollout", "kvlive/readmodel/inspect", true},
 		{"internal/kube", "kvlive/instancetype", false},
 		{"rollout", "kvlive/applier", true},
 		{"applier", "kvlive/rollout", false},
-		{"internal/inspect", "kvlive/rollout", false},
+		{"readmodel/inspect", "kvlive/rollout", false},
 		{"instancetype", "kvlive/internal/kube", true},
 		{"events", "kvlive/instancetype", true},
 		{"watcher", "kvlive/cmd/kvlive/pipeline", true},

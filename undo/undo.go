@@ -17,7 +17,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/instancetype"
-	"kvlive/internal/replay"
+	"kvlive/readmodel/replay"
 	"kvlive/rollout"
 )
 

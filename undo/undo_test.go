@@ -11,8 +11,8 @@ import (
 	"kvlive/events"
 	"kvlive/instancetype"
 	"kvlive/internal/kube"
-	"kvlive/internal/replay"
 	"kvlive/internal/testenv"
+	"kvlive/readmodel/replay"
 	"kvlive/undo"
 )
 

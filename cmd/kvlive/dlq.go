@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"kvlive/internal/inspect"
 	"kvlive/internal/printer"
+	"kvlive/readmodel/inspect"
 )
 
 func newDLQCmd(g *globals) *cobra.Command {

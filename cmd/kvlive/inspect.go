@@ -18,8 +18,8 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/bus"
-	"kvlive/internal/inspect"
 	"kvlive/internal/printer"
+	"kvlive/readmodel/inspect"
 	"kvlive/rollout"
 )
 

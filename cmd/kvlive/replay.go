@@ -13,9 +13,9 @@ import (
 	"kvlive/events"
 	"kvlive/internal/kube"
 	"kvlive/internal/printer"
-	"kvlive/internal/replay"
 	"kvlive/internal/telemetry"
 	"kvlive/planner/offline"
+	"kvlive/readmodel/replay"
 	"kvlive/rollout"
 )
 

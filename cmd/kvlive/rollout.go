@@ -13,11 +13,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"kvlive/events"
-	"kvlive/internal/inspect"
 	"kvlive/internal/kube"
 	"kvlive/internal/printer"
-	"kvlive/internal/replay"
 	"kvlive/internal/telemetry"
+	"kvlive/readmodel/inspect"
+	"kvlive/readmodel/replay"
 	"kvlive/rollout"
 )
 

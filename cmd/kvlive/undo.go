@@ -12,9 +12,9 @@ import (
 	"kvlive/events"
 	"kvlive/internal/kube"
 	"kvlive/internal/printer"
-	"kvlive/internal/replay"
 	"kvlive/internal/telemetry"
 	"kvlive/planner/offline"
+	"kvlive/readmodel/replay"
 	"kvlive/rollout"
 	"kvlive/undo"
 )

@@ -6,7 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"kvlive/instancetype"
-	"kvlive/internal/replay"
+	"kvlive/readmodel/replay"
 )
 
 // Preview is what one stored event would do today.

@@ -8,8 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"kvlive/events"
-	"kvlive/internal/replay"
 	"kvlive/internal/testenv"
+	"kvlive/readmodel/replay"
 )
 
 func TestDryRunPlansTodayAndSaysWhenSuperseded(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"kvlive/events"
-	"kvlive/internal/inspect"
+	"kvlive/readmodel/inspect"
 )
 
 // A rollout's trace: the planner's span, and two per-VM apply spans that

@@ -20,7 +20,7 @@ import (
 	"kvlive/rollout"
 )
 
-const tracerName = "kvlive/internal/replay"
+const tracerName = "kvlive/readmodel/replay"
 
 // SupersededNote says when the object has moved on since the event, or gone.
 func SupersededNote(f instancetype.Objects, c events.Changed) string {

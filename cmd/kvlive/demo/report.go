@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 
 	"kvlive/events"
-	"kvlive/internal/inspect"
+	"kvlive/readmodel/inspect"
 )
 
 // report prints a per-result summary per step and fails if any VM is off.

@@ -18,10 +18,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"kvlive/cmd/kvlive/pipeline"
 	"kvlive/events"
-	"kvlive/internal/inspect"
 	"kvlive/internal/kube"
 	"kvlive/internal/standin"
 	"kvlive/internal/testenv"
+	"kvlive/readmodel/inspect"
 	"kvlive/rollout"
 )
 

@@ -15,9 +15,9 @@ import (
 
 	"kvlive/cmd/kvlive/pipeline"
 	"kvlive/events"
-	"kvlive/internal/inspect"
 	"kvlive/internal/kube"
 	"kvlive/internal/testenv"
+	"kvlive/readmodel/inspect"
 	"kvlive/rollout"
 )
 

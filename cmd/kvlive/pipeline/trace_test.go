@@ -14,10 +14,10 @@ import (
 
 	"kvlive/cmd/kvlive/pipeline"
 	"kvlive/events"
-	"kvlive/internal/inspect"
 	"kvlive/internal/kube"
 	"kvlive/internal/telemetry"
 	"kvlive/internal/testenv"
+	"kvlive/readmodel/inspect"
 )
 
 // traced starts the pipeline with a span recorder and the JetStream span
