@@ -378,7 +378,7 @@ func (a *Applier) tryTake(ctx context.Context, plan events.Plan, n int) (*bool, 
 			took := true
 			a.cfg.Metrics.MigrationSlots(len(used) + 1)
 			return &took, nil
-		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		} else if !events.Conflict(err) {
 			return nil, fmt.Errorf("migration budget: take %s: %w", key, err)
 		}
 	}

@@ -99,7 +99,7 @@ func ClaimScope(ctx context.Context, js jetstream.JetStream, scope string) error
 		} else {
 			_, err = kv.Update(ctx, ScopeKey, b, rev)
 		}
-		if errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err) {
+		if Conflict(err) {
 			continue // another replica claimed it first: compare with its claim
 		}
 		if err != nil {
@@ -198,11 +198,6 @@ func ClearScope(ctx context.Context, js jetstream.JetStream, force bool) (ScopeC
 	return claim, nil
 }
 
-// isWrongSequence reports a KV update that lost a compare-and-set.
-func isWrongSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
-}
 
 // ErrOutOfScope is a request for a namespace the replicas sharing the bus
 // do not serve: they would plan it as touching no VM.

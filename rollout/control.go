@@ -241,7 +241,7 @@ func (s *Store) Update(ctx context.Context, eventID string, force bool, change f
 		switch {
 		case err == nil:
 			return c, true, nil
-		case errors.Is(err, jetstream.ErrKeyExists):
+		case events.Conflict(err):
 			continue // someone else wrote first: decide again on what they wrote
 		default:
 			return current, false, fmt.Errorf("control: write %s: %w", eventID, err)

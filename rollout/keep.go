@@ -399,11 +399,10 @@ func purgeKey(ctx context.Context, kv jetstream.KeyValue, key string) error {
 // since (or is gone).
 func purgeAt(ctx context.Context, kv jetstream.KeyValue, key string, revision uint64) (bool, error) {
 	err := kv.Purge(ctx, key, jetstream.PurgeTTL(markerTTL), jetstream.LastRevision(revision))
-	var apiErr *jetstream.APIError
 	switch {
 	case err == nil:
 		return true, nil
-	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
+	case events.Conflict(err):
 		return false, nil
 	}
 	return false, fmt.Errorf("keep: purge %s of %s: %w", key, kv.Bucket(), err)

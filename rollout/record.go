@@ -77,7 +77,7 @@ func Create(ctx context.Context, js jetstream.JetStream, rec events.Rollout, vms
 	if err == nil {
 		return rec, true, nil
 	}
-	if !errors.Is(err, jetstream.ErrKeyExists) {
+	if !events.Conflict(err) {
 		return rec, false, fmt.Errorf("rollout: record %s: %w", rec.EventID, err)
 	}
 	for i := range rec.VMChunks {

@@ -440,9 +440,8 @@ func (v *Verifier) store(ctx context.Context, a awaited, j instancetype.Judgemen
 	}
 	m := events.NewMsg(events.VerdictSubject(o.VM.Namespace, o.VM.UID, o.EventID), id, events.TypeVerdict, body)
 	_, err = v.cfg.JetStream.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
-	var apiErr *jetstream.APIError
 	switch {
-	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
+	case events.Conflict(err):
 		return nil // stored already, by another replica or an earlier delivery
 	case err != nil:
 		return fmt.Errorf("verdict %s: %w", id, err)

@@ -306,7 +306,7 @@ func (w *Watcher) sync(ctx context.Context, key objectKey) error {
 		return nil
 	case record:
 		rec, _ := json.Marshal(seen{Generation: m.GetGeneration(), Spec: spec})
-		if _, err := w.kv.Create(ctx, uid, rec); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		if _, err := w.kv.Create(ctx, uid, rec); err != nil && !events.Conflict(err) {
 			return fmt.Errorf("watcher: record %s: %w", uid, err)
 		}
 		return nil
