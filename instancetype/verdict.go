@@ -108,9 +108,16 @@ func judgePinned(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.Virtua
 	since := metav1.NewTime(o.FinishedAt.Add(-time.Second).Truncate(time.Second))
 	rr, flagged := RestartRequired(vm)
 	if o.Result == events.ResultEvict {
-		if j, final := judgeEvicted(o, vmi, c); final || !flagged {
+		// KubeVirt both flags RestartRequired (memory on a VMI that cannot
+		// migrate) and evicts the VMI for its CPU hot-plug: the eviction
+		// decides, and only a VMI still not replaced at the queue deadline
+		// leaves the condition to.
+		j, final := judgeEvicted(o, vmi, c)
+		if !final || j.Observed == events.ObservedEvicted || !flagged {
 			return j, final
 		}
+		return Judgement{Observed: events.ObservedRestart, Reason: "KubeVirt set RestartRequired and evicted no VMI by the queue deadline",
+			Condition: rr.Reason, Message: rr.Message}, true
 	}
 	if flagged && !rr.LastTransitionTime.Before(&since) {
 		return Judgement{Observed: events.ObservedRestart, Reason: "KubeVirt set RestartRequired", Condition: rr.Reason, Message: rr.Message}, true
