@@ -261,3 +261,82 @@ func TestRealKubeVirtHotplugFailuresOnTheTarget(t *testing.T) {
 		t.Errorf("cpu-error: %d migrations, want 2 (the first one's CPU hot-plug failed on the target)", succeeded)
 	}
 }
+
+// TestRealKubeVirtPredictionsFollowTheMigrationRules is the conformance
+// row per combination: for each of KubeVirt's workloadUpdateMethods (live
+// migration, eviction, both, neither), a running VM that can live-migrate
+// and one that cannot see their instance type's sockets, memory or both
+// grow; kvlive's prediction is the one docs/rollouts.md's table gives, and
+// KubeVirt's own virt-controller, its workload updater and the players
+// bring about exactly that: live by a migration, an eviction and a new
+// VMI, RestartRequired, or a change no migration carries.
+func TestRealKubeVirtPredictionsFollowTheMigrationRules(t *testing.T) {
+	e := newKubeVirtEnv(t)
+	e.runKvlive("all stages", "--observe-timeout", "30s")
+	changes := []struct {
+		name  string
+		vcpus uint32
+		mem   string
+	}{{"sockets", 3, "2Gi"}, {"memory", 2, "4Gi"}, {"both", 3, "4Gi"}}
+	live, evict := virtv1.WorkloadUpdateMethodLiveMigrate, virtv1.WorkloadUpdateMethodEvict
+	watched := 0
+	for _, m := range []struct {
+		name    string
+		methods []virtv1.WorkloadUpdateMethod
+	}{{"migrate", []virtv1.WorkloadUpdateMethod{live}}, {"evict", []virtv1.WorkloadUpdateMethod{evict}},
+		{"both", []virtv1.WorkloadUpdateMethod{live, evict}}, {"neither", nil}} {
+		e.setWorkloadUpdateMethods(m.methods)
+		want := map[string]map[string]events.Result{}
+		for _, c := range changes {
+			it := m.name + "-" + c.name
+			e.createInstancetype(it, 2, "2Gi")
+			e.createVMs(it, kvVM{name: it + "-m", running: true}, kvVM{name: it + "-n", running: true, notMigratable: true})
+			want[it] = map[string]events.Result{
+				it + "-m": byTheTable(c.name, true, m.methods),
+				it + "-n": byTheTable(c.name, false, m.methods),
+			}
+		}
+		watched += len(changes)
+		e.waitWatched(watched)
+		ids := map[string]string{}
+		for _, c := range changes {
+			ids[m.name+"-"+c.name] = e.editInstancetypeTo(m.name+"-"+c.name, c.vcpus, c.mem)
+		}
+		for it, id := range ids {
+			e.checkResults(e.follow(id), want[it])
+			e.checkVerdicts(id, 3*time.Minute)
+		}
+	}
+}
+
+// byTheTable is what docs/rollouts.md's table says kvlive predicts for a
+// running VM whose sockets, memory or both grow, by whether it can
+// live-migrate and KubeVirt's workloadUpdateMethods.
+func byTheTable(change string, migratable bool, methods []virtv1.WorkloadUpdateMethod) events.Result {
+	liveMigrate, evict := slices.Contains(methods, virtv1.WorkloadUpdateMethodLiveMigrate), slices.Contains(methods, virtv1.WorkloadUpdateMethodEvict)
+	switch {
+	case migratable && liveMigrate:
+		return events.ResultLive
+	case evict && (migratable || change != "memory"):
+		return events.ResultEvict
+	}
+	return events.ResultRestart
+}
+
+// setWorkloadUpdateMethods sets the KubeVirt CR's workloadUpdateMethods,
+// with evictions in batches a second apart (KubeVirt's default is a
+// minute), as an operator edits the CR; virt-controller and kvlive read it
+// from their caches.
+func (e *kvEnv) setWorkloadUpdateMethods(methods []virtv1.WorkloadUpdateMethod) {
+	e.t.Helper()
+	crs := e.clients.Virt.KubevirtV1().KubeVirts(framework.KubeVirtNamespace)
+	cr, err := crs.Get(e.ctx, "kubevirt", metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cr.Spec.WorkloadUpdateStrategy.WorkloadUpdateMethods = methods
+	cr.Spec.WorkloadUpdateStrategy.BatchEvictionInterval = &metav1.Duration{Duration: time.Second}
+	if _, err := crs.Update(e.ctx, cr, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
