@@ -171,25 +171,38 @@ func ruler(cells int, total time.Duration) string {
 	return "0" + strings.Repeat(" ", gap) + end
 }
 
-// spanResult is what a span says became of its VM (the applier's result, or
-// the planned action) and the colour it is shown in; a span whose status is
-// an error is red and says why.
+// spanResult is what a span says became of its VM (SpanResult) and the
+// colour it is shown in; a span whose status is an error is red.
 func spanResult(s events.Span) (string, string) {
-	result, _ := s.Attributes[attrResult].(string)
-	if result == "" {
-		result, _ = s.Attributes[attrPlanAction].(string)
-	}
-	if s.StatusCode == "error" {
-		if result == "" {
-			result = "error"
-		}
-		if s.StatusMessage != "" {
-			result += ": " + s.StatusMessage
-		}
+	result, failed := SpanResult(s)
+	if failed {
 		return result, ansiRed
 	}
 	return result, resultColours[events.Result(result)]
 }
+
+// SpanResult is what a span says became of its VM: the applier's result,
+// or the planned action; failed when the span's status is an error, whose
+// message then follows the result.
+func SpanResult(s events.Span) (result string, failed bool) {
+	result, _ = s.Attributes[attrResult].(string)
+	if result == "" {
+		result, _ = s.Attributes[attrPlanAction].(string)
+	}
+	if s.StatusCode != "error" {
+		return result, false
+	}
+	if result == "" {
+		result = "error"
+	}
+	if s.StatusMessage != "" {
+		result += ": " + s.StatusMessage
+	}
+	return result, true
+}
+
+// FormatDuration is how the trace views print a duration (formatDuration).
+func FormatDuration(d time.Duration) string { return formatDuration(d) }
 
 // formatDuration keeps three significant digits or so: 850µs, 12.3ms, 1.25s.
 func formatDuration(d time.Duration) string {
