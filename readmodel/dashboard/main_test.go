@@ -1,0 +1,9 @@
+package dashboard
+
+import (
+	"testing"
+
+	"kvlive/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
