@@ -85,7 +85,7 @@ VM's pin, and records a traced outcome per VM, over NATS JetStream.`,
 		return g.profile.start()
 	}
 	root.AddCommand(newRunCmd(g), newSwitchCmd(g), newPlanCmd(g), newDriftCmd(), newDemoCmd(g))
-	root.AddCommand(newEventsCmd(g), newOutcomesCmd(g), newTraceCmd(g), newReplayCmd(g), newDLQCmd(g), newRolloutCmd(g), newRolloutsCmd(g), newRevisionsCmd(), newRestartCmd(g), newScopeCmd(g))
+	root.AddCommand(newEventsCmd(g), newOutcomesCmd(g), newTraceCmd(g), newReplayCmd(g), newDLQCmd(g), newRolloutCmd(g), newRolloutsCmd(g), newRevisionsCmd(), newRestartCmd(g), newScopeCmd(g), newDashboardCmd(g))
 	root.AddCommand(newVersionCmd())
 	strictGroups(root)
 	return root

@@ -25,6 +25,7 @@ import (
 
 	"kvlive/applier"
 	"kvlive/cmd/kvlive/pipeline"
+	"kvlive/drift"
 	"kvlive/events"
 	"kvlive/internal/bus"
 	"kvlive/internal/kube"
@@ -32,6 +33,7 @@ import (
 	"kvlive/internal/webhook"
 	"kvlive/planner"
 	"kvlive/pruner"
+	"kvlive/readmodel/dashboard"
 )
 
 // natsFlags are how a command reaches NATS.
@@ -72,6 +74,7 @@ type runOptions struct {
 	rate           float64
 	metricsAddr    string
 	profiling      bool
+	dashboard      dashboardFlags
 	observeTimeout time.Duration
 	queueTimeout   time.Duration
 	traceFanout    int
@@ -122,6 +125,8 @@ subset, so planners and appliers can scale out as replicas on a NATS cluster.`,
 	f.Float64Var(&o.rate, "rate", 0, "cap on VM moves per second; 0 leaves only --qps/--burst")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:8080", "address serving /metrics, /healthz and /readyz (loopback by default; in a pod, its IP); empty turns it off")
 	f.BoolVar(&o.profiling, "profiling", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr")
+	o.dashboard = dashboardFlags{prefix: "dashboard-", usage: "serve the web dashboard (kvlive dashboard) on this address, drift from the pipeline's cache; empty (the default) serves none"}
+	o.dashboard.bind(f)
 	f.DurationVar(&o.observeTimeout, "observe-timeout", 2*time.Minute, "how long after its move a VM's verdict (KubeVirt's reaction: the hotplug, RestartRequired) is waited for; what stands then is the verdict; 0 turns verdicts off")
 	f.DurationVar(&o.queueTimeout, "migration-queue-timeout", applier.DefaultQueueTimeout, "how long a running VM whose change reaches the guest by a live migration (or an eviction) waits for it to start before its verdict is queued; the --observe-timeout then runs from the migration's start")
 	f.IntVar(&o.traceFanout, "trace-fanout-limit", planner.DefaultTraceFanout, "above this many VMs, each VM's span roots its own trace, linked to the plan span")
@@ -219,6 +224,23 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	dashCtx, stopDashboard := context.WithCancel(ctx)
+	defer stopDashboard()
+	dashboardServed, err := o.serveDashboard(dashCtx, log, js, tp, func() []drift.Row {
+		if r := ready.Load(); r != nil {
+			return r.Drift()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			stopDashboard()
+			err = errors.Join(err, dashboardServed())
+		}
+	}()
 	running, err := pipeline.Start(ctx, pipeline.Config{
 		Clients: clients, JetStream: js, Namespace: o.kube.explicitNamespace(), Stages: o.stages,
 		Log: log, Tracer: tp, ApplierWorkers: o.workers, PlannerWorkers: o.plannerWorkers, Rate: o.rate,
@@ -241,7 +263,24 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 		defer func() { stopGC(); <-following }()
 	}
 	log.Info("kvlive running", "stages", o.stages, "namespace", o.kube.explicitNamespace())
-	return errors.Join(running.Wait(), served())
+	err = running.Wait()
+	stopDashboard()
+	return errors.Join(err, served(), dashboardServed())
+}
+
+// serveDashboard serves the dashboard on --dashboard-addr, its drift from
+// the pipeline's cache; without the flag it serves nothing.
+func (o *runOptions) serveDashboard(ctx context.Context, log *slog.Logger, js jetstream.JetStream, tp *sdktrace.TracerProvider, measure func() []drift.Row) (func() error, error) {
+	if o.dashboard.addr == "" {
+		return func() error { return nil }, nil
+	}
+	ln, token, tlsConfig, err := o.dashboard.listen()
+	if err != nil {
+		return nil, err
+	}
+	return serveDashboard(ctx, log.With("component", "dashboard"), ln, tlsConfig != nil, dashboard.Config{
+		JetStream: js, ReadOnly: o.dashboard.readOnly, Token: token, Drift: measure, Tracer: tp, By: whoAmI() + " (dashboard of kvlive run)",
+	})
 }
 
 // cluster reads the kubeconfig flags into clients, and the leader

@@ -106,6 +106,16 @@ type Running struct {
 	cancel  context.CancelFunc
 	watcher atomic.Pointer[watcher.Watcher]
 	moving  *applier.Activity
+	fleet   *kube.Cache
+}
+
+// Drift measures drift per instance type and preference from the
+// pipeline's informer cache (counts only), nothing before it synced.
+func (r *Running) Drift() []drift.Row {
+	if !r.fleet.HasSynced() {
+		return nil
+	}
+	return drift.Measure(r.fleet, drift.Filter{CountsOnly: true})
 }
 
 // Moving reports whether this process's applier is moving VMs (a plan in
@@ -177,7 +187,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	})
 	ctx, cancel := context.WithCancel(ctx)
 	group, ctx := errgroup.WithContext(ctx)
-	r := &Running{group: group, cancel: cancel, moving: cfg.moving}
+	r := &Running{group: group, cancel: cancel, moving: cfg.moving, fleet: fleet}
 	runs, err := addStages(ctx, cfg, fleet, &r.watcher)
 	if err != nil {
 		return nil, errors.Join(err, r.abandon(runs))
