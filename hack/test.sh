@@ -3,7 +3,9 @@
 #
 #   1. builds kube-apiserver, etcd, nats-server, kubectl, golangci-lint and
 #      promtool into .bin/, with the Prometheus Operator's CRDs
-#      (hack/tools.sh; reused when already built at the pinned versions);
+#      (hack/tools.sh; reused when already built at the pinned versions),
+#      and installs Debian's chromium for the dashboard's browser tests
+#      where it is missing (hack/chromium.sh);
 #   2. gofmt, go vet, golangci-lint, deploy/monitoring's rules with promtool,
 #      go mod tidy;
 #   3. unit tests with the race detector (fake clientsets, embedded NATS);
@@ -19,6 +21,7 @@ cd "$(dirname "$0")/.."
 
 echo "== tools"
 ./hack/tools.sh
+./hack/chromium.sh
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go'))
