@@ -121,7 +121,9 @@ type rolloutView struct {
 // batchView is one batch of a batched rollout.
 type batchView struct {
 	Number, Size int
-	State        string
+	// State says where the batch is; Class is "released", "gate" or
+	// "staged", for the page's colours.
+	State, Class string
 }
 
 // traceView is a rollout's trace as a waterfall.
@@ -201,12 +203,14 @@ func (s *Server) rolloutView(ctx context.Context, id, filter string) (rolloutVie
 	}
 	v.Status = status.String()
 	for i, n := range a.Batches {
-		b := batchView{Number: i + 1, Size: n, State: "staged"}
+		b := batchView{Number: i + 1, Size: n, State: "staged", Class: "staged"}
 		switch {
 		case i < a.Batch || (i == a.Batch && a.Done()):
-			b.State = "released"
+			b.State, b.Class = "released", "released"
+		case i == a.Batch && a.Control.GateAt.IsZero():
+			b.State, b.Class = "released, at its gate", "gate"
 		case i == a.Batch:
-			b.State = "released, its gate pending"
+			b.State, b.Class = "released, passed its gate", "released"
 		}
 		v.Batches = append(v.Batches, b)
 	}
