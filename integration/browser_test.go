@@ -59,7 +59,17 @@ func newBrowser(t *testing.T) *browser {
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.WithoutCancel(t.Context()), opts...)
 	ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
-	if err := chromedp.Do(ctx); err != nil {
+	// The first Do starts the browser and binds it to ctx, so it takes no
+	// deadline of its own: the wait for it is bounded here.
+	started := make(chan error, 1)
+	go func() { started <- chromedp.Do(ctx) }()
+	var err error
+	select {
+	case err = <-started:
+	case <-time.After(browserWait):
+		err = fmt.Errorf("chromium did not start in %v", browserWait)
+	}
+	if err != nil {
 		cancel()
 		cancelAlloc()
 		t.Fatalf("start chromium: %v", err)

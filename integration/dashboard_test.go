@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"kvlive/events"
+	"kvlive/rollout"
 )
 
 // startDashboard starts `kvlive dashboard` on a free loopback port as the
@@ -67,6 +70,12 @@ func TestDashboardInABrowser(t *testing.T) {
 	if got := page.count("#actions a.button"); got == 0 {
 		t.Errorf("the operator's page has no buttons:\n%s", page.text("#actions"))
 	}
+	if path := os.Getenv("KVLIVE_DASHBOARD_SCREENSHOT"); path != "" {
+		// docs/dashboard.png: the rollout held at its gate.
+		if err := os.WriteFile(path, page.screenshot(), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
 	page.mark()
 	before := len(e.pinWrites())
 	if before != 10 {
@@ -95,11 +104,6 @@ func TestDashboardInABrowser(t *testing.T) {
 	if len(moved) != 10 {
 		t.Errorf("promote moved %d VMs (audit log), want the second batch's 10", len(moved))
 	}
-	if path := os.Getenv("KVLIVE_DASHBOARD_SCREENSHOT"); path != "" {
-		if err := os.WriteFile(path, page.screenshot(), 0o644); err != nil {
-			t.Error(err)
-		}
-	}
 
 	ro := b.tab()
 	ro.open(reader + "/rollouts/" + id)
@@ -115,8 +119,8 @@ func TestDashboardInABrowser(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("the reader's abort answered %d, want 403", resp.StatusCode)
 	}
-	if st := e.status(id); st.Control.State != "running" || strings.Contains(st.Control.Reason, "a reader tries") {
-		t.Errorf("after the reader's abort the rollout's control is %s (%s)", st.Control.State, st.Control.Reason)
+	if a, err := rollout.AccountOf(e.ctx, e.js, id); err != nil || a.Control.State == events.StateAborted || strings.Contains(a.Control.Reason, "a reader tries") {
+		t.Errorf("after the reader's abort the rollout's control is %s (%s), %v", a.Control.State, a.Control.Reason, err)
 	}
 
 	missing := b.tab()
