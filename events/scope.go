@@ -198,7 +198,6 @@ func ClearScope(ctx context.Context, js jetstream.JetStream, force bool) (ScopeC
 	return claim, nil
 }
 
-
 // ErrOutOfScope is a request for a namespace the replicas sharing the bus
 // do not serve: they would plan it as touching no VM.
 var ErrOutOfScope = errors.New("the replicas on this bus do not serve that namespace")
