@@ -156,10 +156,6 @@ func New(t TLS, allowed ...string) (*Client, error) {
 // the same for every replica and attempt, so a receiver can tell a repeat)
 // and returns the answer, within timeout (DefaultTimeout when zero).
 func (c *Client) Ask(ctx context.Context, hook string, timeout time.Duration, call Call, now time.Time) Answer {
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
-	a := Answer{URL: Redact(hook)}
 	body, err := json.Marshal(map[string]any{
 		"specversion":     "1.0",
 		"id":              fmt.Sprintf("%s/batch/%d/%s", call.EventID, call.Batch, call.Phase),
@@ -171,9 +167,19 @@ func (c *Client) Ask(ctx context.Context, hook string, timeout time.Duration, ca
 		"data":            call,
 	})
 	if err != nil {
-		a.Error = err.Error()
-		return a
+		return Answer{URL: Redact(hook), Error: err.Error()}
 	}
+	return c.Post(ctx, hook, timeout, "application/cloudevents+json", nil, body)
+}
+
+// Post posts body to hook as contentType, with header's fields added, and
+// returns the answer within timeout (DefaultTimeout when zero): the same
+// transport, address checks and refusal of redirects as Ask.
+func (c *Client) Post(ctx context.Context, hook string, timeout time.Duration, contentType string, header http.Header, body []byte) Answer {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	a := Answer{URL: Redact(hook)}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, hook, bytes.NewReader(body))
@@ -181,7 +187,12 @@ func (c *Client) Ask(ctx context.Context, hook string, timeout time.Duration, ca
 		a.Error = err.Error()
 		return a
 	}
-	req.Header.Set("Content-Type", "application/cloudevents+json")
+	for k, vs := range header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	req.Header.Set("Content-Type", contentType)
 	start := time.Now()
 	resp, err := (&http.Client{Transport: c.transport, CheckRedirect: noRedirects}).Do(req)
 	a.Took = time.Since(start)
