@@ -39,6 +39,7 @@ var knownTypes = map[string]bool{
 	TypePlan:                true,
 	TypeOutcome:             true,
 	TypeVerdict:             true,
+	TypeNotification:        true,
 }
 
 // Envelope is a CloudEvents 1.0 structured-mode JSON envelope.

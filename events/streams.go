@@ -173,6 +173,7 @@ func StreamConfigs(o StreamOptions) []jetstream.StreamConfig {
 		aged(mk(StreamSpans, subjectSpans, "kvlive: finished trace spans, for kvlive trace")),
 		work(mk(StreamHeld, subjectHeld, "kvlive: plans of paused rollouts, until resumed or aborted")),
 		work(mk(StreamStaged, subjectStaged, "kvlive: plans of later batches, until their batch is released")),
+		aged(mk(StreamNotify, subjectNotify, "kvlive: notifications of rollouts' state changes, for kvlive run --notify's receivers")),
 	}
 }
 
