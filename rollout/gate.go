@@ -44,8 +44,11 @@ const gateEvery = time.Second
 // policy sets no deadline, as a Deployment's progressDeadlineSeconds does.
 const DefaultProgressDeadline = 10 * time.Minute
 
-// gatedBy is who the control records name for a gate's decisions.
-const gatedBy = "kvlive gate"
+// GatedBy is who the control records name for a gate's decisions.
+const GatedBy = "kvlive gate"
+
+// gatedBy is GatedBy, as the gates write it.
+const gatedBy = GatedBy
 
 // runGates steps every batched rollout until ctx ends.
 func (rc *Controller) runGates(ctx context.Context, store *Store) {

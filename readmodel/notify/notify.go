@@ -1,0 +1,397 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"kvlive/events"
+	"kvlive/internal/consumer"
+	"kvlive/internal/webhook"
+	"kvlive/readmodel/inspect"
+	"kvlive/rollout"
+)
+
+// Config is what a Notifier watches and whom it tells.
+type Config struct {
+	JetStream jetstream.JetStream
+	Receivers []Receiver
+	// Client posts to the receivers (the gate webhooks' client).
+	Client *webhook.Client
+	// Dashboard is the dashboard's address as people reach it; each
+	// notification links to its rollout's page there. Empty: no link.
+	Dashboard string
+	// Timeout bounds one post (webhook.DefaultTimeout when zero).
+	Timeout time.Duration
+	// MaxDeliver is how many times a notification is posted before it is
+	// dead-lettered (DefaultMaxDeliver when zero); Backoff spaces the tries
+	// (1 s doubling to 5 min when zero).
+	MaxDeliver int
+	Backoff    consumer.Backoff
+	Log        *slog.Logger
+	Metrics    consumer.Metrics
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// DefaultMaxDeliver gives a receiver about half an hour, at the default
+// backoff, before a notification is dead-lettered.
+const DefaultMaxDeliver = 12
+
+// Stage names the notifier in logs, metrics and dead-letter subjects.
+const Stage = "notify"
+
+// checkEvery is how often changed rollouts are looked at again.
+const checkEvery = time.Second
+
+// Notifier watches rollouts and tells the receivers of their changes.
+type Notifier struct {
+	cfg Config
+
+	mu    sync.Mutex
+	dirty map[string]bool
+}
+
+// New checks cfg.
+func New(cfg Config) (*Notifier, error) {
+	switch {
+	case cfg.JetStream == nil:
+		return nil, errors.New("notify: no JetStream")
+	case cfg.Client == nil:
+		return nil, errors.New("notify: no webhook client")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MaxDeliver <= 0 {
+		cfg.MaxDeliver = DefaultMaxDeliver
+	}
+	if cfg.Backoff == (consumer.Backoff{}) {
+		cfg.Backoff = consumer.Backoff{Min: time.Second, Max: 5 * time.Minute, Jitter: 0.2}
+	}
+	return &Notifier{cfg: cfg, dirty: map[string]bool{}}, nil
+}
+
+// Run watches the rollouts and sends to every receiver until ctx ends.
+func (n *Notifier) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return n.watch(ctx) })
+	for _, r := range n.cfg.Receivers {
+		g.Go(func() error { return n.send(ctx, r) })
+	}
+	return g.Wait()
+}
+
+// watchedStreams hold the records whose changes may change a rollout's
+// state: its record, its control record, its outcomes and verdicts.
+var watchedStreams = []string{"KV_" + events.BucketRollouts, "KV_" + events.BucketControl, events.StreamOutcomes}
+
+// watch marks the rollouts whose records change and publishes their new
+// states every checkEvery, starting with every rollout recorded and not
+// settled (changes made while no notifier ran).
+func (n *Notifier) watch(ctx context.Context) error {
+	for _, stream := range watchedStreams {
+		go n.follow(ctx, stream)
+	}
+	ids, err := rollout.EventIDs(ctx, n.cfg.JetStream, "")
+	if err != nil {
+		n.cfg.Log.Warn("notify: the recorded rollouts could not be listed; only rollouts that change from now on are looked at", "err", err)
+	}
+	n.mark(ids...)
+	tick := time.NewTicker(checkEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		n.mu.Lock()
+		dirty := n.dirty
+		n.dirty = map[string]bool{}
+		n.mu.Unlock()
+		for id := range dirty {
+			if err := n.check(ctx, id); err != nil && ctx.Err() == nil {
+				n.cfg.Log.Warn("notify: a rollout's state could not be read or published; trying again", "event", id, "err", err)
+				n.mark(id)
+			}
+		}
+	}
+}
+
+// mark notes rollouts to look at.
+func (n *Notifier) mark(ids ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, id := range ids {
+		if id != "" {
+			n.dirty[id] = true
+		}
+	}
+}
+
+// follow marks the rollout of every new message on stream until ctx ends;
+// a stream kvlive has not made yet is waited for.
+func (n *Notifier) follow(ctx context.Context, stream string) {
+	said := false
+	for ctx.Err() == nil {
+		c, err := n.cfg.JetStream.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true})
+		if err == nil {
+			var cc jetstream.ConsumeContext
+			cc, err = c.Consume(func(m jetstream.Msg) { n.mark(eventOf(m.Subject())) })
+			if err == nil {
+				<-ctx.Done()
+				cc.Stop()
+				return
+			}
+		}
+		if !said {
+			n.cfg.Log.Info("notify: waiting for a stream", "stream", stream, "err", err)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// eventOf is the event a record's subject belongs to: a rollout or control
+// record's key, an outcome's or verdict's event token; "" for a rollout's
+// VM list and anything else.
+func eventOf(subject string) string {
+	for _, bucket := range []string{events.BucketRollouts, events.BucketControl} {
+		if key, ok := strings.CutPrefix(subject, "$KV."+bucket+"."); ok {
+			if strings.Contains(key, ".vms.") {
+				return ""
+			}
+			return key
+		}
+	}
+	tokens := strings.Split(subject, ".")
+	if len(tokens) > 0 && tokens[len(tokens)-1] == "again" {
+		tokens = tokens[:len(tokens)-1]
+	}
+	if len(tokens) < 4 {
+		return ""
+	}
+	id, err := events.EventOfToken(tokens[len(tokens)-1])
+	if err != nil {
+		return ""
+	}
+	return id
+}
+
+// check reads one rollout's account and publishes the notifications of its
+// state that are not published yet.
+func (n *Notifier) check(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	a, err := rollout.AccountOf(ctx, n.cfg.JetStream, id)
+	if errors.Is(err, rollout.ErrNoRollout) {
+		return nil
+	}
+	if err == nil {
+		err = rollout.CountVerdicts(ctx, n.cfg.JetStream, &a)
+	}
+	if err != nil {
+		return err
+	}
+	for _, s := range States(a, n.cfg.Dashboard) {
+		s.SeenAt = n.cfg.Now().UTC()
+		if err := n.publish(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publish stores one state's notification where none is yet.
+func (n *Notifier) publish(ctx context.Context, s State) error {
+	id := events.NotifyID(s.EventID, s.Kind, s.Occurrence)
+	body, err := events.Encode(events.TypeNotification, id, "kvlive/notify", s.EventID, s.SeenAt, &s.Notification)
+	if err != nil {
+		return err
+	}
+	msg := events.NewMsg(events.NotifySubject(s.EventID, s.Kind, s.Occurrence), id, events.TypeNotification, body)
+	_, err = n.cfg.JetStream.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(0))
+	switch {
+	case events.Conflict(err):
+		return nil // told already, by this replica or another
+	case err != nil:
+		return fmt.Errorf("publish %s: %w", id, err)
+	}
+	n.cfg.Log.Info("notify: "+s.Kind, "event", s.EventID, "text", s.Text)
+	return nil
+}
+
+// State is one state a rollout is in that people are told of once:
+// Occurrence tells apart states of one kind (a second pause).
+type State struct {
+	events.Notification
+	Occurrence string
+}
+
+// States are the notifiable states account a is in, in the order a
+// rollout meets them; dashboard, when set, is where its page is linked.
+func States(a rollout.Account, dashboard string) []State {
+	if !a.Recorded {
+		return nil
+	}
+	base := events.Notification{
+		EventID: a.EventID, Object: a.Record.Object.String(), Phase: string(a.Phase), Planned: a.Planned, Settled: a.Settled(),
+		Outcomes: a.Outcomes, Verdicts: a.Verdicts, Differ: a.Differ, Batches: len(a.Batches),
+	}
+	if len(a.Batches) > 0 {
+		base.Batch = a.Batch + 1
+	}
+	if dashboard != "" {
+		base.Link = strings.TrimSuffix(dashboard, "/") + "/rollouts/" + pathOf(a.EventID)
+	}
+	var out []State
+	add := func(kind, occurrence, text, why string, commands ...string) {
+		nt := base
+		nt.Kind, nt.Text, nt.Why, nt.Commands = kind, text, why, commands
+		out = append(out, State{Notification: nt, Occurrence: occurrence})
+	}
+	id, what := a.EventID, "rollout "+a.EventID+" of "+base.Object
+	undo := strings.HasPrefix(id, events.UndoEventID(""))
+	add(events.NotifyStarted, "1", fmt.Sprintf("kvlive: %s started: %d VMs planned (%s)%s", what, a.Planned, counts(a.Record.Counts), batches(a)), "")
+
+	c := a.Control
+	if c.State == events.StatePaused && !a.Done() {
+		at := strconv.FormatInt(c.At.UnixNano(), 10)
+		if c.By == rollout.GatedBy {
+			add(events.NotifyHeld, at, fmt.Sprintf("kvlive: %s is held after batch %d of %d", what, a.Batch+1, len(a.Batches)), c.Reason,
+				"kvlive rollout promote "+id, "kvlive rollout abort "+id+` --reason "…"`)
+		} else {
+			add(events.NotifyPaused, at, fmt.Sprintf("kvlive: %s was paused by %s", what, orSomeone(c.By)), c.Reason,
+				"kvlive rollout resume "+id, "kvlive rollout abort "+id+` --reason "…"`)
+		}
+	}
+	batch := strconv.Itoa(a.Batch)
+	if a.Differ > 0 {
+		add(events.NotifyDiffer, batch, fmt.Sprintf("kvlive: KubeVirt's verdict on %d VMs of %s differs from the prediction", a.Differ, what),
+			"verdicts: "+inspect.VerdictList(verdictNames(a)), "kvlive outcomes --event "+id+" --differs")
+	}
+	if failed := a.Outcomes[events.ResultFailed]; failed > 0 {
+		add(events.NotifyFailed, batch, fmt.Sprintf("kvlive: %d VMs of %s failed", failed, what), "",
+			"kvlive outcomes --event "+id+" --result failed", "kvlive rollout retry "+id)
+	}
+	switch {
+	case a.Phase == rollout.PhaseComplete && undo:
+		add(events.NotifyUndone, "1", fmt.Sprintf("kvlive: undo %s is complete: %s", id, counts(a.Outcomes)), "")
+	case a.Phase == rollout.PhaseComplete || a.Phase == rollout.PhaseIncomplete:
+		text := fmt.Sprintf("kvlive: %s is %s: %s; KubeVirt's verdicts: %s", what, a.Phase, counts(a.Outcomes), inspect.VerdictList(verdictNames(a)))
+		var commands []string
+		if !undo {
+			commands = []string{"kvlive rollout undo " + id}
+		}
+		add(events.NotifyCompleted, "1", text, "", commands...)
+	case a.Phase == rollout.PhaseAborted && a.Done():
+		add(events.NotifyAborted, "1", fmt.Sprintf("kvlive: %s was aborted by %s: %s", what, orSomeone(c.By), counts(a.Outcomes)), c.Reason)
+	}
+	return out
+}
+
+func orSomeone(by string) string {
+	if by == "" {
+		return "someone"
+	}
+	return by
+}
+
+// counts lists counts by result, "none" when there are none.
+func counts(m map[events.Result]int) string {
+	var parts []string
+	for _, r := range []events.Result{events.ResultLive, events.ResultRestart, events.ResultEvict, events.ResultNextBoot, events.ResultNone, events.ResultSkip, events.ResultFailed} {
+		if m[r] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", m[r], r))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// batches says how a batched rollout goes.
+func batches(a rollout.Account) string {
+	if len(a.Batches) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", in %d batches %v", len(a.Batches), a.Batches)
+}
+
+// verdictNames are a's verdict counts by name, the awaited ones included.
+func verdictNames(a rollout.Account) map[string]int {
+	m := map[string]int{"awaited": a.Awaited}
+	for v, c := range a.Verdicts {
+		m[string(v)] = c
+	}
+	return m
+}
+
+// pathOf is an event id as a URL path, its slashes kept.
+func pathOf(id string) string {
+	parts := strings.Split(id, "/")
+	for i, p := range parts {
+		parts[i] = url.PathEscape(p)
+	}
+	return strings.Join(parts, "/")
+}
+
+// send posts the notifications to one receiver, in order, until ctx ends.
+func (n *Notifier) send(ctx context.Context, r Receiver) error {
+	js := n.cfg.JetStream
+	var c jetstream.Consumer
+	for {
+		var err error
+		c, err = js.CreateOrUpdateConsumer(ctx, events.StreamNotify, events.NotifyConsumer(r.consumerName(), r.String()))
+		if err == nil {
+			break
+		}
+		n.cfg.Log.Warn("notify: the receiver's consumer could not be made; trying again", "receiver", r.String(), "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(5 * time.Second):
+		}
+	}
+	rt, err := consumer.New(consumer.Config{
+		Stage: Stage, Consumer: c, JetStream: js, Workers: 1, MaxDeliver: n.cfg.MaxDeliver, AckWait: time.Minute,
+		Backoff: n.cfg.Backoff, Grace: n.cfg.Timeout + time.Second, Log: n.cfg.Log.With("receiver", r.String()), Metrics: n.cfg.Metrics,
+	})
+	if err != nil {
+		return err
+	}
+	n.cfg.Log.Info("notify: sending", "receiver", r.String(), "consumer", r.consumerName())
+	return rt.Run(ctx, func(ctx context.Context, msg jetstream.Msg, d consumer.Delivery) consumer.Fate {
+		var nt events.Notification
+		if _, err := events.Decode(msg.Data(), events.TypeNotification, &nt); err != nil {
+			return consumer.Poison("not a notification: " + err.Error())
+		}
+		body, contentType, err := r.body(msg.Data(), nt)
+		if err != nil {
+			return consumer.Poison(err.Error())
+		}
+		answer := n.cfg.Client.Post(ctx, r.URL, n.cfg.Timeout, contentType, r.Header, body)
+		if !answer.Yes() {
+			return consumer.Retry(fmt.Errorf("%s did not take notification %s: %s", r.String(), nt.Kind, answer))
+		}
+		n.cfg.Log.Debug("notify: sent", "receiver", r.String(), "event", nt.EventID, "kind", nt.Kind, "took", answer.Took)
+		return consumer.Done()
+	})
+}

@@ -1,0 +1,233 @@
+package notify
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"kvlive/events"
+	"kvlive/internal/consumer"
+	"kvlive/internal/testenv"
+	"kvlive/internal/webhook"
+	"kvlive/readmodel/inspect"
+	"kvlive/rollout"
+)
+
+func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
+
+var t0 = time.Date(2026, 12, 5, 11, 0, 0, 0, time.UTC)
+
+// TestStates: what each state of a rollout tells, once per kind and
+// occurrence, with the commands that act on it.
+func TestStates(t *testing.T) {
+	a := rollout.Account{EventID: "switch/x", Phase: rollout.PhasePaused, Recorded: true, Planned: 4, Batches: []int{2, 2},
+		Record:   events.Rollout{Counts: map[events.Result]int{events.ResultLive: 4}},
+		Outcomes: map[events.Result]int{events.ResultLive: 1, events.ResultFailed: 1},
+		Control:  events.Control{State: events.StatePaused, By: rollout.GatedBy, Reason: "batch 1 of 2: 1 VMs failed", At: t0},
+		Verdicts: map[events.Observed]int{events.ObservedPending: 1}, Differ: 1}
+	got := States(a, "https://kvlive.example/")
+	var kinds []string
+	for _, s := range got {
+		kinds = append(kinds, s.Kind+"/"+s.Occurrence)
+	}
+	if want := []string{"started/1", "held/" + itoa(t0.UnixNano()), "differ/0", "failed/0"}; !slices.Equal(kinds, want) {
+		t.Fatalf("states %v, want %v", kinds, want)
+	}
+	held := got[1]
+	if !slices.Contains(held.Commands, "kvlive rollout promote switch/x") || held.Why != a.Control.Reason || held.Link != "https://kvlive.example/rollouts/switch/x" {
+		t.Errorf("held: %+v", held.Notification)
+	}
+	a.Phase, a.Control = rollout.PhaseComplete, events.Control{State: events.StateRunning}
+	got = States(a, "")
+	if last := got[len(got)-1]; last.Kind != events.NotifyCompleted || !strings.Contains(last.Text, "is complete") || last.Link != "" {
+		t.Errorf("complete: %+v", last)
+	}
+	a.EventID = "undo/y"
+	if got = States(a, ""); got[len(got)-1].Kind != events.NotifyUndone {
+		t.Errorf("an undo's completion is %s, want undone", got[len(got)-1].Kind)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// receiver records what it was posted, answering with status.
+type receiver struct {
+	mu     sync.Mutex
+	got    []events.Notification
+	ids    []string
+	status int
+	srv    *httptest.Server
+}
+
+func newReceiver(t *testing.T, status int) *receiver {
+	r := &receiver{status: status}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		b, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.status >= 300 && r.status < 400 {
+			w.Header().Set("Location", "https://login.example/")
+		}
+		w.WriteHeader(r.status)
+		if r.status != http.StatusOK {
+			return
+		}
+		env, err := events.Parse(b)
+		if err != nil {
+			t.Errorf("the receiver was posted %q: %v", b, err)
+			return
+		}
+		var n events.Notification
+		if err := env.Into(&n); err != nil {
+			t.Error(err)
+			return
+		}
+		r.got, r.ids = append(r.got, n), append(r.ids, env.ID)
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *receiver) kinds() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, n := range r.got {
+		out = append(out, n.Kind)
+	}
+	return out
+}
+
+// run runs a notifier until the returned func stops it.
+func run(t *testing.T, js jetstream.JetStream, cfg Config) func() {
+	t.Helper()
+	client, err := webhook.New(webhook.TLS{}, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.JetStream, cfg.Client = js, client
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func record(t *testing.T, js jetstream.JetStream, id string) {
+	t.Helper()
+	kv, err := js.KeyValue(t.Context(), events.BucketRollouts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := events.MarshalRollout(events.Rollout{EventID: id, Planned: 2, PlannedAt: t0, Counts: map[events.Result]int{events.ResultLive: 2},
+		Object: events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.small"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(t.Context(), events.RolloutKey(id), b); err != nil {
+		t.Fatal(err)
+	}
+	// A plan in flight: the rollout is running.
+	p := events.Plan{EventID: id, VM: events.VMRef{Namespace: "shop", Name: "vm-a", UID: "uid-a"}, Action: events.ResultLive,
+		Target: events.Target{Move: events.MoveRepin, Object: events.Ref{Kind: events.KindClusterInstancetype, Name: "u1.small"}, Generation: 2}}
+	body, err := events.Encode(events.TypePlan, "plan/"+id, "kvlive/test", "", t0, &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(t.Context(), events.NewMsg(events.PlanSubject("shop", id), "plan/"+id, events.TypePlan, body)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTwoReplicasTellOnceInOrder: two notifiers (two replicas) watch one
+// rollout that starts and is paused; the receiver is told each once, in
+// order; a notifier started afresh after them tells nothing again.
+func TestTwoReplicasTellOnceInOrder(t *testing.T) {
+	js := testenv.JetStream(t)
+	r := newReceiver(t, http.StatusOK)
+	cfg := Config{Receivers: []Receiver{{URL: r.srv.URL, Format: FormatCloudEvents}}}
+	stop1, stop2 := run(t, js, cfg), run(t, js, cfg)
+	record(t, js, "switch/a")
+	testenv.Eventually(t, 30*time.Second, "the start told", func() bool { return len(r.kinds()) == 1 })
+	if _, err := rollout.Steer(t.Context(), js, rollout.Steering{EventID: "switch/a", Action: events.ActionPause, By: "alice", Reason: "lunch"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the pause told", func() bool { return len(r.kinds()) == 2 })
+	stop1()
+	stop2()
+	stop3 := run(t, js, cfg)
+	time.Sleep(3 * checkEvery) // a third notice would come by now
+	stop3()
+	if got := r.kinds(); !slices.Equal(got, []string{events.NotifyStarted, events.NotifyPaused}) {
+		t.Errorf("told %v, want started then paused, once each", got)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.got[1]; p.Why != "lunch" || !slices.Contains(p.Commands, "kvlive rollout resume switch/a") {
+		t.Errorf("the pause: %+v", p)
+	}
+}
+
+// TestAReceiverThatStaysDownEndsInADeadLetter: a receiver that answers
+// 500, or redirects (a redirect is not followed: a failure, as for gate
+// webhooks), has each notification dead-lettered with the reason after
+// its deliveries, and the pipeline's records are untouched.
+func TestAReceiverThatStaysDownEndsInADeadLetter(t *testing.T) {
+	for _, status := range []int{http.StatusInternalServerError, http.StatusFound} {
+		t.Run(http.StatusText(status), func(t *testing.T) {
+			js := testenv.JetStream(t)
+			r := newReceiver(t, status)
+			stop := run(t, js, Config{Receivers: []Receiver{{URL: r.srv.URL, Format: FormatSlack}}, MaxDeliver: 2, Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+				Backoff: consumer.Backoff{Min: 10 * time.Millisecond, Max: 10 * time.Millisecond}})
+			defer stop()
+			record(t, js, "switch/b")
+			store := inspect.Store{JetStream: js}
+			var letters []inspect.Letter
+			testenv.Eventually(t, 30*time.Second, "a dead letter", func() bool {
+				letters, _ = store.List(t.Context())
+				return len(letters) > 0
+			})
+			want := map[int]string{http.StatusInternalServerError: "500 Internal Server Error", http.StatusFound: "a redirect is a no"}[status]
+			if l := letters[0]; l.Stage != Stage || !strings.Contains(l.Reason, "gave up after 2 deliveries") || !strings.Contains(l.Reason, want) {
+				t.Errorf("dead letter: stage %s, reason %q", l.Stage, l.Reason)
+			}
+		})
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+
+// TestParseReceiver: the --notify forms.
+func TestParseReceiver(t *testing.T) {
+	if r, err := ParseReceiver("https://hooks.slack.com/services/T/B/X"); err != nil || r.Format != FormatSlack {
+		t.Errorf("a Slack hook: %+v, %v", r, err)
+	}
+	if r, err := ParseReceiver("https://events.example/in;format=cloudevents"); err != nil || r.Format != FormatCloudEvents {
+		t.Errorf("cloudevents: %+v, %v", r, err)
+	}
+	for _, bad := range []string{"ftp://x/", "https://x/;format=xml", "https://x/;colour=red", "https://x/;headers=/nonexistent"} {
+		if _, err := ParseReceiver(bad); err == nil {
+			t.Errorf("ParseReceiver(%q) took it", bad)
+		}
+	}
+}
