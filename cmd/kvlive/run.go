@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,7 @@ import (
 	"kvlive/planner"
 	"kvlive/pruner"
 	"kvlive/readmodel/dashboard"
+	"kvlive/readmodel/notify"
 )
 
 // natsFlags are how a command reaches NATS.
@@ -75,6 +77,8 @@ type runOptions struct {
 	metricsAddr    string
 	profiling      bool
 	dashboard      dashboardFlags
+	notify         []string
+	dashboardURL   string
 	observeTimeout time.Duration
 	queueTimeout   time.Duration
 	traceFanout    int
@@ -127,6 +131,8 @@ subset, so planners and appliers can scale out as replicas on a NATS cluster.`,
 	f.BoolVar(&o.profiling, "profiling", false, "also serve Go's /debug/pprof/ profiles on --metrics-addr")
 	o.dashboard = dashboardFlags{prefix: "dashboard-", usage: "serve the web dashboard (kvlive dashboard) on this address, drift from the pipeline's cache; empty (the default) serves none"}
 	o.dashboard.bind(f)
+	f.StringArrayVar(&o.notify, "notify", nil, "post rollouts' state changes to this receiver: URL[;format=slack|cloudevents][;headers=FILE] (repeatable; hooks.slack.com is slack, anything else CloudEvents JSON unless named; FILE holds Name: value header lines)")
+	f.StringVar(&o.dashboardURL, "dashboard-url", "", "the dashboard's address as people reach it, for the links in notifications")
 	f.DurationVar(&o.observeTimeout, "observe-timeout", 2*time.Minute, "how long after its move a VM's verdict (KubeVirt's reaction: the hotplug, RestartRequired) is waited for; what stands then is the verdict; 0 turns verdicts off")
 	f.DurationVar(&o.queueTimeout, "migration-queue-timeout", applier.DefaultQueueTimeout, "how long a running VM whose change reaches the guest by a live migration (or an eviction) waits for it to start before its verdict is queued; the --observe-timeout then runs from the migration's start")
 	f.IntVar(&o.traceFanout, "trace-fanout-limit", planner.DefaultTraceFanout, "above this many VMs, each VM's span roots its own trace, linked to the plan span")
@@ -241,6 +247,16 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 			err = errors.Join(err, dashboardServed())
 		}
 	}()
+	notified, err := o.startNotifier(dashCtx, log, js, hooks, m)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			stopDashboard()
+			err = errors.Join(err, notified())
+		}
+	}()
 	running, err := pipeline.Start(ctx, pipeline.Config{
 		Clients: clients, JetStream: js, Namespace: o.kube.explicitNamespace(), Stages: o.stages,
 		Log: log, Tracer: tp, ApplierWorkers: o.workers, PlannerWorkers: o.plannerWorkers, Rate: o.rate,
@@ -265,7 +281,32 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 	log.Info("kvlive running", "stages", o.stages, "namespace", o.kube.explicitNamespace())
 	err = running.Wait()
 	stopDashboard()
-	return errors.Join(err, served(), dashboardServed())
+	return errors.Join(err, served(), dashboardServed(), notified())
+}
+
+// startNotifier sends rollouts' state changes to the --notify receivers
+// until ctx ends; the returned func waits for it. Without --notify it does
+// nothing.
+func (o *runOptions) startNotifier(ctx context.Context, log *slog.Logger, js jetstream.JetStream, hooks *webhook.Client, m *telemetry.Metrics) (func() error, error) {
+	if len(o.notify) == 0 {
+		return func() error { return nil }, nil
+	}
+	var receivers []notify.Receiver
+	for _, spec := range o.notify {
+		r, err := notify.ParseReceiver(spec)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errUsage, err)
+		}
+		receivers = append(receivers, r)
+	}
+	n, err := notify.New(notify.Config{JetStream: js, Receivers: receivers, Client: hooks, Dashboard: o.dashboardURL,
+		Log: log.With("component", "notify"), Metrics: m})
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	return sync.OnceValue(func() error { return <-done }), nil
 }
 
 // serveDashboard serves the dashboard on --dashboard-addr, its drift from
