@@ -230,33 +230,30 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	dashCtx, stopDashboard := context.WithCancel(ctx)
-	defer stopDashboard()
-	dashboardServed, err := o.serveDashboard(dashCtx, log, js, tp, func() []drift.Row {
+	// The dashboard and the notifier serve beside the stages; on an early
+	// return they are stopped and waited for.
+	beside, stopBeside := context.WithCancel(ctx)
+	defer stopBeside()
+	dashboardServed, notified := noWait, noWait
+	defer func() {
+		if err != nil {
+			stopBeside()
+			err = errors.Join(err, dashboardServed(), notified())
+		}
+	}()
+	if dashboardServed, err = o.serveDashboard(beside, log, js, tp, func() []drift.Row {
 		if r := ready.Load(); r != nil {
 			return r.Drift()
 		}
 		return nil
-	})
-	if err != nil {
+	}); err != nil {
+		dashboardServed = noWait
 		return err
 	}
-	defer func() {
-		if err != nil {
-			stopDashboard()
-			err = errors.Join(err, dashboardServed())
-		}
-	}()
-	notified, err := o.startNotifier(dashCtx, log, js, hooks, m)
-	if err != nil {
+	if notified, err = o.startNotifier(beside, log, js, hooks, m); err != nil {
+		notified = noWait
 		return err
 	}
-	defer func() {
-		if err != nil {
-			stopDashboard()
-			err = errors.Join(err, notified())
-		}
-	}()
 	running, err := pipeline.Start(ctx, pipeline.Config{
 		Clients: clients, JetStream: js, Namespace: o.kube.explicitNamespace(), Stages: o.stages,
 		Log: log, Tracer: tp, ApplierWorkers: o.workers, PlannerWorkers: o.plannerWorkers, Rate: o.rate,
@@ -280,7 +277,7 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 	}
 	log.Info("kvlive running", "stages", o.stages, "namespace", o.kube.explicitNamespace())
 	err = running.Wait()
-	stopDashboard()
+	stopBeside()
 	return errors.Join(err, served(), dashboardServed(), notified())
 }
 
@@ -289,7 +286,7 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 // nothing.
 func (o *runOptions) startNotifier(ctx context.Context, log *slog.Logger, js jetstream.JetStream, hooks *webhook.Client, m *telemetry.Metrics) (func() error, error) {
 	if len(o.notify) == 0 {
-		return func() error { return nil }, nil
+		return noWait, nil
 	}
 	var receivers []notify.Receiver
 	for _, spec := range o.notify {
@@ -309,11 +306,14 @@ func (o *runOptions) startNotifier(ctx context.Context, log *slog.Logger, js jet
 	return sync.OnceValue(func() error { return <-done }), nil
 }
 
+// noWait is the wait of what was not started.
+func noWait() error { return nil }
+
 // serveDashboard serves the dashboard on --dashboard-addr, its drift from
 // the pipeline's cache; without the flag it serves nothing.
 func (o *runOptions) serveDashboard(ctx context.Context, log *slog.Logger, js jetstream.JetStream, tp *sdktrace.TracerProvider, measure func() []drift.Row) (func() error, error) {
 	if o.dashboard.addr == "" {
-		return func() error { return nil }, nil
+		return noWait, nil
 	}
 	ln, token, tlsConfig, err := o.dashboard.listen()
 	if err != nil {
