@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -101,7 +102,7 @@ func TestNotificationsAcrossAKill(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itMedium: 20}})
 	r := newNotifyReceiver(t)
 	flags := []string{"--notify", r.srv.URL, "--webhook-allow-host", "127.0.0.1", "--dashboard-url", "https://kvlive.example/"}
-	first := e.runKvlive("first", flags...)
+	first := e.runKvlive("first", append(flags, "--dashboard-addr", "127.0.0.1:0")...)
 	e.waitGenerations()
 
 	e.annotate(itMedium, "batchSize: 50%\npause: manual\n")
@@ -116,6 +117,18 @@ func TestNotificationsAcrossAKill(t *testing.T) {
 	if !strings.Contains(held.Why, "batch 1 of 2 passed its gate") || !slices.Contains(held.Commands, "kvlive rollout promote "+id) ||
 		held.Link != "https://kvlive.example/rollouts/"+id {
 		t.Errorf("the held gate's notification: %+v", held)
+	}
+
+	// kvlive run serves the dashboard too, drift from the pipeline's cache.
+	dash := regexp.MustCompile(`serving the dashboard".* url=(\S+)/ `).FindStringSubmatch(first.out.String())
+	if dash == nil {
+		t.Fatalf("kvlive run --dashboard-addr logged no dashboard address")
+	}
+	if code, body, err := httpGet(dash[1] + "/rollouts/" + id); err != nil || code != http.StatusOK || !strings.Contains(body, "passed its gate") {
+		t.Errorf("kvlive run's dashboard, the rollout's page: %d, %v\n%s", code, err, body)
+	}
+	if code, body, err := httpGet(dash[1] + "/drift"); err != nil || code != http.StatusOK || !strings.Contains(body, itMedium) {
+		t.Errorf("kvlive run's dashboard, drift: %d, %v\n%s", code, err, body)
 	}
 
 	// The receiver misbehaves; the rollout goes on without it.
