@@ -215,7 +215,10 @@ func TestAReceiverThatStaysDownEndsInADeadLetter(t *testing.T) {
 
 type testWriter struct{ t *testing.T }
 
-func (w testWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
 
 // TestParseReceiver: the --notify forms.
 func TestParseReceiver(t *testing.T) {
