@@ -72,7 +72,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.cfg.Log.Info("dashboard: "+action, "event", id, "by", by, "result", done)
-	http.Redirect(w, r, "/rollouts/"+pathOf(to)+"?done="+url.QueryEscape(done), http.StatusSeeOther)
+	http.Redirect(w, r, "/rollouts/"+inspect.EventPath(to)+"?done="+url.QueryEscape(done), http.StatusSeeOther)
 }
 
 // carryOut sends one action and says what it did, and which rollout's page

@@ -3,7 +3,6 @@ package dashboard
 import (
 	"fmt"
 	"html/template"
-	"net/url"
 	"strings"
 	"time"
 
@@ -11,20 +10,10 @@ import (
 	"kvlive/readmodel/inspect"
 )
 
-// pathOf is an event id as a URL path: each segment escaped, the slashes
-// kept (/rollouts/switch/0b5c9e1d).
-func pathOf(id string) string {
-	parts := strings.Split(id, "/")
-	for i, p := range parts {
-		parts[i] = url.PathEscape(p)
-	}
-	return strings.Join(parts, "/")
-}
-
 // funcs are the templates' helpers.
 func funcs(now func() time.Time) template.FuncMap {
 	return template.FuncMap{
-		"path": pathOf,
+		"path": inspect.EventPath,
 		"ago": func(t time.Time) string {
 			if t.IsZero() {
 				return "-"

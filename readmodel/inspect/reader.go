@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -46,4 +48,15 @@ func (r *Reader) stream(ctx context.Context, name string) (jetstream.Stream, err
 		return nil, fmt.Errorf("inspect: stream %s: %w", name, err)
 	}
 	return s, nil
+}
+
+// EventPath is an event id as a URL path, each segment escaped and its
+// slashes kept (switch/0b5c9e1d): how the dashboard, and the links the
+// notifications carry, name a rollout's page (/rollouts/<path>).
+func EventPath(id string) string {
+	parts := strings.Split(id, "/")
+	for i, p := range parts {
+		parts[i] = url.PathEscape(p)
+	}
+	return strings.Join(parts, "/")
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -258,7 +257,7 @@ func States(a rollout.Account, dashboard string) []State {
 		base.Batch = a.Batch + 1
 	}
 	if dashboard != "" {
-		base.Link = strings.TrimSuffix(dashboard, "/") + "/rollouts/" + pathOf(a.EventID)
+		base.Link = strings.TrimSuffix(dashboard, "/") + "/rollouts/" + inspect.EventPath(a.EventID)
 	}
 	var out []State
 	add := func(kind, occurrence, text, why string, commands ...string) {
@@ -342,15 +341,6 @@ func verdictNames(a rollout.Account) map[string]int {
 		m[string(v)] = c
 	}
 	return m
-}
-
-// pathOf is an event id as a URL path, its slashes kept.
-func pathOf(id string) string {
-	parts := strings.Split(id, "/")
-	for i, p := range parts {
-		parts[i] = url.PathEscape(p)
-	}
-	return strings.Join(parts, "/")
 }
 
 // send posts the notifications to one receiver, in order, until ctx ends.
