@@ -99,11 +99,15 @@ var watchedStreams = []string{"KV_" + events.BucketRollouts, "KV_" + events.Buck
 
 // watch marks the rollouts whose records change and publishes their new
 // states every checkEvery, starting with every rollout recorded and not
-// settled (changes made while no notifier ran).
+// settled (changes made while no notifier ran). It follows the streams
+// before it lists the rollouts, so a rollout recorded in between is seen.
 func (n *Notifier) watch(ctx context.Context) error {
+	var following sync.WaitGroup
 	for _, stream := range watchedStreams {
-		go n.follow(ctx, stream)
+		following.Add(1)
+		go n.follow(ctx, stream, following.Done)
 	}
+	following.Wait()
 	ids, err := rollout.EventIDs(ctx, n.cfg.JetStream, "")
 	if err != nil {
 		n.cfg.Log.Warn("notify: the recorded rollouts could not be listed; only rollouts that change from now on are looked at", "err", err)
@@ -141,25 +145,34 @@ func (n *Notifier) mark(ids ...string) {
 	}
 }
 
-// follow marks the rollout of every new message on stream until ctx ends;
-// a stream kvlive has not made yet is waited for.
-func (n *Notifier) follow(ctx context.Context, stream string) {
-	said := false
+// follow marks the rollout of every new message on stream until ctx ends,
+// calling started once it follows (or first failed to). A stream kvlive
+// has not made yet is waited for, then followed from its first message:
+// all of it is new.
+func (n *Notifier) follow(ctx context.Context, stream string, started func()) {
+	once := sync.OnceFunc(started)
+	defer once()
+	deliver, said := jetstream.DeliverNewPolicy, false
 	for ctx.Err() == nil {
-		c, err := n.cfg.JetStream.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true})
+		c, err := n.cfg.JetStream.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{DeliverPolicy: deliver, HeadersOnly: true})
 		if err == nil {
 			var cc jetstream.ConsumeContext
 			cc, err = c.Consume(func(m jetstream.Msg) { n.mark(eventOf(m.Subject())) })
 			if err == nil {
+				once()
 				<-ctx.Done()
 				cc.Stop()
 				return
 			}
 		}
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			deliver = jetstream.DeliverAllPolicy
+		}
 		if !said {
 			n.cfg.Log.Info("notify: waiting for a stream", "stream", stream, "err", err)
 			said = true
 		}
+		once()
 		select {
 		case <-ctx.Done():
 		case <-time.After(5 * time.Second):
