@@ -135,26 +135,8 @@ func (o StreamOptions) Validate() error {
 // settled. A stream with an age limit recognises a message sent twice for
 // at most that long (JetStream refuses a longer window).
 func StreamConfigs(o StreamOptions) []jetstream.StreamConfig {
-	mk := func(name, subject, desc string) jetstream.StreamConfig {
-		return jetstream.StreamConfig{
-			Name:        name,
-			Description: desc,
-			Subjects:    []string{subject + ".>"},
-			Retention:   jetstream.LimitsPolicy,
-			Storage:     jetstream.FileStorage,
-			Replicas:    max(o.Replicas, 1),
-			MaxBytes:    orUnlimited(o.MaxBytes),
-			Duplicates:  o.DuplicateWindow,
-			Discard:     jetstream.DiscardOld,
-		}
-	}
-	aged := func(cfg jetstream.StreamConfig) jetstream.StreamConfig {
-		cfg.MaxAge = o.MaxAge
-		if o.MaxAge > 0 {
-			cfg.Duplicates = min(cfg.Duplicates, o.MaxAge)
-		}
-		return cfg
-	}
+	mk := func(name, subject, desc string) jetstream.StreamConfig { return recordStream(o, name, subject, desc) }
+	aged := func(cfg jetstream.StreamConfig) jetstream.StreamConfig { return agedStream(o, cfg) }
 	work := func(cfg jetstream.StreamConfig) jetstream.StreamConfig {
 		cfg.Retention, cfg.MaxAge, cfg.MaxBytes, cfg.Discard = jetstream.WorkQueuePolicy, 0, -1, jetstream.DiscardNew
 		return cfg
@@ -173,8 +155,40 @@ func StreamConfigs(o StreamOptions) []jetstream.StreamConfig {
 		aged(mk(StreamSpans, subjectSpans, "kvlive: finished trace spans, for kvlive trace")),
 		work(mk(StreamHeld, subjectHeld, "kvlive: plans of paused rollouts, until resumed or aborted")),
 		work(mk(StreamStaged, subjectStaged, "kvlive: plans of later batches, until their batch is released")),
-		aged(mk(StreamNotify, subjectNotify, "kvlive: notifications of rollouts' state changes, for kvlive run --notify's receivers")),
 	}
+}
+
+// NotifyStreamConfig is the notifications stream's configuration: made by
+// the first notifier (kvlive run --notify), not by every kvlive run, since
+// each stream more is seconds more of a start on a NATS cluster. Its
+// messages age out with the replay horizon.
+func NotifyStreamConfig(o StreamOptions) jetstream.StreamConfig {
+	return agedStream(o, recordStream(o, StreamNotify, subjectNotify, "kvlive: notifications of rollouts' state changes, for kvlive run --notify's receivers"))
+}
+
+// recordStream is a record stream's configuration: limits, the operator's
+// size limit, oldest dropped first.
+func recordStream(o StreamOptions, name, subject, desc string) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        name,
+		Description: desc,
+		Subjects:    []string{subject + ".>"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(o.Replicas, 1),
+		MaxBytes:    orUnlimited(o.MaxBytes),
+		Duplicates:  o.DuplicateWindow,
+		Discard:     jetstream.DiscardOld,
+	}
+}
+
+// agedStream adds the replay horizon's age limit to cfg.
+func agedStream(o StreamOptions, cfg jetstream.StreamConfig) jetstream.StreamConfig {
+	cfg.MaxAge = o.MaxAge
+	if o.MaxAge > 0 {
+		cfg.Duplicates = min(cfg.Duplicates, o.MaxAge)
+	}
+	return cfg
 }
 
 func orUnlimited(n int64) int64 {

@@ -296,7 +296,7 @@ func (o *runOptions) startNotifier(ctx context.Context, log *slog.Logger, js jet
 		}
 		receivers = append(receivers, r)
 	}
-	n, err := notify.New(notify.Config{JetStream: js, Receivers: receivers, Client: hooks, Dashboard: o.dashboardURL,
+	n, err := notify.New(notify.Config{JetStream: js, Streams: o.nats.streamOptions(), Receivers: receivers, Client: hooks, Dashboard: o.dashboardURL,
 		Log: log.With("component", "notify"), Metrics: m})
 	if err != nil {
 		return nil, err

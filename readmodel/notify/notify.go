@@ -23,6 +23,9 @@ import (
 // Config is what a Notifier watches and whom it tells.
 type Config struct {
 	JetStream jetstream.JetStream
+	// Streams are kvlive run's stream options (replicas, the replay
+	// horizon), with which the notifications stream is made if missing.
+	Streams   events.StreamOptions
 	Receivers []Receiver
 	// Client posts to the receivers (the gate webhooks' client).
 	Client *webhook.Client
@@ -77,14 +80,30 @@ func New(cfg Config) (*Notifier, error) {
 	if cfg.MaxDeliver <= 0 {
 		cfg.MaxDeliver = DefaultMaxDeliver
 	}
+	if cfg.Streams.Replicas == 0 {
+		cfg.Streams = events.DefaultStreamOptions()
+	}
 	if cfg.Backoff == (consumer.Backoff{}) {
 		cfg.Backoff = consumer.Backoff{Min: time.Second, Max: 5 * time.Minute, Jitter: 0.2}
 	}
 	return &Notifier{cfg: cfg, dirty: map[string]bool{}}, nil
 }
 
-// Run watches the rollouts and sends to every receiver until ctx ends.
+// Run makes the notifications stream if it is missing, then watches the
+// rollouts and sends to every receiver until ctx ends.
 func (n *Notifier) Run(ctx context.Context) error {
+	for {
+		_, err := n.cfg.JetStream.CreateOrUpdateStream(ctx, events.NotifyStreamConfig(n.cfg.Streams))
+		if err == nil {
+			break
+		}
+		n.cfg.Log.Warn("notify: the notifications stream could not be made; trying again", "stream", events.StreamNotify, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(5 * time.Second):
+		}
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return n.watch(ctx) })
 	for _, r := range n.cfg.Receivers {
