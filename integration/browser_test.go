@@ -149,11 +149,14 @@ func (tb *tab) waitText(sel, want string) string {
 	return ""
 }
 
-// click clicks the element sel matches and waits for the page it leads to.
+// click clicks the element sel matches, in one step in the page (a live
+// page may swap the element for a fresh copy between a query and a click),
+// and waits for the page it leads to.
 func (tb *tab) click(sel string) {
 	tb.t.Helper()
-	css := chromedp.CSS(sel)
-	tb.run("click "+sel, chromedp.WaitVisible(css), chromedp.Click(css), chromedp.WaitReady(chromedp.CSS("body")))
+	tb.run("wait for "+sel, chromedp.WaitVisible(chromedp.CSS(sel)))
+	value(tb, "click "+sel, chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (e) e.click(); return !!e })()`, sel)))
+	tb.run("the page after "+sel, chromedp.WaitReady(chromedp.CSS("body")))
 }
 
 // mark leaves a mark in the page's window that a reload would wipe.
