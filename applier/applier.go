@@ -526,6 +526,9 @@ func (a *Applier) complete(out *events.Outcome, plan events.Plan, d consumer.Del
 	sc := span.SpanContext()
 	out.TraceID, out.SpanID = sc.TraceID().String(), sc.SpanID().String()
 	out.FinishedAt = a.cfg.Clock.Now().UTC()
+	if out.Result.Moves() && !out.Wrote && !d.Stored.IsZero() && d.Stored.Before(out.FinishedAt) {
+		out.MovedAfter = d.Stored.UTC()
+	}
 	switch {
 	case out.Result.Moves() && a.cfg.ObserveTimeout > 0:
 		// A restart's outcome carries its old VMI's grace period: its

@@ -272,8 +272,13 @@ type Outcome struct {
 	// asked KubeVirt to stop; the verdict looks for a VMI other than it.
 	Stopped string `json:"stopped,omitempty"`
 	// Wrote is true when this attempt wrote to the API server.
-	Wrote   bool `json:"wrote"`
-	Attempt int  `json:"attempt"`
+	Wrote bool `json:"wrote"`
+	// MovedAfter, on an outcome that found its VM already moved by an
+	// earlier attempt (a crash between the write and the outcome), is the
+	// earliest that move can have been: when its plan was stored. The
+	// verdict reads KubeVirt's migrations from then, not from FinishedAt.
+	MovedAfter time.Time `json:"movedAfter,omitzero"`
+	Attempt    int       `json:"attempt"`
 	// Batch is the plan's rollout batch, which the batch's gate counts.
 	Batch      int       `json:"batch,omitempty"`
 	TraceID    string    `json:"traceId,omitempty"`

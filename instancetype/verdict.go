@@ -102,10 +102,20 @@ func (c clockAt) queueDue() (bool, time.Time) {
 	return !c.early && (c.force || c.deadline <= 0 || !c.now.Before(at)), at
 }
 
+// movedSince is the earliest the outcome's move can have been: its
+// attempt, or, when an earlier attempt had moved the VM, when the plan was
+// stored (Outcome.MovedAfter).
+func movedSince(o events.Outcome) time.Time {
+	if !o.MovedAfter.IsZero() && o.MovedAfter.Before(o.FinishedAt) {
+		return o.MovedAfter
+	}
+	return o.FinishedAt
+}
+
 // judgePinned reads the verdict on a VM the cache has seen moved.
 func judgePinned(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, c clockAt) (Judgement, bool) {
 	due := c.dueAt(c.moved)
-	since := metav1.NewTime(o.FinishedAt.Add(-time.Second).Truncate(time.Second))
+	since := metav1.NewTime(movedSince(o).Add(-time.Second).Truncate(time.Second))
 	rr, flagged := RestartRequired(vm)
 	if o.Result == events.ResultEvict {
 		// KubeVirt both flags RestartRequired (memory on a VMI that cannot

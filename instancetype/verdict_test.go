@@ -66,6 +66,12 @@ func TestJudge(t *testing.T) {
 		v.Status.Conditions[0].Status = corev1.ConditionFalse
 		return v
 	}
+	// movedEarlier is o found already moved by an earlier attempt, whose
+	// plan was stored five minutes before this outcome.
+	movedEarlier := func(o events.Outcome) events.Outcome {
+		o.MovedAfter = moved.Add(-5 * time.Minute)
+		return o
+	}
 	queueOut := func(r events.Result, changes ...events.Change) events.Outcome {
 		o := out(r, changes...)
 		o.QueueDeadline = time.Hour
@@ -96,6 +102,7 @@ func TestJudge(t *testing.T) {
 		{"live, hot-plugged by a migration", out(events.ResultLive, sockets), vm("vm-new"), migrated(vmi(4, "2Gi"), early, early, false), early, events.ObservedLive, true},
 		{"live, the VMI at the new values with no migration since the move: not live", out(events.ResultLive, sockets), vm("vm-new"), vmi(4, "2Gi"), early, "", false},
 		{"live, the VMI at the new values with no migration since the move, at the deadline", out(events.ResultLive, sockets), vm("vm-new"), vmi(4, "2Gi"), late, events.ObservedNotObserved, true},
+		{"live, moved by an earlier attempt whose migration ended before this outcome", movedEarlier(out(events.ResultLive, sockets)), vm("vm-new"), migrated(vmi(4, "2Gi"), moved.Add(-time.Minute), moved.Add(-30*time.Second), false), early, events.ObservedLive, true},
 		{"live, queued for its migration: not due at the verdict deadline", queueOut(events.ResultLive, sockets), vm("vm-new"), vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), late, "", false},
 		{"live, queued for its migration at the queue deadline", queueOut(events.ResultLive, sockets), vm("vm-new"), vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), moved.Add(time.Hour), events.ObservedQueued, true},
 		{"live, its migration started late: the deadline runs from its start", queueOut(events.ResultLive, sockets), vm("vm-new"), migrated(vmi(4, "2Gi", virtv1.VirtualMachineInstanceVCPUChange), migStart, time.Time{}, false), migStart.Add(time.Minute), "", false},

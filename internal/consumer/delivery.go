@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"math"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -17,6 +18,8 @@ type Delivery struct {
 	// for a message without JetStream metadata.
 	Stream   string
 	Sequence uint64
+	// Stored is when the stream stored the message (zero without metadata).
+	Stored time.Time
 }
 
 // Delivery reads msg's delivery from its JetStream metadata. A message
@@ -34,6 +37,7 @@ func (r *Runtime) Delivery(msg jetstream.Msg) Delivery {
 		Last:     attempt >= r.cfg.MaxDeliver,
 		Stream:   md.Stream,
 		Sequence: md.Sequence.Stream,
+		Stored:   md.Timestamp,
 	}
 }
 
