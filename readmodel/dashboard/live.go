@@ -31,7 +31,7 @@ var followed = []string{
 const (
 	liveEvery  = time.Second
 	keepAlive  = 15 * time.Second
-	streamWait = 5 * time.Second
+	streamWait = time.Second
 )
 
 // change is one new message on a followed stream.
@@ -68,11 +68,13 @@ func (h *hub) start(ctx context.Context) error {
 	return nil
 }
 
-// follow follows one stream until ctx ends.
+// follow follows one stream until ctx ends. A stream kvlive has not made
+// yet is followed from its first message once it is there: all of it is
+// new to the pages open since.
 func (h *hub) follow(ctx context.Context, stream string) {
-	said := false
+	deliver, said := jetstream.DeliverNewPolicy, false
 	for ctx.Err() == nil {
-		c, err := h.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true})
+		c, err := h.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{DeliverPolicy: deliver, HeadersOnly: true})
 		if err == nil {
 			var cc jetstream.ConsumeContext
 			cc, err = c.Consume(func(m jetstream.Msg) { h.publish(change{stream: stream, subject: m.Subject()}) })
@@ -82,11 +84,11 @@ func (h *hub) follow(ctx context.Context, stream string) {
 				return
 			}
 		}
+		level := slog.LevelWarn
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			deliver, level = jetstream.DeliverAllPolicy, slog.LevelInfo
+		}
 		if !said {
-			level := slog.LevelWarn
-			if errors.Is(err, jetstream.ErrStreamNotFound) {
-				level = slog.LevelInfo
-			}
 			h.log.Log(ctx, level, "dashboard: live pages wait for a stream", "stream", stream, "err", err, "retry", streamWait)
 			said = true
 		}
