@@ -43,9 +43,11 @@ func (e *env) startDashboard(name string, user []string) string {
 // are refused; an unknown rollout is a 404 page.
 func TestDashboardInABrowser(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itMedium: 20}, secureNATS: true, natsRoles: busRoles})
-	e.runKvlive("all stages")
+	// The dashboards start first, before kvlive made its streams: they
+	// follow each stream from its first message once it is there.
 	operator := e.startDashboard("operator's dashboard", e.natsUser("kvlive-operator"))
 	reader := e.startDashboard("reader's dashboard", e.natsUser("kvlive-reader"))
+	e.runKvlive("all stages")
 	e.waitGenerations()
 	b := newBrowser(t)
 
