@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"html/template"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
+	"kvlive/internal/bus"
 )
 
 // followed are the streams whose new messages change what a page shows:
@@ -29,9 +29,8 @@ var followed = []string{
 // Live pages are rendered again at most every liveEvery (changes in
 // between are taken together), and say they are alive every keepAlive.
 const (
-	liveEvery  = time.Second
-	keepAlive  = 15 * time.Second
-	streamWait = time.Second
+	liveEvery = time.Second
+	keepAlive = 15 * time.Second
 )
 
 // change is one new message on a followed stream.
@@ -63,40 +62,11 @@ func newHub(js jetstream.JetStream, log *slog.Logger) *hub {
 // waited for (and said so once).
 func (h *hub) start(ctx context.Context) error {
 	for _, stream := range followed {
-		go h.follow(ctx, stream)
+		go bus.Follow(ctx, h.js, stream, "dashboard: live pages", h.log, func() {}, func(subject string) {
+			h.publish(change{stream: stream, subject: subject})
+		})
 	}
 	return nil
-}
-
-// follow follows one stream until ctx ends. A stream kvlive has not made
-// yet is followed from its first message once it is there: all of it is
-// new to the pages open since.
-func (h *hub) follow(ctx context.Context, stream string) {
-	deliver, said := jetstream.DeliverNewPolicy, false
-	for ctx.Err() == nil {
-		c, err := h.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{DeliverPolicy: deliver, HeadersOnly: true})
-		if err == nil {
-			var cc jetstream.ConsumeContext
-			cc, err = c.Consume(func(m jetstream.Msg) { h.publish(change{stream: stream, subject: m.Subject()}) })
-			if err == nil {
-				<-ctx.Done()
-				cc.Stop()
-				return
-			}
-		}
-		level := slog.LevelWarn
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			deliver, level = jetstream.DeliverAllPolicy, slog.LevelInfo
-		}
-		if !said {
-			h.log.Log(ctx, level, "dashboard: live pages wait for a stream", "stream", stream, "err", err, "retry", streamWait)
-			said = true
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(streamWait):
-		}
-	}
 }
 
 // publish pokes every follower that wants c; a follower already poked

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"kvlive/events"
+	"kvlive/internal/bus"
 	"kvlive/internal/consumer"
 	"kvlive/internal/webhook"
 	"kvlive/readmodel/inspect"
@@ -124,7 +125,7 @@ func (n *Notifier) watch(ctx context.Context) error {
 	var following sync.WaitGroup
 	for _, stream := range watchedStreams {
 		following.Add(1)
-		go n.follow(ctx, stream, following.Done)
+		go bus.Follow(ctx, n.cfg.JetStream, stream, "notify", n.cfg.Log, following.Done, func(subject string) { n.mark(eventOf(subject)) })
 	}
 	following.Wait()
 	ids, err := rollout.EventIDs(ctx, n.cfg.JetStream, "")
@@ -160,41 +161,6 @@ func (n *Notifier) mark(ids ...string) {
 	for _, id := range ids {
 		if id != "" {
 			n.dirty[id] = true
-		}
-	}
-}
-
-// follow marks the rollout of every new message on stream until ctx ends,
-// calling started once it follows (or first failed to). A stream kvlive
-// has not made yet is waited for, then followed from its first message:
-// all of it is new.
-func (n *Notifier) follow(ctx context.Context, stream string, started func()) {
-	once := sync.OnceFunc(started)
-	defer once()
-	deliver, said := jetstream.DeliverNewPolicy, false
-	for ctx.Err() == nil {
-		c, err := n.cfg.JetStream.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{DeliverPolicy: deliver, HeadersOnly: true})
-		if err == nil {
-			var cc jetstream.ConsumeContext
-			cc, err = c.Consume(func(m jetstream.Msg) { n.mark(eventOf(m.Subject())) })
-			if err == nil {
-				once()
-				<-ctx.Done()
-				cc.Stop()
-				return
-			}
-		}
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			deliver = jetstream.DeliverAllPolicy
-		}
-		if !said {
-			n.cfg.Log.Info("notify: waiting for a stream", "stream", stream, "err", err)
-			said = true
-		}
-		once()
-		select {
-		case <-ctx.Done():
-		case <-time.After(5 * time.Second):
 		}
 	}
 }
