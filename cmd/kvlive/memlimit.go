@@ -58,7 +58,12 @@ func setGCPercent(log *slog.Logger) bool {
 
 // followActivity sets the garbage collection target to busyGCPercent
 // while moving reports true and back to idleGCPercent once it reports
-// false, looking every interval until ctx ends.
+// false, looking every interval until ctx ends. Going idle, it also
+// collects and hands the freed pages back to the OS at once
+// (debug.FreeOSMemory): a rollout's garbage, collected at the busy target,
+// would otherwise stay in RSS until the runtime's scavenger returns it,
+// minutes later (a 1,000-VM fleet held 94 MiB RSS after two rollouts with
+// a live heap of 13; docs/performance.md).
 func followActivity(ctx context.Context, log *slog.Logger, moving func() bool, interval time.Duration) {
 	current := idleGCPercent
 	wait.UntilWithContext(ctx, func(context.Context) {
@@ -68,6 +73,9 @@ func followActivity(ctx context.Context, log *slog.Logger, moving func() bool, i
 		}
 		if want != current {
 			debug.SetGCPercent(want)
+			if want == idleGCPercent {
+				debug.FreeOSMemory()
+			}
 			log.Debug("garbage collection target follows the applier", "GOGC", want, "moving", want == busyGCPercent)
 			current = want
 		}

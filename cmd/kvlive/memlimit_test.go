@@ -59,7 +59,9 @@ func TestGCPercentDefaultsLowerUnlessGOGCIsSet(t *testing.T) {
 }
 
 // TestGCTargetFollowsTheApplier: the target is busyGCPercent while the
-// applier moves VMs and idleGCPercent again once it stops.
+// applier moves VMs and idleGCPercent again once it stops, and going idle
+// returns the freed heap to the OS (a forced collection, which
+// debug.FreeOSMemory makes).
 func TestGCTargetFollowsTheApplier(t *testing.T) {
 	before := debug.SetGCPercent(idleGCPercent)
 	t.Cleanup(func() { debug.SetGCPercent(before) })
@@ -88,8 +90,19 @@ func TestGCTargetFollowsTheApplier(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
+	forced := func() uint64 {
+		sample := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
+		metrics.Read(sample)
+		return sample[0].Value.Uint64()
+	}
 	moving.Store(true)
 	wait(busyGCPercent)
+	busy := forced()
 	moving.Store(false)
 	wait(idleGCPercent)
+	for deadline := time.Now().Add(10 * time.Second); forced() == busy; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("going idle forced no collection in 10s: the rollout's freed heap stays in RSS")
+		}
+	}
 }
