@@ -6,13 +6,20 @@
 #
 #   hack/bench.sh                      the default sections (about 10 minutes on 2 cores,
 #                                      tools cached): stopped VMs with nothing reacting,
-#                                      kvlive against a raw loop at 1,000 and 10,000 VMs,
-#                                      two runs each; and plans through each kind of NATS
+#                                      kvlive against a raw loop at 1,000 VMs (two runs) and
+#                                      10,000 (one), the API server and etcd pinned to CPU 0
+#                                      and the rest to CPU 1 as deployed; and plans through
+#                                      each kind of NATS
+#   hack/bench.sh -bench.control-plane-cpus 0-3 -bench.client-cpus 4-7
+#                                      the same shape on a machine with more cores (empty
+#                                      lists: nothing pinned, every process sharing the cores)
+#   hack/bench.sh -bench.sections stopped -bench.stopped 100000 -bench.runs 1
+#                                      the large fleet (about an hour, memory above all)
 #   hack/bench.sh -bench.sections memory -bench.memory 100000 -bench.memory-stopped 20000
 #                                      kvlive run's memory against its aims (~30 minutes, ~18 GB)
 #   hack/bench.sh -bench.sections apply,planner
 #                                      the stand-in reacting, kubectl, latency, the store, the planner
-#   hack/bench.sh -bench.stopped 1000 -bench.runs 3   a quicker run, with more runs
+#   hack/bench.sh -bench.stopped 1000 -bench.runs 4   a quicker run, with more runs
 #
 # Flags after the script go to the bench (see integration/bench_test.go).
 # Benchmarks print figures; they never fail on a number. The unit

@@ -106,6 +106,9 @@ func (c cpuUse) perVM(vms int) string {
 	return fmt.Sprintf("%.2f ms (%s)", ms(total)/float64(vms), strings.Join(parts, ", "))
 }
 
+// controlPlane is the CPU the API server and etcd used.
+func (c cpuUse) controlPlane() time.Duration { return c[cpuAPIServer] + c[cpuEtcd] }
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // profileKvlive takes a CPU profile of a kvlive run started with

@@ -68,6 +68,10 @@ type env struct {
 	extraEnv []string
 	// natsArgs are the flags that reach a secured NATS (TLS, a user).
 	natsArgs []string
+	// followSlice, when set, replaces the const followSlice: the bench
+	// follows a 10,000-VM rollout in longer slices, since each slice reads
+	// the rollout's outcomes again from its first.
+	followSlice time.Duration
 
 	mu    sync.Mutex
 	procs []*kvliveProc

@@ -35,7 +35,11 @@ func (e *env) followUntil(eventID string, stop func(rollout.Progress) bool) roll
 	deadline := time.Now().Add(rolloutTimeout)
 	var last rollout.Progress
 	for {
-		ctx, cancel := context.WithTimeout(e.ctx, followSlice)
+		slice := followSlice
+		if e.followSlice > 0 {
+			slice = e.followSlice
+		}
+		ctx, cancel := context.WithTimeout(e.ctx, slice)
 		p, err := rollout.Follow(ctx, e.js, eventID, func(p rollout.Progress) {
 			if stop(p) {
 				cancel()
