@@ -3,6 +3,7 @@ package events
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,16 +65,15 @@ type Notification struct {
 	Commands []string `json:"commands,omitempty"`
 	Link     string   `json:"link,omitempty"`
 	// The rollout's counts when the change was seen.
-	Phase    string            `json:"phase"`
-	Planned  int               `json:"planned"`
-	Settled  int               `json:"settled"`
-	Outcomes map[Result]int    `json:"outcomes,omitempty"`
-	Verdicts map[Observed]int  `json:"verdicts,omitempty"`
-	Differ   int               `json:"differ,omitempty"`
-	Batch    int               `json:"batch,omitempty"`
-	Batches  int               `json:"batches,omitempty"`
-	Extra    map[string]string `json:"extra,omitempty"`
-	SeenAt   time.Time         `json:"seenAt"`
+	Phase    string           `json:"phase"`
+	Planned  int              `json:"planned"`
+	Settled  int              `json:"settled"`
+	Outcomes map[Result]int   `json:"outcomes,omitempty"`
+	Verdicts map[Observed]int `json:"verdicts,omitempty"`
+	Differ   int              `json:"differ,omitempty"`
+	Batch    int              `json:"batch,omitempty"`
+	Batches  int              `json:"batches,omitempty"`
+	SeenAt   time.Time        `json:"seenAt"`
 }
 
 // Validate checks what a receiver needs.
@@ -84,12 +84,10 @@ func (n *Notification) Validate() error {
 	case n.Text == "":
 		return errors.New("notification: no text")
 	}
-	for _, k := range NotifyKinds {
-		if n.Kind == k {
-			return nil
-		}
+	if !slices.Contains(NotifyKinds, n.Kind) {
+		return fmt.Errorf("notification: unknown kind %q", n.Kind)
 	}
-	return fmt.Errorf("notification: unknown kind %q", n.Kind)
+	return nil
 }
 
 // NotifyConsumer is one receiver's durable consumer on the notifications:

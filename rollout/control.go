@@ -176,7 +176,7 @@ func (s *Store) AwaitConfirm(ctx context.Context, eventID, reason string, now ti
 		if !c.At.IsZero() || (c.State != "" && c.State != events.StateRunning) {
 			return false, nil
 		}
-		c.State, c.Reason, c.By, c.At, c.Awaiting = events.StatePaused, reason, gatedBy, now.UTC(), events.AwaitingConfirm
+		c.State, c.Reason, c.By, c.At, c.Awaiting = events.StatePaused, reason, GatedBy, now.UTC(), events.AwaitingConfirm
 		return true, nil
 	})
 	return c, err
@@ -199,7 +199,7 @@ func (s *Store) ConfirmAnswered(ctx context.Context, eventID string, seen events
 		case abort:
 			state = events.StateAborted
 		}
-		c.State, c.Reason, c.By, c.At, c.Awaiting = state, reason, gatedBy, now.UTC(), ""
+		c.State, c.Reason, c.By, c.At, c.Awaiting = state, reason, GatedBy, now.UTC(), ""
 		return true, nil
 	})
 	return changed, err

@@ -47,9 +47,6 @@ const DefaultProgressDeadline = 10 * time.Minute
 // GatedBy is who the control records name for a gate's decisions.
 const GatedBy = "kvlive gate"
 
-// gatedBy is GatedBy, as the gates write it.
-const gatedBy = GatedBy
-
 // runGates steps every batched rollout until ctx ends.
 func (rc *Controller) runGates(ctx context.Context, store *Store) {
 	tick := time.NewTicker(gateEvery)
@@ -505,7 +502,7 @@ func (rc *Controller) refuse(id string, c events.Control, why string) {
 // awaitPromote pauses a rollout whose batch passed its gate under a manual
 // pause, unless an operator acted since c was read.
 func (rc *Controller) awaitPromote(ctx context.Context, store *Store, id string, c events.Control, why string, now time.Time) error {
-	_, paused, err := store.ApplyIf(ctx, id, c, events.ActionPause, why, gatedBy, now)
+	_, paused, err := store.ApplyIf(ctx, id, c, events.ActionPause, why, GatedBy, now)
 	if err != nil || !paused {
 		return err
 	}
@@ -575,7 +572,7 @@ func (rc *Controller) trip(ctx context.Context, store *Store, rec events.Rollout
 		action, phase = events.ActionAbort, "aborted"
 	}
 	reason := fmt.Sprintf("batch %d of %d: %s", c.Batch+1, len(rec.Batches), why)
-	_, changed, err := store.ApplyIf(ctx, rec.EventID, c, action, reason, gatedBy, rc.cfg.Clock.Now())
+	_, changed, err := store.ApplyIf(ctx, rec.EventID, c, action, reason, GatedBy, rc.cfg.Clock.Now())
 	if err != nil || !changed {
 		return err
 	}

@@ -376,8 +376,8 @@ func TestGateWritesYieldToTheOperator(t *testing.T) {
 	if err := rc.trip(ctx, store, rec, current, "failed", "2 VMs failed"); err != nil {
 		t.Fatal(err)
 	}
-	if c := state(); c.State != events.StatePaused || c.By != gatedBy {
-		t.Errorf("a trip on the current record: %+v, want paused by %s", c, gatedBy)
+	if c := state(); c.State != events.StatePaused || c.By != GatedBy {
+		t.Errorf("a trip on the current record: %+v, want paused by %s", c, GatedBy)
 	}
 }
 

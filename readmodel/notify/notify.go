@@ -264,7 +264,7 @@ func States(a rollout.Account, dashboard string) []State {
 		out = append(out, State{Notification: nt, Occurrence: occurrence})
 	}
 	id, what := a.EventID, "rollout "+a.EventID+" of "+base.Object
-	undo := strings.HasPrefix(id, events.UndoEventID(""))
+	undo := events.IsUndo(id)
 	add(events.NotifyStarted, "1", fmt.Sprintf("kvlive: %s started: %d VMs planned (%s)%s", what, a.Planned, counts(a.Record.Counts), batches(a)), "")
 
 	c := a.Control
