@@ -234,3 +234,35 @@ func TestParseReceiver(t *testing.T) {
 		}
 	}
 }
+
+// TestOutcomesAloneAreLookedAtLessOften: a rollout whose only changes are
+// new outcomes is read again at most every outcomesEvery (each read is all
+// its outcomes), while a change of its rollout or control record is looked
+// at the next time round; what was looked at long ago is forgotten.
+func TestOutcomesAloneAreLookedAtLessOften(t *testing.T) {
+	n := &Notifier{dirty: map[string]bool{}, looked: map[string]time.Time{}}
+	step := func(at time.Duration, want ...string) {
+		t.Helper()
+		got := n.due(t0.Add(at))
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("at %v: looked at %v, want %v", at, got, want)
+		}
+	}
+	n.mark(false, "a")
+	step(0, "a") // never looked at
+	n.mark(false, "a")
+	step(time.Second) // outcomes again, a second later: not yet
+	step(2 * time.Second)
+	n.mark(true, "a")
+	step(3*time.Second, "a") // its control record changed
+	n.mark(false, "a")
+	n.mark(false, "b")
+	step(4*time.Second, "b")
+	step(12 * time.Second)
+	step(13*time.Second, "a") // outcomesEvery after its last look
+	step(24 * time.Second)
+	if len(n.looked) != 0 {
+		t.Errorf("still remembered: %v", n.looked)
+	}
+}
