@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kvlive/events"
 	"kvlive/internal/bus"
@@ -106,17 +107,11 @@ func New(cfg Config) (*Notifier, error) {
 // Run makes the notifications stream if it is missing, then watches the
 // rollouts and sends to every receiver until ctx ends.
 func (n *Notifier) Run(ctx context.Context) error {
-	for {
+	if !n.makeUntilDone(ctx, "the notifications stream", []any{"stream", events.StreamNotify}, func(ctx context.Context) error {
 		_, err := n.cfg.JetStream.CreateOrUpdateStream(ctx, events.NotifyStreamConfig(n.cfg.Streams))
-		if err == nil {
-			break
-		}
-		n.cfg.Log.Warn("notify: the notifications stream could not be made; trying again", "stream", events.StreamNotify, "err", err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(5 * time.Second):
-		}
+		return err
+	}) {
+		return nil
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return n.watch(ctx) })
@@ -124,6 +119,22 @@ func (n *Notifier) Run(ctx context.Context) error {
 		g.Go(func() error { return n.send(ctx, r) })
 	}
 	return g.Wait()
+}
+
+// makeRetry is how often a stream or consumer the notifier needs is tried
+// again after it could not be made.
+const makeRetry = 5 * time.Second
+
+// makeUntilDone calls try until it succeeds, every makeRetry, saying each
+// failure with what and attrs; false when ctx ended first.
+func (n *Notifier) makeUntilDone(ctx context.Context, what string, attrs []any, try func(context.Context) error) bool {
+	return wait.PollUntilContextCancel(ctx, makeRetry, true, func(ctx context.Context) (bool, error) {
+		if err := try(ctx); err != nil {
+			n.cfg.Log.Warn("notify: "+what+" could not be made; trying again", append(attrs, "err", err, "retry", makeRetry)...)
+			return false, nil
+		}
+		return true, nil
+	}) == nil
 }
 
 // watchedStreams hold the records whose changes may change a rollout's
@@ -380,18 +391,11 @@ func verdictNames(a rollout.Account) map[string]int {
 func (n *Notifier) send(ctx context.Context, r Receiver) error {
 	js := n.cfg.JetStream
 	var c jetstream.Consumer
-	for {
-		var err error
+	if !n.makeUntilDone(ctx, "the receiver's consumer", []any{"receiver", r.String()}, func(ctx context.Context) (err error) {
 		c, err = js.CreateOrUpdateConsumer(ctx, events.StreamNotify, events.NotifyConsumer(r.consumerName(), r.String()))
-		if err == nil {
-			break
-		}
-		n.cfg.Log.Warn("notify: the receiver's consumer could not be made; trying again", "receiver", r.String(), "err", err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(5 * time.Second):
-		}
+		return err
+	}) {
+		return nil
 	}
 	rt, err := consumer.New(consumer.Config{
 		Stage: Stage, Consumer: c, JetStream: js, Workers: 1, MaxDeliver: n.cfg.MaxDeliver, AckWait: time.Minute,
