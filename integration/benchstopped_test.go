@@ -70,12 +70,8 @@ func benchStopped(t *testing.T, tab *benchTable) {
 			// "none" each); it is not timed, and must not share the NATS
 			// server with the timed re-pin.
 			pendingEdit := ""
-			// Whoever goes first re-pins and then switches; whoever goes
-			// second switches the fleet back and then re-pins it. Neither
-			// re-pins a VM whose status still pins the instance type it
-			// was switched from: kvlive leaves that pin to the VM's next
-			// boot, as KubeVirt does, and the loop's JSON patch would move
-			// only its revision.
+			// The first run at the largest size is profiled.
+			profiled := func(run int) bool { return run == 0 && n == slices.Max(sizes(t, *benchStoppedVMs)) }
 			kvliveMoves := func(run int, first, last bool) {
 				// Two superseded revisions kept, not one: with one, from the
 				// second run on kvlive's pruner deletes a revision a VM
@@ -90,24 +86,19 @@ func benchStopped(t *testing.T, tab *benchTable) {
 					lap("kvlive planned the loop's edit")
 				}
 				e.waitQuiet("kvlive's re-pin")
-				profile := run == 0 && n == slices.Max(sizes(t, *benchStoppedVMs))
-				repin := func() {
-					profiled := func() {}
+				profile := profiled(run)
+				inTurn(first, func() {
+					done := func() {}
 					if profile {
-						profiled = e.profileKvlive(proc, fmt.Sprintf("the re-pin of %d stopped VMs", n), 5*time.Second)
+						done = e.profileKvlive(proc, fmt.Sprintf("the re-pin of %d stopped VMs", n), 5*time.Second)
 					}
 					kv[0] = append(kv[0], e.stoppedRollout(on, false, profile))
-					profiled()
+					done()
 					lap("kvlive's re-pin")
-				}
-				if first {
-					repin()
-				}
-				kv[1] = append(kv[1], e.stoppedRollout(on, true, profile))
-				lap("kvlive's switch")
-				if !first {
-					repin()
-				}
+				}, func() {
+					kv[1] = append(kv[1], e.stoppedRollout(on, true, profile))
+					lap("kvlive's switch")
+				})
 				if last {
 					// kvlive run counts as moving for 2 s after its last
 					// plan and looks every second; then it collects at its
@@ -124,20 +115,14 @@ func benchStopped(t *testing.T, tab *benchTable) {
 				lap("kvlive run's figures read and stopped")
 			}
 			rawMoves := func(run int, first, last bool) {
-				profile := run == 0 && n == slices.Max(sizes(t, *benchStoppedVMs))
-				repin := func() {
-					raw[0] = append(raw[0], e.stoppedRawLoop(on, false, profile))
+				inTurn(first, func() {
+					raw[0] = append(raw[0], e.stoppedRawLoop(on, false, profiled(run)))
 					pendingEdit = raw[0][len(raw[0])-1].eventID
 					lap("the loop's re-pin")
-				}
-				if first {
-					repin()
-				}
-				raw[1] = append(raw[1], e.stoppedRawLoop(on, true, profile))
-				lap("the loop's switch")
-				if !first {
-					repin()
-				}
+				}, func() {
+					raw[1] = append(raw[1], e.stoppedRawLoop(on, true, profiled(run)))
+					lap("the loop's switch")
+				})
 				if !last {
 					// The loop prunes nothing; what it superseded is pruned
 					// here, untimed, not by the next kvlive run's pruner
@@ -192,6 +177,22 @@ func runsAt(t *testing.T, n int) int {
 		t.Fatalf("-bench.runs %s: at least one run", *benchStoppedRuns)
 	}
 	return list[i]
+}
+
+// inTurn makes a run's two moves: going first, the re-pin and then the
+// switch; going second, the switch (the fleet back) and then the re-pin.
+// So neither kvlive nor the loop re-pins a VM whose status still pins the
+// instance type it was switched from: kvlive leaves that pin to the VM's
+// next boot, as KubeVirt does, and the loop's JSON patch would move only
+// its revision.
+func inTurn(first bool, repin, swtch func()) {
+	if first {
+		repin()
+		swtch()
+		return
+	}
+	swtch()
+	repin()
 }
 
 // idleAfterRollout is how long after its last outcome kvlive run is
