@@ -2,14 +2,10 @@ package notify
 
 import (
 	"context"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -59,54 +55,6 @@ func TestStates(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
-
-// receiver records what it was posted, answering with status.
-type receiver struct {
-	mu     sync.Mutex
-	got    []events.Notification
-	ids    []string
-	status int
-	srv    *httptest.Server
-}
-
-func newReceiver(t *testing.T, status int) *receiver {
-	r := &receiver{status: status}
-	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		b, _ := io.ReadAll(req.Body)
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.status >= 300 && r.status < 400 {
-			w.Header().Set("Location", "https://login.example/")
-		}
-		w.WriteHeader(r.status)
-		if r.status != http.StatusOK {
-			return
-		}
-		env, err := events.Parse(b)
-		if err != nil {
-			t.Errorf("the receiver was posted %q: %v", b, err)
-			return
-		}
-		var n events.Notification
-		if err := env.Into(&n); err != nil {
-			t.Error(err)
-			return
-		}
-		r.got, r.ids = append(r.got, n), append(r.ids, env.ID)
-	}))
-	t.Cleanup(r.srv.Close)
-	return r
-}
-
-func (r *receiver) kinds() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for _, n := range r.got {
-		out = append(out, n.Kind)
-	}
-	return out
-}
 
 // run runs a notifier until the returned func stops it.
 func run(t *testing.T, js jetstream.JetStream, cfg Config) func() {
@@ -162,40 +110,38 @@ func record(t *testing.T, js jetstream.JetStream, id string) {
 // order; a notifier started afresh after them tells nothing again.
 func TestTwoReplicasTellOnceInOrder(t *testing.T) {
 	js := testenv.JetStream(t)
-	r := newReceiver(t, http.StatusOK)
-	cfg := Config{Receivers: []Receiver{{URL: r.srv.URL, Format: FormatCloudEvents}}}
+	r := testenv.NewNotifyReceiver(t, testenv.ReceiverOK)
+	cfg := Config{Receivers: []Receiver{{URL: r.URL(), Format: FormatCloudEvents}}}
 	stop1, stop2 := run(t, js, cfg), run(t, js, cfg)
 	record(t, js, "switch/a")
-	testenv.Eventually(t, 30*time.Second, "the start told", func() bool { return len(r.kinds()) == 1 })
+	testenv.Eventually(t, 30*time.Second, "the start told", func() bool { return len(r.Kinds()) == 1 })
 	if _, err := rollout.Steer(t.Context(), js, rollout.Steering{EventID: "switch/a", Action: events.ActionPause, By: "alice", Reason: "lunch"}, t0); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "the pause told", func() bool { return len(r.kinds()) == 2 })
+	testenv.Eventually(t, 30*time.Second, "the pause told", func() bool { return len(r.Kinds()) == 2 })
 	stop1()
 	stop2()
 	stop3 := run(t, js, cfg)
 	time.Sleep(3 * checkEvery) // a third notice would come by now
 	stop3()
-	if got := r.kinds(); !slices.Equal(got, []string{events.NotifyStarted, events.NotifyPaused}) {
+	if got := r.Kinds(); !slices.Equal(got, []string{events.NotifyStarted, events.NotifyPaused}) {
 		t.Errorf("told %v, want started then paused, once each", got)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if p := r.got[1]; p.Why != "lunch" || !slices.Contains(p.Commands, "kvlive rollout resume switch/a") {
+	if p := r.Took()[1]; p.Why != "lunch" || !slices.Contains(p.Commands, "kvlive rollout resume switch/a") {
 		t.Errorf("the pause: %+v", p)
 	}
 }
 
 // TestAReceiverThatStaysDownEndsInADeadLetter: a receiver that answers
-// 500, or redirects (a redirect is not followed: a failure, as for gate
+// 503, or redirects (a redirect is not followed: a failure, as for gate
 // webhooks), has each notification dead-lettered with the reason after
 // its deliveries, and the pipeline's records are untouched.
 func TestAReceiverThatStaysDownEndsInADeadLetter(t *testing.T) {
-	for _, status := range []int{http.StatusInternalServerError, http.StatusFound} {
-		t.Run(http.StatusText(status), func(t *testing.T) {
+	for mode, want := range map[string]string{testenv.ReceiverDown: "503 Service Unavailable", testenv.ReceiverRedirect: "a redirect is a no"} {
+		t.Run(mode, func(t *testing.T) {
 			js := testenv.JetStream(t)
-			r := newReceiver(t, status)
-			stop := run(t, js, Config{Receivers: []Receiver{{URL: r.srv.URL, Format: FormatSlack}}, MaxDeliver: 2, Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+			r := testenv.NewNotifyReceiver(t, mode)
+			stop := run(t, js, Config{Receivers: []Receiver{{URL: r.URL(), Format: FormatSlack}}, MaxDeliver: 2, Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
 				Backoff: consumer.Backoff{Min: 10 * time.Millisecond, Max: 10 * time.Millisecond}})
 			defer stop()
 			record(t, js, "switch/b")
@@ -205,7 +151,6 @@ func TestAReceiverThatStaysDownEndsInADeadLetter(t *testing.T) {
 				letters, _ = store.List(t.Context())
 				return len(letters) > 0
 			})
-			want := map[int]string{http.StatusInternalServerError: "500 Internal Server Error", http.StatusFound: "a redirect is a no"}[status]
 			if l := letters[0]; l.Stage != Stage || !strings.Contains(l.Reason, "gave up after 2 deliveries") || !strings.Contains(l.Reason, want) {
 				t.Errorf("dead letter: stage %s, reason %q", l.Stage, l.Reason)
 			}
