@@ -36,6 +36,7 @@ type Metrics struct {
 	agedOut         *prometheus.CounterVec
 	keptPastHorizon prometheus.Gauge
 	sweepsFailed    prometheus.Counter
+	notifyFailed    prometheus.Counter
 	verdicts        *prometheus.CounterVec
 	verdictFailed   prometheus.Counter
 	pruned          prometheus.Counter
@@ -102,6 +103,9 @@ func New() *Metrics {
 		sweepsFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvlive_keeper_sweeps_failed_total", Help: "Sweeps of the records keeper (settled marks, the replay horizon) that failed; each is tried again at the next.",
 		}),
+		notifyFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvlive_notify_checks_failed_total", Help: "Looks of the notifier at a rollout (its account read, its new states published) that failed; each is tried again a second later.",
+		}),
 		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvlive_verdicts_total", Help: "KubeVirt's verdicts on the VMs kvlive moved, stored, by what kvlive predicted and what KubeVirt did; predicted != observed is a mismatch.",
 		}, []string{"predicted", "observed"}),
@@ -136,7 +140,7 @@ func New() *Metrics {
 			Name: "kvlive_rollouts_kept_past_horizon", Help: "Rollouts older than the replay horizon whose records are kept because they have not settled (paused, waiting for a promote, plans in flight), as the last sweep found.",
 		}),
 	}
-	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.sweepsFailed, m.verdicts, m.verdictFailed, m.pruned, m.pruneFailed, m.pruneYieldEnded,
+	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.sweepsFailed, m.notifyFailed, m.verdicts, m.verdictFailed, m.pruned, m.pruneFailed, m.pruneYieldEnded,
 		m.mismatches, m.migrationWaits, m.migrationSlots, m.slotsGivenUp, m.migrationFails, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.zeroSeries()
 	return m
@@ -286,6 +290,13 @@ func (m *Metrics) KeptPastHorizon(n int) {
 func (m *Metrics) SweepFailed() {
 	if m != nil {
 		m.sweepsFailed.Inc()
+	}
+}
+
+// NotifyCheckFailed counts one failed look of the notifier at a rollout.
+func (m *Metrics) NotifyCheckFailed() {
+	if m != nil {
+		m.notifyFailed.Inc()
 	}
 }
 

@@ -42,9 +42,16 @@ type Config struct {
 	MaxDeliver int
 	Backoff    consumer.Backoff
 	Log        *slog.Logger
-	Metrics    consumer.Metrics
+	Metrics    Metrics
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+}
+
+// Metrics are what the notifier counts: its receivers' deliveries (the
+// consumer runtime's), and its looks at rollouts that failed.
+type Metrics interface {
+	consumer.Metrics
+	NotifyCheckFailed()
 }
 
 // DefaultMaxDeliver gives a receiver about half an hour, at the default
@@ -168,7 +175,10 @@ func (n *Notifier) watch(ctx context.Context) error {
 		}
 		for _, id := range n.due(n.cfg.Now()) {
 			if err := n.check(ctx, id); err != nil && ctx.Err() == nil {
-				n.cfg.Log.Warn("notify: a rollout's state could not be read or published; trying again", "event", id, "err", err)
+				n.cfg.Log.Warn("notify: a rollout's state could not be read or published; trying again", "event", id, "err", err, "retry", checkEvery)
+				if n.cfg.Metrics != nil {
+					n.cfg.Metrics.NotifyCheckFailed()
+				}
 				n.mark(true, id)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,4 +211,37 @@ func TestOutcomesAloneAreLookedAtLessOften(t *testing.T) {
 	if len(n.looked) != 0 {
 		t.Errorf("still remembered: %v", n.looked)
 	}
+}
+
+// failures counts the notifier's failed looks at rollouts.
+type failures struct{ n atomic.Int32 }
+
+func (f *failures) NotifyCheckFailed()      { f.n.Add(1) }
+func (f *failures) Settled(string, string)  {}
+func (f *failures) DeadLetterFailed(string) {}
+
+// TestARolloutThatCannotBeReadIsRetriedAndCounted: a rollout record the
+// notifier cannot read is looked at again, each failure said in the log
+// and counted (kvlive_notify_checks_failed_total); once readable, its
+// start is told, once.
+func TestARolloutThatCannotBeReadIsRetriedAndCounted(t *testing.T) {
+	js := testenv.JetStream(t)
+	r := testenv.NewNotifyReceiver(t, testenv.ReceiverOK)
+	logs := &testenv.LogBuffer{}
+	m := &failures{}
+	stop := run(t, js, Config{Receivers: []Receiver{{URL: r.URL(), Format: FormatCloudEvents}}, Metrics: m, Log: slog.New(slog.NewTextHandler(logs, nil))})
+	defer stop()
+	kv, err := js.KeyValue(t.Context(), events.BucketRollouts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(t.Context(), events.RolloutKey("switch/c"), []byte("{not a rollout")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "two failed looks counted", func() bool { return m.n.Load() >= 2 })
+	if !strings.Contains(logs.String(), "could not be read or published") {
+		t.Errorf("the failures were not logged:\n%s", logs)
+	}
+	record(t, js, "switch/c")
+	testenv.Eventually(t, 30*time.Second, "the start told", func() bool { return len(r.Kinds()) == 1 })
 }
