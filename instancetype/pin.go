@@ -23,6 +23,11 @@ var ErrNotPinned = errors.New("VM has no pinned revision yet")
 type Pin struct {
 	Revision string
 	Field    events.PinField
+	// Object names the instance type or preference the pin says it is
+	// of: the status ref's name, or the spec's reference for the legacy
+	// revisionName (a VM switched while nothing synced its status can
+	// still be pinned to the object it left).
+	Object string
 	// UID and Generation come from the revision's labels; zero when the
 	// revision is not in the cache.
 	UID        string
@@ -33,26 +38,36 @@ type Pin struct {
 // spec.*.revisionName takes precedence over the status ref, as in KubeVirt's
 // pkg/instancetype/revision/store.go syncStatusWithMatcher.
 func PinOf(vm *virtv1.VirtualMachine, preference bool) (Pin, error) {
-	var revisionName string
+	var revisionName, object string
 	var status *virtv1.InstancetypeStatusRef
 	if preference {
-		if vm.Spec.Preference != nil {
-			revisionName = vm.Spec.Preference.RevisionName
+		if m := vm.Spec.Preference; m != nil {
+			revisionName, object = m.RevisionName, m.Name
 		}
 		status = vm.Status.PreferenceRef
 	} else {
-		if vm.Spec.Instancetype != nil {
-			revisionName = vm.Spec.Instancetype.RevisionName
+		if m := vm.Spec.Instancetype; m != nil {
+			revisionName, object = m.RevisionName, m.Name
 		}
 		status = vm.Status.InstancetypeRef
 	}
 	if revisionName != "" {
-		return Pin{Revision: revisionName, Field: events.PinSpecRevisionName}, nil
+		return Pin{Revision: revisionName, Field: events.PinSpecRevisionName, Object: object}, nil
 	}
 	if status == nil || status.ControllerRevisionRef == nil || status.ControllerRevisionRef.Name == "" {
 		return Pin{}, ErrNotPinned
 	}
-	return Pin{Revision: status.ControllerRevisionRef.Name, Field: events.PinStatus}, nil
+	return Pin{Revision: status.ControllerRevisionRef.Name, Field: events.PinStatus, Object: status.Name}, nil
+}
+
+// Involvement is what planning a few objects' VMs reads of the
+// instancetype ControllerRevisions: revisions of Objects (instance type
+// and preference names) and, of those, only Pins, the revisions
+// (namespace/name keys) the VMs' pins and their VMIs' start revisions
+// name.
+type Involvement struct {
+	Objects []string
+	Pins    []string
 }
 
 // Lookup is what planning reads about the cluster beyond the VM itself:

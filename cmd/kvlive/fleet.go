@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"kvlive/events"
+	"kvlive/instancetype"
 	"kvlive/internal/kube"
 	"kvlive/planner/offline"
 )
@@ -104,7 +105,7 @@ func (s *fleetFlags) request(object, namespace string) (offline.Request, error) 
 // again; of the ControllerRevisions, it reads only those of the objects
 // involved (offline.Involved).
 func planCluster(ctx context.Context, clients kube.Clients, req offline.Request) ([]events.Plan, error) {
-	f, stop, err := kube.StartCacheFor(ctx, clients, req.Namespace, kube.DefaultSyncTimeout, func(f *kube.Cache) []string { return offline.Involved(f, req) })
+	f, stop, err := kube.StartCacheFor(ctx, clients, req.Namespace, kube.DefaultSyncTimeout, func(f *kube.Cache) instancetype.Involvement { return offline.Involved(f, req) })
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"kvlive/events"
+	"kvlive/instancetype"
 	"kvlive/internal/kube"
 	"kvlive/internal/printer"
 	"kvlive/planner/offline"
@@ -160,7 +161,7 @@ func (o *restartOptions) preview(ctx context.Context) (offline.Request, []events
 	if err != nil {
 		return req, nil, err
 	}
-	f, stop, err := kube.StartCacheFor(ctx, clients, req.Namespace, kube.DefaultSyncTimeout, func(f *kube.Cache) []string { return offline.Involved(f, req) })
+	f, stop, err := kube.StartCacheFor(ctx, clients, req.Namespace, kube.DefaultSyncTimeout, func(f *kube.Cache) instancetype.Involvement { return offline.Involved(f, req) })
 	if err != nil {
 		return req, nil, err
 	}

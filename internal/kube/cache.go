@@ -13,7 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -62,6 +64,10 @@ type Cache struct {
 	// selected runs a revision informer StartCacheFor made outside the
 	// factory.
 	selected sync.WaitGroup
+	// missed holds the pinned revisions StartCacheFor's selection did not
+	// bring, read one by one (pinsMissed); written before the cache is
+	// handed out, read only after.
+	missed map[string]any
 	// life is the context Start was given: the cache's reads of the API
 	// server (start revisions) end with it.
 	life atomic.Pointer[context.Context]
@@ -384,9 +390,12 @@ func (c *Cache) VMI(namespace, name string) *virtv1.VirtualMachineInstance {
 // Revision returns a cached instancetype ControllerRevision. Callers must
 // not mutate it.
 func (c *Cache) Revision(namespace, name string) (*appsv1.ControllerRevision, bool) {
-	o, ok, _ := c.revisions.GetIndexer().GetByKey(namespace + "/" + name)
+	key := namespace + "/" + name
+	o, ok, _ := c.revisions.GetIndexer().GetByKey(key)
 	if !ok {
-		return nil, false
+		if o, ok = c.missed[key]; !ok {
+			return nil, false
+		}
 	}
 	return RevisionOf(o), true
 }
@@ -426,11 +435,13 @@ func (c *Cache) Object(ref events.Ref) any {
 const DefaultSyncTimeout = time.Minute
 
 // StartCacheFor is StartCache for planning a few objects' VMs: its revision
-// informer holds only the revisions of the objects involved names, asked
-// once the other informers have synced (from the VMs they hold), so the
-// time to plan does not grow with the cluster's other revisions. A nil
-// involved caches every instancetype revision (StartCache).
-func StartCacheFor(ctx context.Context, c Clients, namespace string, timeout time.Duration, involved func(*Cache) []string) (_ *Cache, stop func(), _ error) {
+// informer holds only the revisions involved names (instancetype.Involvement:
+// those of the objects involved, of the generations their pins name),
+// asked once the other informers have synced (from the VMs they hold), so
+// the time to plan grows neither with the cluster's other revisions nor
+// with the superseded ones. A nil involved caches every instancetype
+// revision (StartCache).
+func StartCacheFor(ctx context.Context, c Clients, namespace string, timeout time.Duration, involved func(*Cache) instancetype.Involvement) (_ *Cache, stop func(), _ error) {
 	if err := Preflight(ctx, c, namespace); err != nil {
 		return nil, nil, err
 	}
@@ -456,10 +467,11 @@ func StartCacheFor(ctx context.Context, c Clients, namespace string, timeout tim
 }
 
 // selectRevisions runs, until ctx ends, an informer of namespace's
-// revisions of the objects names, outside the factory, and waits for its
-// first list.
-func (c *Cache) selectRevisions(ctx context.Context, namespace string, timeout time.Duration, names []string) error {
-	list, w := revisionListWatch(c.Clients, namespace, revisionsOf(names))
+// revisions of the objects involved names, of the generations its pins
+// name (revisionsOf), outside the factory, and waits for its first list;
+// then reads, one GET each, the pins the selection missed (pinsMissed).
+func (c *Cache) selectRevisions(ctx context.Context, namespace string, timeout time.Duration, involved instancetype.Involvement) error {
+	list, w := revisionListWatch(c.Clients, namespace, revisionsOf(involved.Objects, generationsOf(involved.Pins)))
 	c.revisions = newInformer(&appsv1.ControllerRevision{}, list, w, ResyncPeriod)
 	if err := c.revisions.SetTransform(TrimUnread); err != nil {
 		return fmt.Errorf("kube: revision transform: %w", err)
@@ -468,8 +480,63 @@ func (c *Cache) selectRevisions(ctx context.Context, namespace string, timeout t
 		return err
 	}
 	c.selected.Go(func() { c.revisions.RunWithContext(ctx) })
-	return waitSynced(ctx, timeout, c.revisions)
+	if err := waitSynced(ctx, timeout, c.revisions); err != nil {
+		return err
+	}
+	return c.pinsMissed(ctx, timeout, involved.Pins)
 }
+
+// pinsMissed reads the pinned revisions (namespace/name keys) the
+// selection did not bring, one GET each, fetchWorkers at a time, into
+// c.missed, so a plan finds every pinned revision there is whatever its
+// labels say (a revision whose name does not end in its generation label,
+// a pin naming a revision of another object); one not found stays
+// missing, and the plan says so.
+func (c *Cache) pinsMissed(ctx context.Context, timeout time.Duration, pins []string) error {
+	var missed []string
+	for _, key := range pins {
+		if _, ok, _ := c.revisions.GetIndexer().GetByKey(key); !ok {
+			missed = append(missed, key)
+		}
+	}
+	if len(missed) == 0 {
+		return nil
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	var mu sync.Mutex
+	c.missed = make(map[string]any, len(missed))
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(fetchWorkers)
+	for _, key := range missed {
+		g.Go(func() error {
+			namespace, name, _ := cache.SplitMetaNamespaceKey(key)
+			cr, err := c.readRevision(ctx, namespace, name)
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("kube: the pinned ControllerRevision %s: %w", key, err)
+			}
+			stored, err := TrimUnread(cr)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			c.missed[key] = stored
+			mu.Unlock()
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// fetchWorkers is how many GETs of pinned revisions the label selection
+// missed run at once.
+const fetchWorkers = 8
 
 // waitSynced waits until inf has listed once, or timeout passes, or ctx
 // ends.

@@ -2,6 +2,10 @@ package kube
 
 import (
 	"context"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -90,22 +94,51 @@ func revisionListWatch(c Clients, namespace, selector string) (listFunc[*appsv1.
 
 // revisionsOf is the selector of the instancetype revisions of the objects
 // named names (of any kind: a name shared by an instance type and a
-// preference selects both), or of every object when names cannot be put
-// in one selector.
-func revisionsOf(names []string) string {
-	all := instancetypeapi.ControllerRevisionObjectKindLabel
+// preference selects both) and, when generations is not empty, of those
+// generations only (of any of the objects); of every object, or every
+// generation, when its list cannot be put in one selector.
+func revisionsOf(names, generations []string) string {
+	selector := instancetypeapi.ControllerRevisionObjectKindLabel
 	if len(names) == 0 || len(names) > maxSelectedObjects {
-		return all
+		return selector
 	}
+	// A name or generation no label value can hold: no revision carries
+	// it either way, and without that requirement more is selected, never
+	// less.
 	req, err := labels.NewRequirement(instancetypeapi.ControllerRevisionObjectNameLabel, selection.In, names)
 	if err != nil {
-		return all // a name no label value can hold: no revision carries it either way
+		return selector
 	}
-	return all + "," + req.String()
+	selector += "," + req.String()
+	if len(generations) == 0 || len(generations) > maxSelectedObjects {
+		return selector
+	}
+	if req, err = labels.NewRequirement(instancetypeapi.ControllerRevisionObjectGenerationLabel, selection.In, generations); err == nil {
+		selector += "," + req.String()
+	}
+	return selector
 }
 
-// maxSelectedObjects bounds the names one revision selector lists; past it
-// the selector would outgrow a request line, and every revision is read.
+// generationsOf is the generations the pinned revisions (namespace/name
+// keys) name, as KubeVirt names them (`<vm>-<object>-<version>-<uid>-<generation>`,
+// pkg/instancetype/revision): the number after the last dash. nil when a
+// name does not end in one, so nothing is narrowed by a guess; a revision
+// whose generation label disagrees with its name is read by pinsMissed.
+func generationsOf(pins []string) []string {
+	seen := map[string]bool{}
+	for _, key := range pins {
+		g := key[strings.LastIndexByte(key, '-')+1:]
+		if n, err := strconv.ParseInt(g, 10, 64); err != nil || n < 0 || strconv.FormatInt(n, 10) != g {
+			return nil
+		}
+		seen[g] = true
+	}
+	return slices.Sorted(maps.Keys(seen))
+}
+
+// maxSelectedObjects bounds the names (and the generations) one revision
+// selector lists; past it the selector would outgrow a request line, and
+// every object's (or every generation's) revisions are read.
 const maxSelectedObjects = 200
 
 // ObjectInformers are informers over the four instancetype.kubevirt.io kinds,

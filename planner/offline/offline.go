@@ -41,23 +41,28 @@ type Request struct {
 	ForceConflicts bool
 }
 
-// Involved names the objects planning req reads revisions of: the one the
-// VMs are moved from (or re-pinned on), every instance type and preference
-// those VMs reference, whose snapshots their plans decode, and, for a
-// running VM with RestartRequired, those its VMI started from (its start
-// revision, read once).
-func Involved(f Fleet, req Request) []string {
+// Involved is what planning req reads of the revisions: those of the
+// object the VMs are moved from (or re-pinned on), of every instance type
+// and preference those VMs reference or are pinned to and, for a running
+// VM with RestartRequired, of those its VMI started from (its start
+// revision, read once); and of them only the ones those pins name, never
+// the superseded generations no VM is pinned to.
+func Involved(f Fleet, req Request) instancetype.Involvement {
 	source := req.Object
 	if req.From != nil {
 		source = *req.From
 	}
 	vms, _ := f.Referencing(source, req.Namespace, req.Selector)
-	seen := map[string]bool{source.Name: true}
+	objects, pins := map[string]bool{source.Name: true}, map[string]bool{}
 	starts, _ := f.(instancetype.StartLookup)
 	for _, vm := range vms {
 		for _, preference := range []bool{false, true} {
 			if ref, ok := instancetype.RefOf(vm, preference); ok {
-				seen[ref.Name] = true
+				objects[ref.Name] = true
+			}
+			if pin, err := instancetype.PinOf(vm, preference); err == nil {
+				objects[pin.Object] = true
+				pins[vm.Namespace+"/"+pin.Revision] = true
 			}
 		}
 		if _, ok := instancetype.RestartRequired(vm); !ok || starts == nil {
@@ -65,16 +70,22 @@ func Involved(f Fleet, req Request) []string {
 		}
 		if vmi := f.VMI(vm.Namespace, vm.Name); vmi != nil && !vmi.IsFinal() {
 			if spec, err := starts.StartedSpec(vmi); err == nil {
-				if spec.Instancetype != nil {
-					seen[spec.Instancetype.Name] = true
+				involve := func(object, revision string) {
+					objects[object] = true
+					if revision != "" {
+						pins[vm.Namespace+"/"+revision] = true
+					}
 				}
-				if spec.Preference != nil {
-					seen[spec.Preference.Name] = true
+				if m := spec.Instancetype; m != nil {
+					involve(m.Name, m.RevisionName)
+				}
+				if m := spec.Preference; m != nil {
+					involve(m.Name, m.RevisionName)
 				}
 			}
 		}
 	}
-	return slices.Sorted(maps.Keys(seen))
+	return instancetype.Involvement{Objects: slices.Sorted(maps.Keys(objects)), Pins: slices.Sorted(maps.Keys(pins))}
 }
 
 // Plan decides, for every VM the request reaches, what KubeVirt would do.
