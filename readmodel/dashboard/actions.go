@@ -47,7 +47,7 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	s.page(w, r, http.StatusOK, "confirm.html", confirmView{Action: action, ID: a.EventID, Words: actionWords[action], Progress: inspect.ProgressLine(a)})
+	page(w, http.StatusOK, confirmView{Action: action, ID: a.EventID, Words: actionWords[action], Progress: inspect.ProgressLine(a)}.page)
 }
 
 // act carries a confirmed action out as the CLI does, under the

@@ -3,7 +3,6 @@ package dashboard
 import (
 	"context"
 	"fmt"
-	"html/template"
 	"io"
 	"log/slog"
 	"net/http"
@@ -99,9 +98,9 @@ func (h *hub) subscribe(want func(change) bool) (*follower, func()) {
 
 // liveRollouts pushes the rollouts table again whenever a rollout changes.
 func (s *Server) liveRollouts(w http.ResponseWriter, r *http.Request) {
-	s.live(w, r, func(c change) bool { return c.stream != "KVLIVE_SPANS" }, func(ctx context.Context) (string, any, error) {
+	s.live(w, r, func(c change) bool { return c.stream != "KVLIVE_SPANS" }, func(ctx context.Context) (func(*markup), error) {
 		v, err := s.rolloutsView(ctx)
-		return "rollouts-live", v, err
+		return v.live, err
 	})
 }
 
@@ -124,19 +123,19 @@ func (s *Server) liveRollout(w http.ResponseWriter, r *http.Request) {
 		}
 		return strings.Contains(c.subject, token) || strings.Contains(c.subject, id)
 	}
-	s.live(w, r, want, func(ctx context.Context) (string, any, error) {
+	s.live(w, r, want, func(ctx context.Context) (func(*markup), error) {
 		v, err := s.rolloutView(ctx, id, filter)
 		mu.Lock()
 		traceID = v.Trace.ID
 		mu.Unlock()
-		return "rollout-live", v, err
+		return v.live, err
 	})
 }
 
-// live serves a server-sent event stream: the fragment render makes,
+// live serves a server-sent event stream: the fragment read makes,
 // pushed at once and again after each change want keeps (at most every
 // liveEvery, and only when it differs), until the browser goes away.
-func (s *Server) live(w http.ResponseWriter, r *http.Request, want func(change) bool, render func(context.Context) (string, any, error)) {
+func (s *Server) live(w http.ResponseWriter, r *http.Request, want func(change) bool, read func(context.Context) (func(*markup), error)) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
@@ -154,18 +153,22 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request, want func(change) 
 	push := true
 	for {
 		if push {
-			html, err := s.fragment(ctx, render)
+			body, err := fragment(ctx, read)
 			if ctx.Err() != nil {
 				return
 			}
 			if err != nil {
-				html = `<p class="error">` + template.HTMLEscapeString(err.Error()) + `</p>`
+				body = render(func(m *markup) {
+					m.raw(`<p class="error">`)
+					m.text(err.Error())
+					m.raw(`</p>`)
+				})
 			}
-			if html != last {
-				if err := writeEvent(w, html); err != nil || rc.Flush() != nil {
+			if body != last {
+				if err := writeEvent(w, body); err != nil || rc.Flush() != nil {
 					return
 				}
-				last = html
+				last = body
 			}
 			push = false
 			select {
@@ -188,16 +191,12 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request, want func(change) 
 }
 
 // fragment renders one live fragment.
-func (s *Server) fragment(ctx context.Context, render func(context.Context) (string, any, error)) (string, error) {
-	name, data, err := render(ctx)
+func fragment(ctx context.Context, read func(context.Context) (func(*markup), error)) (string, error) {
+	write, err := read(ctx)
 	if err != nil {
 		return "", err
 	}
-	var b strings.Builder
-	if err := s.pages.ExecuteTemplate(&b, name, data); err != nil {
-		return "", err
-	}
-	return b.String(), nil
+	return render(write), nil
 }
 
 // writeEvent writes html as one server-sent event, a data line per line.

@@ -5,8 +5,6 @@ import (
 	"crypto/subtle"
 	"embed"
 	"errors"
-	"fmt"
-	"html/template"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -24,9 +22,6 @@ import (
 
 //go:embed assets
 var assets embed.FS
-
-//go:embed templates/*.html
-var templateFiles embed.FS
 
 // Config is what a dashboard reads and acts with.
 type Config struct {
@@ -57,7 +52,6 @@ type Config struct {
 type Server struct {
 	cfg      Config
 	reader   *inspect.Reader
-	pages    *template.Template
 	hub      *hub
 	writable bool
 	// why says how the dashboard decided whether to show buttons.
@@ -66,7 +60,7 @@ type Server struct {
 }
 
 // New prepares a dashboard: it asks the NATS server what its user may do
-// (a reader gets no buttons) and parses its pages. Serve it with Handler
+// (a reader gets no buttons). Serve it with Handler
 // after Start.
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.JetStream == nil {
@@ -84,11 +78,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.By == "" {
 		cfg.By = "kvlive dashboard"
 	}
-	pages, err := template.New("").Funcs(funcs(cfg.Now)).ParseFS(templateFiles, "templates/*.html")
-	if err != nil {
-		return nil, fmt.Errorf("dashboard: templates: %w", err)
-	}
-	s := &Server{cfg: cfg, reader: inspect.NewReader(cfg.JetStream), pages: pages}
+	s := &Server{cfg: cfg, reader: inspect.NewReader(cfg.JetStream)}
 	s.writable, s.why = true, "--read-only not set"
 	if cfg.ReadOnly {
 		s.writable, s.why = false, "--read-only"
@@ -175,18 +165,12 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	})
 }
 
-// page renders one of the templates as a whole page.
-func (s *Server) page(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
-	var b strings.Builder
-	if err := s.pages.ExecuteTemplate(&b, name, data); err != nil {
-		s.cfg.Log.Error("dashboard: rendering a page", "page", name, "path", r.URL.Path, "err", err)
-		http.Error(w, "the page could not be rendered: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
+// page serves a whole page write writes.
+func page(w http.ResponseWriter, status int, write func(*markup)) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_, _ = io.WriteString(w, b.String())
+	_, _ = io.WriteString(w, render(write))
 }
 
 // failure is what an error page shows.
@@ -201,5 +185,5 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, msg st
 	if status >= http.StatusInternalServerError {
 		s.cfg.Log.Warn("dashboard: a page failed", "path", r.URL.Path, "status", status, "err", msg)
 	}
-	s.page(w, r, status, "error.html", failure{Status: status, Title: http.StatusText(status), Message: msg})
+	page(w, status, failure{Status: status, Title: http.StatusText(status), Message: msg}.page)
 }

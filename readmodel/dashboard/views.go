@@ -51,7 +51,7 @@ func (s *Server) rollouts(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	s.page(w, r, http.StatusOK, "rollouts.html", v)
+	page(w, http.StatusOK, v.page)
 }
 
 // rolloutsView reads the newest rollouts, and the migrations of those still
@@ -180,7 +180,7 @@ func (s *Server) rolloutPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.Done = r.URL.Query().Get("done")
-	s.page(w, r, http.StatusOK, "rollout.html", v)
+	page(w, http.StatusOK, v.page)
 }
 
 // rolloutView reads a rollout's account (as rollout status does), its VMs'
@@ -308,7 +308,7 @@ func (s *Server) driftPage(w http.ResponseWriter, r *http.Request) {
 	if v.Available {
 		v.Rows = s.cfg.Drift()
 	}
-	s.page(w, r, http.StatusOK, "drift.html", v)
+	page(w, http.StatusOK, v.page)
 }
 
 // deadLettersView is the dead-letters page.
@@ -331,5 +331,5 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
 	if len(letters) > maxDeadLetters {
 		v.Letters, v.More = letters[:maxDeadLetters], len(letters)-maxDeadLetters
 	}
-	s.page(w, r, http.StatusOK, "deadletters.html", v)
+	page(w, http.StatusOK, v.page)
 }
