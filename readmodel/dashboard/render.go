@@ -34,11 +34,35 @@ func (m *markup) raw(parts ...string) {
 // value.
 func (m *markup) text(s string) { m.WriteString(html.EscapeString(s)) }
 
+// wrap writes text escaped between literal markup.
+func (m *markup) wrap(open, text, close string) {
+	m.raw(open)
+	m.text(text)
+	m.raw(close)
+}
+
+// wrapIf is wrap when text is set, and nothing otherwise.
+func (m *markup) wrapIf(open, text, close string) {
+	if text != "" {
+		m.wrap(open, text, close)
+	}
+}
+
 // textf writes the formatted text escaped.
 func (m *markup) textf(format string, args ...any) { m.text(fmt.Sprintf(format, args...)) }
 
 // num writes an integer.
 func (m *markup) num(n int) { m.WriteString(strconv.Itoa(n)) }
+
+// numIf writes n between literal markup when it is not zero, and nothing
+// otherwise.
+func (m *markup) numIf(open string, n int, close string) {
+	if n != 0 {
+		m.raw(open)
+		m.num(n)
+		m.raw(close)
+	}
+}
 
 // head opens a page titled title.
 func (m *markup) head(title string) {
@@ -81,17 +105,11 @@ func (v rolloutsView) live(m *markup) {
 	m.raw("<table class=\"rollouts\">\n<thead><tr><th>Rollout</th><th>Object</th><th>State</th><th>Batch</th><th>Moved / planned</th>",
 		"<th>Verdicts</th><th>Migrations</th><th>Age</th><th>Time left</th></tr></thead>\n<tbody>\n")
 	for _, r := range v.Rollouts {
-		m.raw("<tr data-id=\"")
-		m.text(r.ID)
-		m.raw("\" class=\"state-")
+		m.wrap("<tr data-id=\"", r.ID, "\" class=\"state-")
 		m.text(string(r.State))
-		m.raw("\">\n<td><a href=\"/rollouts/")
-		m.text(inspect.EventPath(r.ID))
-		m.raw("\">")
+		m.wrap("\">\n<td><a href=\"/rollouts/", inspect.EventPath(r.ID), "\">")
 		m.text(r.ID)
-		m.raw("</a><div class=\"sub\">")
-		m.text(r.Type)
-		m.raw("</div></td>\n<td>")
+		m.wrap("</a><div class=\"sub\">", r.Type, "</div></td>\n<td>")
 		m.text(r.Object)
 		m.raw("</td>\n<td class=\"state\">")
 		if r.State != "" {
@@ -99,16 +117,8 @@ func (v rolloutsView) live(m *markup) {
 		} else {
 			m.raw("pending")
 		}
-		if r.DeadLetter != "" {
-			m.raw("<div class=\"sub error\">")
-			m.text(r.DeadLetter)
-			m.raw("</div>")
-		}
-		if r.PolicyError != "" {
-			m.raw("<div class=\"sub error\">policy: ")
-			m.text(r.PolicyError)
-			m.raw("</div>")
-		}
+		m.wrapIf("<div class=\"sub error\">", r.DeadLetter, "</div>")
+		m.wrapIf("<div class=\"sub error\">policy: ", r.PolicyError, "</div>")
 		m.raw("</td>\n<td>")
 		if len(r.Batches) > 0 {
 			m.textf("%d/%d", r.Batch+1, len(r.Batches))
@@ -124,12 +134,7 @@ func (v rolloutsView) live(m *markup) {
 			m.raw("-")
 		}
 		m.raw("</td>\n<td class=\"verdicts\">")
-		m.text(verdictList(r.Verdicts, r.Awaited))
-		if r.Differ != 0 {
-			m.raw(" <span class=\"differ\">(")
-			m.num(r.Differ)
-			m.raw(" differ)</span>")
-		}
+		m.verdicts(r.Verdicts, r.Awaited, r.Differ, "differ")
 		m.raw("</td>\n<td class=\"migrations\">")
 		if g := r.Migrations; g != nil {
 			m.textf("%d running, %d queued", g.Running, g.Queued)
@@ -141,14 +146,8 @@ func (v rolloutsView) live(m *markup) {
 		} else {
 			m.raw("-")
 		}
-		if r.Note != "" {
-			m.raw("<div class=\"sub error\">")
-			m.text(r.Note)
-			m.raw("</div>")
-		}
-		m.raw("</td>\n<td>")
-		m.text(ago(v.Now, r.Time))
-		m.raw("</td>\n<td>")
+		m.wrapIf("<div class=\"sub error\">", r.Note, "</div>")
+		m.wrap("</td>\n<td>", ago(v.Now, r.Time), "</td>\n<td>")
 		if g := r.Migrations; g != nil && g.Left != 0 {
 			m.text("about " + shortDuration(g.Left))
 		} else {
@@ -162,17 +161,9 @@ func (v rolloutsView) live(m *markup) {
 // page is a rollout's page, whose live part follows the streams.
 func (v rolloutView) page(m *markup) {
 	m.head(v.ID)
-	m.raw("<h1>Rollout <code>")
-	m.text(v.ID)
-	m.raw("</code></h1>\n")
-	if v.Done != "" {
-		m.raw("<p class=\"done\" id=\"done\">")
-		m.text(v.Done)
-		m.raw("</p>\n")
-	}
-	m.raw("<div id=\"rollout\" hx-sse:connect=\"/live/rollout/")
-	m.text(inspect.EventPath(v.ID) + "?vms=" + url.QueryEscape(v.Filter))
-	m.raw("\" hx-swap=\"innerHTML\">\n")
+	m.wrap("<h1>Rollout <code>", v.ID, "</code></h1>\n")
+	m.wrapIf("<p class=\"done\" id=\"done\">", v.Done, "</p>\n")
+	m.wrap("<div id=\"rollout\" hx-sse:connect=\"/live/rollout/", inspect.EventPath(v.ID)+"?vms="+url.QueryEscape(v.Filter), "\" hx-swap=\"innerHTML\">\n")
 	v.live(m)
 	m.raw("</div>\n")
 	m.foot()
@@ -181,16 +172,12 @@ func (v rolloutView) page(m *markup) {
 // live is a rollout's summary, batches, actions, VMs, trace and status.
 func (v rolloutView) live(m *markup) {
 	a := v.A
-	m.raw("<section class=\"summary\">\n<p class=\"progress\" id=\"progress\">")
-	m.text(v.Progress)
-	m.raw("</p>\n<dl>\n<dt>State</dt><dd id=\"state\" class=\"state-")
+	m.wrap("<section class=\"summary\">\n<p class=\"progress\" id=\"progress\">", v.Progress, "</p>\n<dl>\n<dt>State</dt><dd id=\"state\" class=\"state-")
 	m.text(string(a.Phase))
 	m.raw("\">")
 	m.text(string(a.Phase))
 	if why := a.Control.Describe(); a.Phase != "running" && why != "" {
-		m.raw(" <span class=\"sub\" id=\"why\">(")
-		m.text(why)
-		m.raw(")</span>")
+		m.wrap(" <span class=\"sub\" id=\"why\">(", why, ")</span>")
 	}
 	m.raw("</dd>\n<dt>Moved / planned</dt><dd id=\"moved\">")
 	m.num(moved(a.Outcomes))
@@ -200,26 +187,17 @@ func (v rolloutView) live(m *markup) {
 	} else {
 		m.raw("not planned yet")
 	}
-	m.raw("</dd>\n<dt>Outcomes</dt><dd>")
-	m.text(results(a.Outcomes))
-	m.raw("</dd>\n")
+	m.wrap("</dd>\n<dt>Outcomes</dt><dd>", results(a.Outcomes), "</dd>\n")
 	if len(a.Verdicts) > 0 {
 		m.raw("<dt>KubeVirt's verdicts</dt><dd id=\"verdicts\">")
-		m.text(verdictList(a.Verdicts, a.Awaited))
-		if a.Differ != 0 {
-			m.raw(" <span class=\"differ\">(")
-			m.num(a.Differ)
-			m.raw(" differ from the prediction)</span>")
-		}
+		m.verdicts(a.Verdicts, a.Awaited, a.Differ, "differ from the prediction")
 		m.raw("</dd>\n")
 	}
 	if g := a.Migrations; g != nil && (g.Unfinished != 0 || g.Waiting != "" || g.ToMove != 0 || len(g.Failed) > 0) {
 		m.raw("<dt>Migrations</dt><dd id=\"migrations\">")
 		m.textf("%d running, %d queued in KubeVirt, %d live moves to come (%d of the budget's slots in use)", g.Running, g.Queued, g.ToMove, g.InUse)
 		if len(g.Failed) > 0 {
-			m.raw("; <span class=\"error\">failed: ")
-			m.text(strings.Join(g.Failed, ", "))
-			m.raw("</span>")
+			m.wrap("; <span class=\"error\">failed: ", strings.Join(g.Failed, ", "), "</span>")
 		}
 		if g.Waiting != "" {
 			m.text("; live moves wait: " + g.Waiting)
@@ -229,24 +207,14 @@ func (v rolloutView) live(m *markup) {
 		}
 		m.raw("</dd>\n")
 	}
-	if a.DeadLetters != 0 {
-		m.raw("<dt>Dead letters</dt><dd class=\"error\">")
-		m.num(a.DeadLetters)
-		m.raw(" (<a href=\"/dead-letters\">see them</a>)</dd>\n")
-	}
-	if a.Held != 0 {
-		m.raw("<dt>Held</dt><dd>")
-		m.num(a.Held)
-		m.raw(" plans</dd>\n")
-	}
+	m.numIf("<dt>Dead letters</dt><dd class=\"error\">", a.DeadLetters, " (<a href=\"/dead-letters\">see them</a>)</dd>\n")
+	m.numIf("<dt>Held</dt><dd>", a.Held, " plans</dd>\n")
 	m.raw("</dl>\n</section>\n\n")
 	v.batches(m)
 	v.actions(m)
 	v.vms(m)
 	v.trace(m)
-	m.raw("<details><summary>kvlive rollout status</summary><pre>")
-	m.text(v.Status)
-	m.raw("</pre></details>\n")
+	m.wrap("<details><summary>kvlive rollout status</summary><pre>", v.Status, "</pre></details>\n")
 }
 
 // batches is a batched rollout's batches and gate.
@@ -256,9 +224,7 @@ func (v rolloutView) batches(m *markup) {
 	}
 	m.raw("<section class=\"batches\">\n<h2>Batches</h2>\n<ol>")
 	for _, b := range v.Batches {
-		m.raw("<li class=\"batch-")
-		m.text(b.Class)
-		m.raw("\">")
+		m.wrap("<li class=\"batch-", b.Class, "\">")
 		m.textf("batch %d: %d VMs, %s", b.Number, b.Size, b.State)
 		m.raw("</li>")
 	}
@@ -281,19 +247,13 @@ func (v rolloutView) actions(m *markup) {
 	m.raw("<section class=\"actions\" id=\"actions\">\n")
 	if v.Writable {
 		for _, a := range v.Actions {
-			m.raw("<a class=\"button\" id=\"action-")
-			m.text(a)
-			m.raw("\" href=\"/act/")
+			m.wrap("<a class=\"button\" id=\"action-", a, "\" href=\"/act/")
 			m.text(a + "/" + inspect.EventPath(v.ID))
-			m.raw("\">")
-			m.text(title(a))
-			m.raw("</a> ")
+			m.wrap("\">", title(a), "</a> ")
 		}
 		m.raw("\n")
 	} else {
-		m.raw("<p class=\"sub\" id=\"readonly\">Read only: ")
-		m.text(v.Why)
-		m.raw(".</p>\n")
+		m.wrap("<p class=\"sub\" id=\"readonly\">Read only: ", v.Why, ".</p>\n")
 	}
 	m.raw("</section>\n\n")
 }
@@ -302,15 +262,11 @@ func (v rolloutView) actions(m *markup) {
 func (v rolloutView) vms(m *markup) {
 	m.raw("<section class=\"vms\">\n<h2>VMs</h2>\n<p class=\"filters\">")
 	for _, f := range filters {
-		m.raw("<a href=\"/rollouts/")
-		m.text(inspect.EventPath(v.ID) + "?vms=" + url.QueryEscape(f))
-		m.raw("\" class=\"")
+		m.wrap("<a href=\"/rollouts/", inspect.EventPath(v.ID)+"?vms="+url.QueryEscape(f), "\" class=\"")
 		if f == v.Filter {
 			m.raw("current")
 		}
-		m.raw("\" id=\"filter-")
-		m.text(f)
-		m.raw("\">")
+		m.wrap("\" id=\"filter-", f, "\">")
 		m.textf("%s (%d)", f, v.Counts[f])
 		m.raw("</a> ")
 	}
@@ -318,9 +274,7 @@ func (v rolloutView) vms(m *markup) {
 	if len(v.VMs) == 0 {
 		m.raw("<p class=\"empty\">No VM ")
 		if v.Filter != "all" {
-			m.raw("matches \"")
-			m.text(v.Filter)
-			m.raw("\"")
+			m.wrap("matches \"", v.Filter, "\"")
 		} else {
 			m.raw("has an outcome yet")
 		}
@@ -333,17 +287,11 @@ func (v rolloutView) vms(m *markup) {
 		if row.Differs() {
 			m.raw("differs")
 		}
-		m.raw(" result-")
-		m.text(string(row.Result))
-		m.raw("\" data-vm=\"")
+		m.wrap(" result-", string(row.Result), "\" data-vm=\"")
 		m.text(row.VM.Namespace + "/" + row.VM.Name)
-		m.raw("\">\n<td>")
-		m.text(row.VM.Namespace + "/" + row.VM.Name)
-		m.raw("</td><td>")
+		m.wrap("\">\n<td>", row.VM.Namespace+"/"+row.VM.Name, "</td><td>")
 		m.num(row.Batch + 1)
-		m.raw("</td><td>")
-		m.text(string(row.Result))
-		m.raw("</td><td class=\"verdict\">")
+		m.wrap("</td><td>", string(row.Result), "</td><td class=\"verdict\">")
 		m.text(row.Observed())
 		m.raw("</td>\n<td class=\"reason\">")
 		if c := row.Current(); c != nil {
@@ -353,11 +301,7 @@ func (v rolloutView) vms(m *markup) {
 			}
 		} else {
 			m.text(row.Reason)
-			if row.Error != "" {
-				m.raw(" <span class=\"error\">")
-				m.text(row.Error)
-				m.raw("</span>")
-			}
+			m.wrapIf(" <span class=\"error\">", row.Error, "</span>")
 		}
 		m.raw("</td>\n</tr>")
 	}
@@ -376,9 +320,7 @@ func (v rolloutView) trace(m *markup) {
 	m.raw("<section class=\"trace\">\n<h2>Trace</h2>\n")
 	switch {
 	case t.Err != "":
-		m.raw("<p class=\"error\">")
-		m.text(t.Err)
-		m.raw("</p>")
+		m.wrap("<p class=\"error\">", t.Err, "</p>")
 	case len(t.Spans) > 0:
 		m.raw("<p class=\"sub\">")
 		m.textf("trace %s · %d spans · %s", t.ID, len(t.Spans), shortDuration(t.Total))
@@ -395,22 +337,14 @@ func (v rolloutView) trace(m *markup) {
 				m.raw("↪ ")
 			}
 			m.text(s.Name)
-			m.raw("</span><span class=\"bar\"><span style=\"margin-left: ")
-			m.text(pct(s.Offset))
-			m.raw("; width: ")
+			m.wrap("</span><span class=\"bar\"><span style=\"margin-left: ", pct(s.Offset), "; width: ")
 			m.text(pct(s.Width))
-			m.raw("\"></span></span><span class=\"took\">")
-			m.text(s.Duration)
-			m.raw("</span><span class=\"result\">")
+			m.wrap("\"></span></span><span class=\"took\">", s.Duration, "</span><span class=\"result\">")
 			m.text(s.Result)
 			m.raw("</span>\n</div>")
 		}
 		m.raw("</div>\n")
-		if t.More != 0 {
-			m.raw("<p class=\"more\">")
-			m.num(t.More)
-			m.raw(" more spans: kvlive trace shows them all.</p>\n")
-		}
+		m.numIf("<p class=\"more\">", t.More, " more spans: kvlive trace shows them all.</p>\n")
 	default:
 		m.raw("<p class=\"empty\">No spans stored for this rollout yet.</p>")
 	}
@@ -422,30 +356,22 @@ func (f failure) page(m *markup) {
 	m.head(f.Title)
 	m.raw("<h1>")
 	m.textf("%d %s", f.Status, f.Title)
-	m.raw("</h1>\n<p class=\"error\" id=\"error\">")
-	m.text(f.Message)
-	m.raw("</p>\n<p><a href=\"/\">Back to the rollouts</a></p>\n")
+	m.wrap("</h1>\n<p class=\"error\" id=\"error\">", f.Message, "</p>\n<p><a href=\"/\">Back to the rollouts</a></p>\n")
 	m.foot()
 }
 
 // page asks before an action.
 func (v confirmView) page(m *markup) {
 	m.head(v.Action + " " + v.ID)
-	m.raw("<h1>")
-	m.text(title(v.Action) + " " + v.ID + "?")
-	m.raw("</h1>\n<p class=\"progress\">")
+	m.wrap("<h1>", title(v.Action)+" "+v.ID+"?", "</h1>\n<p class=\"progress\">")
 	m.text(v.Progress)
-	m.raw("</p>\n<p>")
-	m.text(v.Words)
-	m.raw("</p>\n<form method=\"post\" action=\"/act/")
+	m.wrap("</p>\n<p>", v.Words, "</p>\n<form method=\"post\" action=\"/act/")
 	m.text(v.Action + "/" + inspect.EventPath(v.ID))
 	m.raw("\">\n")
 	if v.Action != "undo" && v.Action != "promote" {
 		m.raw("<label>Reason (recorded with the change): <input type=\"text\" name=\"reason\" size=\"60\"></label>")
 	}
-	m.raw("\n<p><button type=\"submit\" id=\"confirm\" class=\"danger\">")
-	m.text(title(v.Action))
-	m.raw("</button> <a href=\"/rollouts/")
+	m.wrap("\n<p><button type=\"submit\" id=\"confirm\" class=\"danger\">", title(v.Action), "</button> <a href=\"/rollouts/")
 	m.text(inspect.EventPath(v.ID))
 	m.raw("\" id=\"cancel\">Cancel</a></p>\n</form>\n")
 	m.foot()
@@ -460,24 +386,14 @@ func (v deadLettersView) page(m *markup) {
 	} else {
 		m.raw("<table class=\"letters\">\n<thead><tr><th>Seq</th><th>When</th><th>Stage</th><th>Subject</th><th>Reason</th></tr></thead>\n<tbody>")
 		for _, l := range v.Letters {
-			m.raw("<tr><td>")
-			m.text(strconv.FormatUint(l.Seq, 10))
-			m.raw("</td><td>")
+			m.wrap("<tr><td>", strconv.FormatUint(l.Seq, 10), "</td><td>")
 			m.text(when(l.Time))
-			m.raw("</td><td>")
-			m.text(l.Stage)
-			m.raw("</td><td><code>")
+			m.wrap("</td><td>", l.Stage, "</td><td><code>")
 			m.text(l.Subject)
-			m.raw("</code></td><td class=\"reason\">")
-			m.text(l.Reason)
-			m.raw("</td></tr>")
+			m.wrap("</code></td><td class=\"reason\">", l.Reason, "</td></tr>")
 		}
 		m.raw("</tbody>\n</table>\n")
-		if v.More != 0 {
-			m.raw("<p class=\"more\">")
-			m.num(v.More)
-			m.raw(" older dead letters: kvlive dlq list shows them all.</p>")
-		}
+		m.numIf("<p class=\"more\">", v.More, " older dead letters: kvlive dlq list shows them all.</p>")
 	}
 	m.raw("\n<p class=\"sub\">kvlive dlq retry SEQ sends one back; kvlive dlq show SEQ prints it whole.</p>\n")
 	m.foot()
@@ -502,9 +418,7 @@ func (v driftView) page(m *markup) {
 			if r.Missing {
 				m.raw(" <span class=\"error\">(missing)</span>")
 			}
-			m.raw("</td><td>")
-			m.text(strconv.FormatInt(r.Generation, 10))
-			m.raw("</td><td>")
+			m.wrap("</td><td>", strconv.FormatInt(r.Generation, 10), "</td><td>")
 			m.num(r.Total)
 			m.raw("</td><td>")
 			m.num(r.Latest)
@@ -536,11 +450,17 @@ func (v driftView) page(m *markup) {
 	m.foot()
 }
 
-// verdictList is counts and the awaited in rollout status's words.
-func verdictList(counts map[events.Observed]int, awaited int) string {
-	m := map[string]int{"awaited": awaited}
+// verdicts writes KubeVirt's verdicts by kind and the awaited, in rollout
+// status's words, and how many differ from the prediction, if any.
+func (m *markup) verdicts(counts map[events.Observed]int, awaited, differ int, differWords string) {
+	list := map[string]int{"awaited": awaited}
 	for v, n := range counts {
-		m[string(v)] = n
+		list[string(v)] = n
 	}
-	return inspect.VerdictList(m)
+	m.text(inspect.VerdictList(list))
+	if differ != 0 {
+		m.raw(` <span class="differ">(`)
+		m.num(differ)
+		m.wrap(" ", differWords, ")</span>")
+	}
 }
