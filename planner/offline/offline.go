@@ -61,7 +61,9 @@ func Involved(f Fleet, req Request) instancetype.Involvement {
 				objects[ref.Name] = true
 			}
 			if pin, err := instancetype.PinOf(vm, preference); err == nil {
-				objects[pin.Object] = true
+				if pin.Object != "" {
+					objects[pin.Object] = true
+				}
 				pins[vm.Namespace+"/"+pin.Revision] = true
 			}
 		}
