@@ -100,17 +100,23 @@ func (s *fleetFlags) request(object, namespace string) (offline.Request, error) 
 	return req, nil
 }
 
-// planCluster plans req against the cluster's current state, read into a
-// cache that is synced (or refused within the sync timeout) and stopped
-// again; of the ControllerRevisions, it reads only those of the objects
-// involved (offline.Involved).
+// planCluster plans req against the cluster's current state
+// (startPlanCache).
 func planCluster(ctx context.Context, clients kube.Clients, req offline.Request) ([]events.Plan, error) {
-	f, stop, err := kube.StartCacheFor(ctx, clients, req.Namespace, kube.DefaultSyncTimeout, func(f *kube.Cache) instancetype.Involvement { return offline.Involved(f, req) })
+	f, stop, err := startPlanCache(ctx, clients, req)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
 	return offline.Plan(f, req)
+}
+
+// startPlanCache reads the cluster's state for planning req into a cache
+// that is synced (or refused within the sync timeout); of the
+// ControllerRevisions, it reads only those req's VMs are pinned to
+// (offline.Involved). stop ends it.
+func startPlanCache(ctx context.Context, clients kube.Clients, req offline.Request) (_ *kube.Cache, stop func(), _ error) {
+	return kube.StartCacheFor(ctx, clients, req.Namespace, kube.DefaultSyncTimeout, func(f *kube.Cache) instancetype.Involvement { return offline.Involved(f, req) })
 }
 
 // completeKinds offers the four kinds a reference starts with.

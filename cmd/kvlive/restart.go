@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"kvlive/events"
-	"kvlive/instancetype"
 	"kvlive/internal/kube"
 	"kvlive/internal/printer"
 	"kvlive/planner/offline"
@@ -161,7 +160,7 @@ func (o *restartOptions) preview(ctx context.Context) (offline.Request, []events
 	if err != nil {
 		return req, nil, err
 	}
-	f, stop, err := kube.StartCacheFor(ctx, clients, req.Namespace, kube.DefaultSyncTimeout, func(f *kube.Cache) instancetype.Involvement { return offline.Involved(f, req) })
+	f, stop, err := startPlanCache(ctx, clients, req)
 	if err != nil {
 		return req, nil, err
 	}
