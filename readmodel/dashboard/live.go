@@ -153,17 +153,14 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request, want func(change) 
 	push := true
 	for {
 		if push {
-			body, err := fragment(ctx, read)
+			write, err := read(ctx)
 			if ctx.Err() != nil {
 				return
 			}
 			if err != nil {
-				body = render(func(m *markup) {
-					m.raw(`<p class="error">`)
-					m.text(err.Error())
-					m.raw(`</p>`)
-				})
+				write = func(m *markup) { m.wrap(`<p class="error">`, err.Error(), `</p>`) }
 			}
+			body := render(write)
 			if body != last {
 				if err := writeEvent(w, body); err != nil || rc.Flush() != nil {
 					return
@@ -188,15 +185,6 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request, want func(change) 
 			}
 		}
 	}
-}
-
-// fragment renders one live fragment.
-func fragment(ctx context.Context, read func(context.Context) (func(*markup), error)) (string, error) {
-	write, err := read(ctx)
-	if err != nil {
-		return "", err
-	}
-	return render(write), nil
 }
 
 // writeEvent writes html as one server-sent event, a data line per line.
