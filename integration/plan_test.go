@@ -4,6 +4,7 @@ package integration
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,19 @@ func TestPlanPredictsTheFleet(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 3, perIT: map[string]int{itMedium: 24, itSmall: 4}})
 	e.editInstancetype(itMedium, 3, "6Gi")
 
+	gets := len(e.kvliveRequests("get", "controllerrevisions"))
 	out := e.kvliveCommand(time.Minute, "plan", "clusterinstancetype/"+itMedium, "-A", "-o", "json", "--kubeconfig", e.kubeconfig)
+	// The API server selected the revisions by the generations the pins
+	// name (offline.Involved), and none had to be read by name.
+	selected := slices.ContainsFunc(e.auditStage("ResponseStarted", "watch", "controllerrevisions"), func(ev auditEvent) bool {
+		return strings.HasPrefix(ev.UserAgent, kvliveUserAgent) && strings.Contains(ev.RequestURI, "object-generation")
+	})
+	if !selected {
+		t.Error("kvlive plan's revision watch does not select by object-generation")
+	}
+	if n := len(e.kvliveRequests("get", "controllerrevisions")) - gets; n != 0 {
+		t.Errorf("kvlive plan read %d revisions by name; the selection should have brought every pinned one", n)
+	}
 	var report offline.Report
 	if err := json.Unmarshal([]byte(out), &report); err != nil {
 		t.Fatalf("plan -o json: %v\n%s", err, out)

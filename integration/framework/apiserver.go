@@ -25,7 +25,8 @@ var silenceOnce sync.Once
 
 // auditPolicy records every patch of a VirtualMachine and of its status,
 // the writes that move a VM's pin or reference (or ask for its restart),
-// every delete of a ControllerRevision, and every create and delete of a
+// every delete and every read by name of a ControllerRevision (a one-shot
+// plan reads none when its selection brought them), every create and delete of a
 // VMI (a restart's stop and start, whoever carries it out), and each list
 // and watch of VMs, VMIs and revisions (how an informer took its first
 // list). Request level keeps the patch itself (the request
@@ -41,7 +42,7 @@ rules:
   - group: kubevirt.io
     resources: ["virtualmachines", "virtualmachines/status"]
 - level: Metadata
-  verbs: ["delete"]
+  verbs: ["delete", "get"]
   resources:
   - group: apps
     resources: ["controllerrevisions"]
