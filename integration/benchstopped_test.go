@@ -35,6 +35,19 @@ var (
 // waiting out between timed moves (pruning is not what it times).
 const stoppedRetention = 2
 
+// stoppedObserveTimeout is the verdict deadline of the stopped section's
+// kvlive. On a cluster, virt-controller re-pins a switched VM, stopped or
+// not, as soon as it sees the switch, and its verdict is stored then; here
+// nothing reacts, so each switched VM's verdict waits out the deadline. At
+// the default two minutes, those of one run's switch came due during a
+// later run's timed moves (a thousand verdicts stored on the clients' core
+// in the middle of another rollout: the switch's rate fell by a quarter
+// from the second run on) and sat in the idle kvlive's heap when its
+// memory was read. Five seconds puts them where a reacting cluster does:
+// during the switch, a few seconds behind each VM's move, the last ones
+// waited out (waitVerdicts) before the next move.
+const stoppedObserveTimeout = 5 * time.Second
+
 // rawLoopWorkers is the raw loop's concurrency in the stopped section; it
 // has no client-side limit: the API server is its only one.
 const rawLoopWorkers = 16
@@ -77,7 +90,8 @@ func benchStopped(t *testing.T, tab *benchTable) {
 				// second run on kvlive's pruner deletes a revision a VM
 				// after its re-pin (most of a minute at 10,000 VMs), which
 				// the section waits out untimed before the switch.
-				proc := e.runKvlive("kvlive defaults", append(benchDefaults.args(), "--profiling", "--revision-retention", strconv.Itoa(stoppedRetention))...)
+				proc := e.runKvlive("kvlive defaults", append(benchDefaults.args(), "--profiling", "--revision-retention", strconv.Itoa(stoppedRetention),
+					"--observe-timeout", stoppedObserveTimeout.String())...)
 				e.waitGenerations()
 				lap("kvlive run started and synced")
 				if pendingEdit != "" {
@@ -95,14 +109,19 @@ func benchStopped(t *testing.T, tab *benchTable) {
 					kv[0] = append(kv[0], e.stoppedRollout(on, false, profile))
 					done()
 					lap("kvlive's re-pin")
+					e.waitVerdicts(proc)
+					lap("kvlive's verdicts on its re-pin stored")
 				}, func() {
 					kv[1] = append(kv[1], e.stoppedRollout(on, true, profile))
 					lap("kvlive's switch")
+					e.waitVerdicts(proc)
+					lap("kvlive's verdicts on its switch stored")
 				})
 				if last {
 					// kvlive run counts as moving for 2 s after its last
 					// plan and looks every second; then it collects at its
-					// idle target and hands the rollout's garbage back.
+					// idle target and hands the rollout's garbage back. Its
+					// verdicts are stored by now (waitVerdicts): idle.
 					time.Sleep(idleAfterRollout)
 					r := rss(t, proc)
 					e.logGoMemory(proc)
@@ -166,6 +185,25 @@ func benchStopped(t *testing.T, tab *benchTable) {
 		})
 	}
 }
+
+// waitVerdicts waits, up to verdictsStoredWithin, until kvlive run p
+// awaits no verdict (its kvlive_verdicts_awaited gauge is 0): every VM it
+// moved has KubeVirt's verdict stored, so the next move does not pay for
+// the last one's and an idle kvlive is read idle.
+func (e *env) waitVerdicts(p *kvliveProc) {
+	e.t.Helper()
+	deadline := time.Now().Add(verdictsStoredWithin)
+	for !strings.Contains(e.metricsOf(p), "\nkvlive_verdicts_awaited 0\n") {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("kvlive run still awaits verdicts %v after its rollout (its verdict deadline: %v)", verdictsStoredWithin, stoppedObserveTimeout)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// verdictsStoredWithin bounds how long after a rollout's last outcome its
+// verdicts may take to be stored: the deadline, and 10,000 stores.
+const verdictsStoredWithin = stoppedObserveTimeout + 2*time.Minute
 
 // runsAt is how many runs the stopped section makes at n VMs
 // (-bench.runs: one figure per size, in order, the last for any more).
