@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -170,4 +171,76 @@ func (e *env) kvliveOnTerminal(answer string, cols uint16, args ...string) (stri
 		e.t.Fatal(err)
 	}
 	return shown(), err
+}
+
+// TestSwitchPreviewsFromTheRunningKvlive: with kvlive run up, kvlive
+// switch shows the plan kvlive plan reads from the cluster, but asks the
+// running kvlive for it (kvlive_previews_total counts it served) and
+// reads no VM and no revision from the API server (its audit log: no
+// list of either by kvlive in the switch's time), then the switch moves
+// exactly the VMs it showed.
+func TestSwitchPreviewsFromTheRunningKvlive(t *testing.T) {
+	e := newEnv(t, fleetOptions{namespaces: 2, perIT: map[string]int{itMedium: 20}})
+	proc := e.runKvlive("all stages")
+	e.waitGenerations()
+	from, to := "clusterinstancetype/"+itMedium, "clusterinstancetype/"+itLarge
+	var planned, previewed offline.Report
+	out := e.kvliveCommand(time.Minute, "plan", "--from", from, "--to", to, "-A", "-o", "json", "--kubeconfig", e.kubeconfig)
+	if err := json.Unmarshal([]byte(out), &planned); err != nil {
+		t.Fatalf("plan -o json: %v\n%s", err, out)
+	}
+	if e.initialReads("virtualmachines") == 0 {
+		t.Fatal("the audit log shows no list of the VMs by kvlive plan: the test cannot tell a read from none")
+	}
+	vms, revisions := e.initialReads("virtualmachines"), e.initialReads("controllerrevisions")
+	out, stderr, err := e.kvliveOnce(time.Minute, "switch", "--from", from, "--to", to, "-A", "--yes", "-o", "json",
+		"--kubeconfig", e.kubeconfig, "--nats-url", e.natsURL, "--log-level", "debug")
+	if err != nil {
+		t.Fatalf("kvlive switch: %v\n%s", err, stderr)
+	}
+	if err := json.Unmarshal([]byte(out), &previewed); err != nil {
+		t.Fatalf("switch -o json: %v\n%s", err, out)
+	}
+	if n, m := e.initialReads("virtualmachines")-vms, e.initialReads("controllerrevisions")-revisions; n != 0 || m != 0 {
+		t.Errorf("kvlive switch listed the VMs %d times and the revisions %d times with kvlive run up; want its preview from kvlive run's cache\n%s", n, m, stderr)
+	}
+	if !strings.Contains(stderr.String(), "previewed from a running kvlive's cache") {
+		t.Errorf("kvlive switch did not say it previewed from kvlive run:\n%s", stderr)
+	}
+	if !strings.Contains(e.metricsOf(proc), `kvlive_previews_total{result="served"} 1`+"\n") {
+		t.Errorf("kvlive run did not count one preview served")
+	}
+	if got, want := actions(previewed), actions(planned); len(want) == 0 || !maps.Equal(got, want) {
+		t.Errorf("the switch previewed %v; kvlive plan says %v", got, want)
+	}
+	m := regexp.MustCompile(`switch requested: (\S+)`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("kvlive switch printed no event id:\n%s", stderr)
+	}
+	moved := e.selectShapes(onInstancetype(itMedium))
+	e.checkRollout(e.follow(m[1]), rolloutWant{eventID: m[1], shapes: moved, action: vmShape.expected, clean: true})
+}
+
+// actions is each VM's planned action in a report.
+func actions(r offline.Report) map[string]events.Result {
+	out := map[string]events.Result{}
+	for _, vm := range r.VMs {
+		out[vm.Namespace+"/"+vm.Name] = vm.Action
+	}
+	return out
+}
+
+// initialReads counts kvlive's reads of every object of resource the API
+// server has logged: lists, and watches that start with the objects there
+// are (a streamed list). An informer's later watches, resumed from where
+// it was, are not counted: a running kvlive's informers make those.
+func (e *env) initialReads(resource string) int {
+	e.t.Helper()
+	n := len(e.kvliveRequests("list", resource))
+	for _, ev := range e.auditStage("ResponseStarted", "watch", resource) {
+		if strings.HasPrefix(ev.UserAgent, kvliveUserAgent) && strings.Contains(ev.RequestURI, "sendInitialEvents=true") {
+			n++
+		}
+	}
+	return n
 }

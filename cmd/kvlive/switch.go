@@ -20,6 +20,7 @@ import (
 	"kvlive/internal/kube"
 	"kvlive/internal/printer"
 	"kvlive/planner/offline"
+	"kvlive/planner/preview"
 	"kvlive/rollout"
 )
 
@@ -122,14 +123,8 @@ func (o *switchOptions) asked() *events.Policy {
 // Run previews the switch, asks, requests it, and with --wait follows it.
 func (o *switchOptions) Run(ctx context.Context) error {
 	policy := o.asked()
-	req, plans, err := o.preview(ctx, policy)
-	if err != nil || len(plans) == 0 {
-		if err == nil {
-			fmt.Fprintf(o.say, "no VM %s references %s: nothing to switch\n", scope(req.Namespace), req.From)
-		}
-		return err
-	}
-	if err := o.show(req, plans, policy); err != nil {
+	req, clients, err := o.request()
+	if err != nil {
 		return err
 	}
 	js, closeBus, err := o.connect()
@@ -138,6 +133,21 @@ func (o *switchOptions) Run(ctx context.Context) error {
 	}
 	defer closeBus()
 	if err := served(ctx, js, req.Namespace, o.say); err != nil {
+		return err
+	}
+	plans, err := o.preview(ctx, js, clients, req)
+	if err != nil || len(plans) == 0 {
+		if err == nil {
+			fmt.Fprintf(o.say, "no VM %s references %s: nothing to switch\n", scope(req.Namespace), req.From)
+		}
+		return err
+	}
+	for i := range plans {
+		if policy != nil {
+			plans[i] = rollout.WithPolicy(plans[i], *policy)
+		}
+	}
+	if err := o.show(req, plans, policy); err != nil {
 		return err
 	}
 	id, err := rollout.RequestSwitch(ctx, js, events.SwitchRequest{
@@ -154,30 +164,42 @@ func (o *switchOptions) Run(ctx context.Context) error {
 	return o.follow(ctx, js, id)
 }
 
-// preview plans the switch against the cluster as it is, with policy.
-func (o *switchOptions) preview(ctx context.Context, policy *events.Policy) (offline.Request, []events.Plan, error) {
+// request is the switch the flags ask for, and the clients of the
+// kubeconfig's cluster.
+func (o *switchOptions) request() (offline.Request, kube.Clients, error) {
 	cfg, namespace, err := o.fleet.kube.load()
 	if err != nil {
-		return offline.Request{}, nil, err
+		return offline.Request{}, kube.Clients{}, err
 	}
 	clients, err := kube.NewClients(cfg)
 	if err != nil {
-		return offline.Request{}, nil, err
+		return offline.Request{}, kube.Clients{}, err
 	}
 	req, err := o.fleet.request("", namespace)
-	if err != nil {
-		return req, nil, err
+	return req, clients, err
+}
+
+// previewWait is how long the switch waits for each part of a running
+// kvlive's preview before it reads the cluster itself.
+const previewWait = 10 * time.Second
+
+// preview plans the switch as the cluster is: from the cache of a running
+// kvlive (preview.Ask), which is what its planner will plan from and
+// costs the API server nothing, or, with none that can answer, from the
+// cluster read here (planCluster), which also says what is wrong with a
+// request a replica refused.
+func (o *switchOptions) preview(ctx context.Context, js jetstream.JetStream, clients kube.Clients, req offline.Request) ([]events.Plan, error) {
+	plans, err := preview.Ask(ctx, js.Conn(), req, previewWait)
+	if err == nil {
+		o.log.Debug("previewed from a running kvlive's cache", "vms", len(plans))
+		return plans, nil
 	}
-	plans, err := planCluster(ctx, clients, req)
-	if err != nil {
-		return req, nil, err
+	if errors.Is(err, preview.ErrNoReplica) || errors.Is(err, preview.ErrRefused) {
+		o.log.Debug("reading the cluster for the preview", "why", err)
+	} else {
+		o.log.Warn("a running kvlive did not preview the switch; reading the cluster", "why", err)
 	}
-	for i := range plans {
-		if policy != nil {
-			plans[i] = rollout.WithPolicy(plans[i], *policy)
-		}
-	}
-	return req, plans, nil
+	return planCluster(ctx, clients, req)
 }
 
 // show prints the preview and, on a terminal without --yes, asks.

@@ -47,6 +47,7 @@ type Metrics struct {
 	migrationSlots  prometheus.Gauge
 	slotsGivenUp    prometheus.Counter
 	migrationFails  prometheus.Counter
+	previews        *prometheus.CounterVec
 }
 
 // New registers kvlive's metrics, and the Go and process collectors, in a
@@ -136,14 +137,32 @@ func New() *Metrics {
 		migrationFails: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvlive_migrations_failed_total", Help: "KubeVirt live migrations of VMs kvlive moved that failed; each stops its rollout (pause, or abort by its policy).",
 		}),
+		previews: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvlive_previews_total", Help: "Switch previews asked of this replica (kvlive switch), by result: served (the plans sent), refused (a malformed request, or one offline planning refuses: the asker reads the cluster, which says why), unavailable (beyond this replica's namespace), failed (the reply could not be sent).",
+		}, []string{"result"}),
 		keptPastHorizon: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvlive_rollouts_kept_past_horizon", Help: "Rollouts older than the replay horizon whose records are kept because they have not settled (paused, waiting for a promote, plans in flight), as the last sweep found.",
 		}),
 	}
 	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.sweepsFailed, m.notifyFailed, m.verdicts, m.verdictFailed, m.pruned, m.pruneFailed, m.pruneYieldEnded,
-		m.mismatches, m.migrationWaits, m.migrationSlots, m.slotsGivenUp, m.migrationFails, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.mismatches, m.migrationWaits, m.migrationSlots, m.slotsGivenUp, m.migrationFails, m.previews, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.zeroSeries()
 	return m
+}
+
+// The results of a switch preview (Metrics.Preview).
+const (
+	PreviewServed      = "served"
+	PreviewRefused     = "refused"
+	PreviewUnavailable = "unavailable"
+	PreviewFailed      = "failed"
+)
+
+// Preview counts one switch preview this replica was asked for, by result.
+func (m *Metrics) Preview(result string) {
+	if m != nil {
+		m.previews.WithLabelValues(result).Inc()
+	}
 }
 
 // MigrationWait counts live moves starting to wait, by reason.

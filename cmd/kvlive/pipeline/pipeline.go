@@ -28,6 +28,7 @@ import (
 	"kvlive/internal/telemetry"
 	"kvlive/internal/webhook"
 	"kvlive/planner"
+	"kvlive/planner/preview"
 	"kvlive/pruner"
 	"kvlive/rollout"
 	"kvlive/watcher"
@@ -269,7 +270,8 @@ func addStages(ctx context.Context, cfg Config, fleet *kube.Cache, current *atom
 }
 
 // addPlanner builds the planner and, beside it, the keeper of rollout
-// records (rollout.Keeper).
+// records (rollout.Keeper) and the answers to kvlive switch's previews from
+// the planner's cache (preview.Server).
 func addPlanner(ctx context.Context, cfg Config, fleet *kube.Cache, recorder record.EventRecorder, grace time.Duration) ([]func() error, error) {
 	p, err := planner.New(planner.Config{Recorder: recorder, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer, Workers: cfg.PlannerWorkers,
 		TraceFanout: cfg.TraceFanout, Metrics: cfg.Metrics, Grace: grace, Policy: cfg.Policy, Webhooks: cfg.Webhooks})
@@ -278,7 +280,8 @@ func addPlanner(ctx context.Context, cfg Config, fleet *kube.Cache, recorder rec
 	}
 	k := &rollout.Keeper{JS: cfg.JetStream, Horizon: cfg.Horizon, Log: cfg.Log, AgedOut: cfg.Metrics.AgedOut, Kept: cfg.Metrics.KeptPastHorizon,
 		Failed: cfg.Metrics.SweepFailed}
-	return []func() error{func() error { return p.Run(ctx) }, func() error { k.Run(ctx); return nil }}, nil
+	previews := &preview.Server{Conn: cfg.JetStream.Conn(), Fleet: fleet, Scope: cfg.Namespace, Log: cfg.Log, Metrics: cfg.Metrics}
+	return []func() error{func() error { return p.Run(ctx) }, func() error { k.Run(ctx); return nil }, func() error { return previews.Run(ctx) }}, nil
 }
 
 // addApplier builds the applier and, beside it, the rollout controller,
