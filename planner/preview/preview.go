@@ -225,6 +225,12 @@ func Ask(ctx context.Context, nc *nats.Conn, req offline.Request, wait time.Dura
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	// The parts of a large fleet's preview (some 100 MB at 100,000 VMs)
+	// come faster than they are decoded: none may be dropped as a slow
+	// consumer's.
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	if err := nc.PublishMsg(&nats.Msg{Subject: Subject, Reply: inbox, Data: body}); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
