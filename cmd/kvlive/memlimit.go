@@ -58,26 +58,32 @@ func setGCPercent(log *slog.Logger) bool {
 
 // followActivity sets the garbage collection target to busyGCPercent
 // while moving reports true and back to idleGCPercent once it reports
-// false, looking every interval until ctx ends. Going idle, it also
-// collects and hands the freed pages back to the OS at once
-// (debug.FreeOSMemory): a rollout's garbage, collected at the busy target,
-// would otherwise stay in RSS until the runtime's scavenger returns it,
-// minutes later (a 1,000-VM fleet held 94 MiB RSS after two rollouts with
-// a live heap of 13; docs/performance.md).
-func followActivity(ctx context.Context, log *slog.Logger, moving func() bool, interval time.Duration) {
-	current := idleGCPercent
+// false, looking every interval until ctx ends. Each time the process
+// goes quiet, neither moving nor settling (its verdicts stored: a
+// rollout's last ones come after its last move), it also collects and
+// hands the freed pages back to the OS at once (debug.FreeOSMemory): a
+// rollout's garbage, collected at the busy target, would otherwise stay
+// in RSS until the runtime's scavenger returns it, minutes later (a
+// 1,000-VM fleet held 94 MiB RSS after two rollouts with a live heap of
+// 13; docs/performance.md).
+func followActivity(ctx context.Context, log *slog.Logger, moving, settling func() bool, interval time.Duration) {
+	current, quiet := idleGCPercent, true
 	wait.UntilWithContext(ctx, func(context.Context) {
+		busy := moving()
 		want := idleGCPercent
-		if moving() {
+		if busy {
 			want = busyGCPercent
 		}
 		if want != current {
 			debug.SetGCPercent(want)
-			if want == idleGCPercent {
-				debug.FreeOSMemory()
-			}
-			log.Debug("garbage collection target follows the applier", "GOGC", want, "moving", want == busyGCPercent)
+			log.Debug("garbage collection target follows the applier", "GOGC", want, "moving", busy)
 			current = want
 		}
+		now := !busy && !settling()
+		if now && !quiet {
+			debug.FreeOSMemory()
+			log.Debug("quiet: the freed heap handed back to the OS")
+		}
+		quiet = now
 	}, interval)
 }

@@ -59,18 +59,18 @@ func TestGCPercentDefaultsLowerUnlessGOGCIsSet(t *testing.T) {
 }
 
 // TestGCTargetFollowsTheApplier: the target is busyGCPercent while the
-// applier moves VMs and idleGCPercent again once it stops, and going idle
-// returns the freed heap to the OS (a forced collection, which
-// debug.FreeOSMemory makes).
+// applier moves VMs and idleGCPercent again once it stops, and going quiet
+// (the applier stopped, no verdict awaited) returns the freed heap to the
+// OS (a forced collection, which debug.FreeOSMemory makes).
 func TestGCTargetFollowsTheApplier(t *testing.T) {
 	before := debug.SetGCPercent(idleGCPercent)
 	t.Cleanup(func() { debug.SetGCPercent(before) })
-	var moving atomic.Bool
+	var moving, settling atomic.Bool
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		followActivity(ctx, slog.New(slog.DiscardHandler), moving.Load, time.Millisecond)
+		followActivity(ctx, slog.New(slog.DiscardHandler), moving.Load, settling.Load, time.Millisecond)
 	}()
 	// Cleanups run last first: the follower stops before the target is restored.
 	t.Cleanup(func() { cancel(); <-done })
@@ -95,14 +95,31 @@ func TestGCTargetFollowsTheApplier(t *testing.T) {
 		metrics.Read(sample)
 		return sample[0].Value.Uint64()
 	}
+	waitForced := func(after uint64, what string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); forced() == after; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s forced no collection in 10s: the freed heap stays in RSS", what)
+			}
+		}
+	}
 	moving.Store(true)
 	wait(busyGCPercent)
 	busy := forced()
 	moving.Store(false)
 	wait(idleGCPercent)
-	for deadline := time.Now().Add(10 * time.Second); forced() == busy; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("going idle forced no collection in 10s: the rollout's freed heap stays in RSS")
-		}
-	}
+	waitForced(busy, "going idle")
+
+	// A rollout's last verdicts come after its last move: the freed heap
+	// is handed back again once they are stored, not only when the
+	// applier stops.
+	settling.Store(true)
+	moving.Store(true)
+	wait(busyGCPercent)
+	moving.Store(false)
+	wait(idleGCPercent)
+	time.Sleep(50 * time.Millisecond) // many looks, every one settling
+	awaiting := forced()
+	settling.Store(false)
+	waitForced(awaiting, "the last verdict stored")
 }

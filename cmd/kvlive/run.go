@@ -271,7 +271,7 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 		following := make(chan struct{})
 		go func() {
 			defer close(following)
-			followActivity(gcCtx, log, running.Moving, gcFollowEvery)
+			followActivity(gcCtx, log, running.Moving, running.Settling, gcFollowEvery)
 		}()
 		defer func() { stopGC(); <-following }()
 	}

@@ -95,6 +95,9 @@ type Config struct {
 	// moving is this process's applier's activity, which its revision
 	// pruner waits on; Start sets it.
 	moving *applier.Activity
+	// verifier is where addApplier leaves this process's verifier, for
+	// Running.Settling; Start sets it.
+	verifier *atomic.Pointer[rollout.Verifier]
 }
 
 // DefaultShutdownGrace lets in-flight writes finish on SIGTERM well within
@@ -103,11 +106,12 @@ const DefaultShutdownGrace = 10 * time.Second
 
 // Running is a started pipeline.
 type Running struct {
-	group   *errgroup.Group
-	cancel  context.CancelFunc
-	watcher atomic.Pointer[watcher.Watcher]
-	moving  *applier.Activity
-	fleet   *kube.Cache
+	group    *errgroup.Group
+	cancel   context.CancelFunc
+	watcher  atomic.Pointer[watcher.Watcher]
+	verifier atomic.Pointer[rollout.Verifier]
+	moving   *applier.Activity
+	fleet    *kube.Cache
 }
 
 // Drift measures drift per instance type and preference from the
@@ -122,6 +126,13 @@ func (r *Running) Drift() []drift.Row {
 // Moving reports whether this process's applier is moving VMs (a plan in
 // hand, or one let go less than two seconds ago).
 func (r *Running) Moving() bool { return r.moving.Busy(time.Now()) }
+
+// Settling reports whether this process's verifier awaits a verdict on a
+// VM it moved: a rollout's last verdicts are stored after its last move.
+func (r *Running) Settling() bool {
+	v := r.verifier.Load()
+	return v != nil && v.Awaited() > 0
+}
 
 // Ready reports what keeps this process from doing its job, for /readyz:
 // changes the watcher has not managed to publish yet.
@@ -189,6 +200,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	group, ctx := errgroup.WithContext(ctx)
 	r := &Running{group: group, cancel: cancel, moving: cfg.moving, fleet: fleet}
+	cfg.verifier = &r.verifier
 	runs, err := addStages(ctx, cfg, fleet, &r.watcher)
 	if err != nil {
 		return nil, errors.Join(err, r.abandon(runs))
@@ -306,6 +318,9 @@ func addApplier(ctx context.Context, cfg Config, fleet *kube.Cache, recorder rec
 			Tracer: cfg.Tracer, Metrics: cfg.Metrics, Deadline: cfg.ObserveTimeout, Workers: 4})
 		if err != nil {
 			return nil, err
+		}
+		if cfg.verifier != nil {
+			cfg.verifier.Store(v)
 		}
 		runs = append(runs, func() error { return v.Run(ctx) })
 	}
