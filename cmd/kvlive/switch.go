@@ -53,9 +53,10 @@ func newSwitchCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "switch --from KIND/NAME --to KIND/NAME [-n NS | -A] [-l SELECTOR]",
 		Short: "Move VMs from one instance type (or preference) to another, after showing the plan",
-		Long: `switch plans, against the cluster, every VM referencing --from (in the
-context's namespace, -n NS, or every namespace with -A; matching -l) as
-kvlive plan --from --to would show it, prints that plan (on a terminal, in
+		Long: `switch plans every VM referencing --from (in the context's namespace,
+-n NS, or every namespace with -A; matching -l) as kvlive plan --from --to
+would show it (asking a running kvlive, which plans it from its cache, or,
+with none that answers, reading the cluster), prints that plan (on a terminal, in
 brief: VMs by result, the fields that change and the first 20 VMs; -o wide,
 or the output in a file, lists every VM; -o json|yaml prints the plan as data
 and the switch's own lines on standard error), asks for confirmation
@@ -142,8 +143,8 @@ func (o *switchOptions) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	for i := range plans {
-		if policy != nil {
+	if policy != nil {
+		for i := range plans {
 			plans[i] = rollout.WithPolicy(plans[i], *policy)
 		}
 	}
