@@ -1,17 +1,3 @@
-// Package preview lets `kvlive switch` show what a switch will do from the
-// cache of a running kvlive instead of reading the fleet itself. Every
-// replica running the planner answers preview requests on Subject (one
-// replica a request: a queue group) by planning them as `kvlive plan`
-// does (offline.Plan) on the informer cache its planner plans from, and
-// replies with the plans, in parts that fit the server's maximum payload.
-// A switch asked with no replica up, or one that cannot answer (its cache
-// is of another namespace, it did not answer in time), reads the cluster
-// as before: Ask says so with ErrUnavailable.
-//
-// Read from the replica, the preview costs the API server nothing: read
-// by the command, it costs a list of every VM in scope and of their
-// revisions, JSON the API server encodes and the command decodes (some
-// 2 s of CPU at 10,000 VMs, docs/performance.md).
 package preview
 
 import (
@@ -21,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -33,40 +21,35 @@ import (
 	"kvlive/planner/offline"
 )
 
-// Subject is where preview requests are sent.
-const Subject = "kvlive.preview"
-
 // queue is the replicas' queue group: one answers each request.
 const queue = "kvlive-preview"
 
-// The headers of a reply: a part of the plans, the request's error (what
-// `kvlive plan` would say of it: an object that does not exist), or why
-// this replica cannot preview it (the asker reads the cluster).
-const (
-	headerPart        = "Kvlive-Preview-Part"
-	headerError       = "Kvlive-Preview-Error"
-	headerUnavailable = "Kvlive-Preview-Unavailable"
-)
+// maxPart bounds a part of the reply below the server's maximum payload,
+// so a large fleet's reply never fills the connection's buffers in a few
+// messages.
+const maxPart = 1 << 20
 
-// Request is a preview on the wire: offline.Request with its selector as
-// text.
-type Request struct {
-	Object         events.Ref  `json:"object"`
-	From           *events.Ref `json:"from,omitempty"`
-	Namespace      string      `json:"namespace,omitempty"`
-	Selector       string      `json:"selector,omitempty"`
-	ForceConflicts bool        `json:"forceConflicts,omitempty"`
-}
+// replyWithin is how long after a request its reply may still be sent:
+// the planner's NATS role may answer a request for a minute
+// (allow_responses), and a part sent later would be refused.
+const replyWithin = 50 * time.Second
 
-func requestOf(r offline.Request) Request {
-	w := Request{Object: r.Object, From: r.From, Namespace: r.Namespace, ForceConflicts: r.ForceConflicts}
+func requestOf(r offline.Request) events.PreviewRequest {
+	w := events.PreviewRequest{Object: r.Object, From: r.From, Namespace: r.Namespace, ForceConflicts: r.ForceConflicts}
 	if r.Selector != nil && !r.Selector.Empty() {
 		w.Selector = r.Selector.String()
 	}
 	return w
 }
 
-func (w Request) offline() (offline.Request, error) {
+// decodeRequest reads a request, refusing fields it does not know.
+func decodeRequest(data []byte) (offline.Request, error) {
+	var w events.PreviewRequest
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return offline.Request{}, err
+	}
 	selector, err := labels.Parse(w.Selector)
 	if err != nil {
 		return offline.Request{}, fmt.Errorf("selector %q: %w", w.Selector, err)
@@ -86,74 +69,146 @@ type Server struct {
 	Scope   string
 	Log     *slog.Logger
 	Metrics *telemetry.Metrics
+	// partLimit, when set, bounds a part below maxPart (tests).
+	partLimit int
+
+	mu      sync.Mutex
+	closing bool
+	// answering counts the answers under way, which Run waits for.
+	answering sync.WaitGroup
 }
 
-// Run answers requests until ctx ends. Start it once the fleet has
-// synced: a preview from a cache still filling would show part of it.
+// Run answers requests until ctx ends, and returns once the answers under
+// way have stopped. Start it once the fleet has synced: a preview from a
+// cache still filling would show part of it.
 func (s *Server) Run(ctx context.Context) error {
 	if s.Log == nil {
 		s.Log = slog.New(slog.DiscardHandler)
 	}
-	sub, err := s.Conn.QueueSubscribe(Subject, queue, s.answer)
+	sub, err := s.Conn.QueueSubscribe(events.PreviewSubject, queue, func(msg *nats.Msg) {
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			s.refuse(msg, events.HeaderPreviewUnavailable, "this kvlive is stopping")
+			return
+		}
+		s.answering.Add(1)
+		s.mu.Unlock()
+		defer s.answering.Done()
+		s.answer(ctx, msg)
+	})
 	if err != nil {
-		return fmt.Errorf("preview: subscribe to %s: %w", Subject, err)
+		return fmt.Errorf("preview: subscribe to %s: %w", events.PreviewSubject, err)
 	}
-	s.Log.Info("answering switch previews from the cache", "subject", Subject)
+	s.Log.Info("answering switch previews from the cache", "subject", events.PreviewSubject)
 	<-ctx.Done()
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
 	if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		s.Log.Warn("preview: unsubscribe", "err", err)
 	}
+	s.answering.Wait()
 	return nil
 }
 
-// answer plans one request and replies.
-func (s *Server) answer(msg *nats.Msg) {
+// answer plans one request and replies, part by part as each fills.
+func (s *Server) answer(ctx context.Context, msg *nats.Msg) {
+	received := time.Now()
 	if msg.Reply == "" {
 		s.Metrics.Preview(telemetry.PreviewRefused)
 		s.Log.Warn("preview: a request with no reply subject, ignored", "subject", msg.Subject)
 		return
 	}
-	var wire Request
-	req, err := offline.Request{}, json.Unmarshal(msg.Data, &wire)
-	if err == nil {
-		req, err = wire.offline()
-	}
+	defer func() {
+		// offline.Plan ran only in the command before; a request must not
+		// end the replica that answers it.
+		if r := recover(); r != nil {
+			s.Log.Error("preview: planning a request failed; refused", "panic", r, "stack", string(debug.Stack()))
+			s.refuse(msg, events.HeaderPreviewError, fmt.Sprintf("the replica failed planning it: %v", r))
+		}
+	}()
+	req, err := decodeRequest(msg.Data)
 	if err != nil {
-		s.refuse(msg, headerError, "malformed preview request: "+err.Error())
+		s.refuse(msg, events.HeaderPreviewError, "malformed preview request: "+err.Error())
 		return
 	}
 	if s.Scope != "" && req.Namespace != s.Scope {
-		s.refuse(msg, headerUnavailable, fmt.Sprintf("this kvlive caches namespace %s only", s.Scope))
+		s.refuse(msg, events.HeaderPreviewUnavailable, fmt.Sprintf("this kvlive caches namespace %s only", s.Scope))
 		return
 	}
 	plans, err := offline.Plan(s.Fleet, req)
 	if err != nil {
-		s.refuse(msg, headerError, err.Error())
+		s.refuse(msg, events.HeaderPreviewError, err.Error())
 		return
 	}
-	parts, err := encode(plans, partLimit(s.Conn))
+	parts, err := s.send(ctx, msg.Reply, plans, received)
 	if err != nil {
-		s.refuse(msg, headerError, err.Error())
+		s.Metrics.Preview(telemetry.PreviewFailed)
+		s.Log.Warn("preview: the reply was not sent whole; the asker reads the cluster", "parts", parts, "err", err)
 		return
-	}
-	for i, data := range parts {
-		m := &nats.Msg{Subject: msg.Reply, Header: nats.Header{}, Data: data}
-		m.Header.Set(headerPart, fmt.Sprintf("%d/%d", i+1, len(parts)))
-		if err := s.Conn.PublishMsg(m); err != nil {
-			s.Metrics.Preview(telemetry.PreviewFailed)
-			s.Log.Warn("preview: a reply could not be sent; the asker reads the cluster when it times out", "part", i+1, "parts", len(parts), "err", err)
-			return
-		}
 	}
 	s.Metrics.Preview(telemetry.PreviewServed)
-	s.Log.Debug("previewed", "object", req.Object.String(), "namespace", req.Namespace, "vms", len(plans), "parts", len(parts))
+	s.Log.Debug("previewed", "object", req.Object.String(), "namespace", req.Namespace, "vms", len(plans), "parts", parts)
+}
+
+// send publishes plans to reply, one JSON document a line, a part each
+// time one fills (the last one saying how many there are), and returns
+// how many parts it sent. It stops when ctx ends or the reply is due.
+func (s *Server) send(ctx context.Context, reply string, plans []events.Plan, received time.Time) (int, error) {
+	limit := maxPart
+	if s.partLimit > 0 {
+		limit = s.partLimit
+	}
+	limit = min(limit, int(s.Conn.MaxPayload())-4096)
+	var part bytes.Buffer
+	sent := 0
+	publish := func(last bool) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if time.Since(received) > replyWithin {
+			return fmt.Errorf("not sent within %v of the request", replyWithin)
+		}
+		m := &nats.Msg{Subject: reply, Header: nats.Header{}, Data: part.Bytes()}
+		m.Header.Set(events.HeaderPreviewPart, strconv.Itoa(sent+1))
+		if last {
+			m.Header.Set(events.HeaderPreviewParts, strconv.Itoa(sent+1))
+		}
+		if err := s.Conn.PublishMsg(m); err != nil {
+			return err
+		}
+		sent++
+		part.Reset()
+		return nil
+	}
+	for _, p := range plans {
+		line, err := json.Marshal(p)
+		if err != nil {
+			return sent, fmt.Errorf("plan of %s: %w", p.VM.String(), err)
+		}
+		if len(line)+1 > limit {
+			return sent, fmt.Errorf("the plan of %s takes %d bytes, more than a part holds (%d)", p.VM.String(), len(line), limit)
+		}
+		if part.Len()+len(line)+1 > limit {
+			if err := publish(false); err != nil {
+				return sent, err
+			}
+		}
+		part.Write(line)
+		part.WriteByte('\n')
+	}
+	if err := publish(true); err != nil {
+		return sent, err
+	}
+	return sent, nil
 }
 
 // refuse replies with a header alone: the request's error, or why this
 // replica cannot answer it.
 func (s *Server) refuse(msg *nats.Msg, header, why string) {
 	result := telemetry.PreviewRefused
-	if header == headerUnavailable {
+	if header == events.HeaderPreviewUnavailable {
 		result = telemetry.PreviewUnavailable
 	}
 	s.Metrics.Preview(result)
@@ -165,59 +220,32 @@ func (s *Server) refuse(msg *nats.Msg, header, why string) {
 	}
 }
 
-// partLimit is the most a reply's data may hold: the server's maximum
-// payload, less room for the headers.
-func partLimit(nc *nats.Conn) int {
-	return max(int(nc.MaxPayload())-4096, 4096)
-}
-
-// encode writes plans one JSON document a line, in parts of at most limit
-// bytes, at least one (an empty plan list is one empty part).
-func encode(plans []events.Plan, limit int) ([][]byte, error) {
-	var parts [][]byte
-	var part bytes.Buffer
-	for _, p := range plans {
-		line, err := json.Marshal(p)
-		if err != nil {
-			return nil, fmt.Errorf("preview: plan of %s: %w", p.VM.String(), err)
-		}
-		if len(line)+1 > limit {
-			return nil, fmt.Errorf("preview: the plan of %s takes %d bytes, more than a message holds (%d)", p.VM.String(), len(line), limit)
-		}
-		if part.Len()+len(line)+1 > limit {
-			parts = append(parts, bytes.Clone(part.Bytes()))
-			part.Reset()
-		}
-		part.Write(line)
-		part.WriteByte('\n')
-	}
-	return append(parts, part.Bytes()), nil
-}
-
 // ErrUnavailable is a preview no running kvlive gave: none runs the
 // planner, the one that answered cannot (its cache is of another
-// namespace, the request was beyond what it could plan), or none answered
-// in time. The asker reads the cluster instead.
+// namespace, the request was beyond what it could plan), the asker may
+// not ask, or no part came in time. The asker reads the cluster instead.
 var ErrUnavailable = errors.New("no running kvlive previewed it")
 
 // ErrNoReplica is ErrUnavailable because no replica answers previews: no
 // kvlive run with the planner is up (NATS has no responder).
-var ErrNoReplica = fmt.Errorf("%w: no kvlive run with the planner answers on %s", ErrUnavailable, Subject)
+var ErrNoReplica = fmt.Errorf("%w: no kvlive run with the planner answers on %s", ErrUnavailable, events.PreviewSubject)
 
-// ErrRefused is ErrUnavailable because the replica that answered would
-// not plan the request: beyond its namespace, or refused by offline
-// planning (an object its cache does not show).
-var ErrRefused = fmt.Errorf("%w: the replica that answered refused it", ErrUnavailable)
+// ErrRefused is ErrUnavailable because the request was refused: by the
+// replica that answered (beyond its namespace, or refused by offline
+// planning: an object its cache does not show), or by the server (the
+// asker's NATS user may not ask).
+var ErrRefused = fmt.Errorf("%w: refused", ErrUnavailable)
 
 // Ask asks a running kvlive to preview req and returns its plans, as
 // offline.Plan orders them, waiting at most wait for each part of the
-// reply. Any failure is ErrUnavailable, wrapped with why: the cluster,
-// read by the caller, says what the request's own errors are (an object a
-// replica's cache does not show yet may have just been created).
+// reply. A preview not given is ErrUnavailable, wrapped with why: the
+// cluster, read by the caller, says what the request's own errors are (an
+// object a replica's cache does not show yet may have just been created).
+// ctx ending is ctx's error.
 func Ask(ctx context.Context, nc *nats.Conn, req offline.Request, wait time.Duration) ([]events.Plan, error) {
 	body, err := json.Marshal(requestOf(req))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
@@ -231,58 +259,85 @@ func Ask(ctx context.Context, nc *nats.Conn, req offline.Request, wait time.Dura
 	if err := sub.SetPendingLimits(-1, -1); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	if err := nc.PublishMsg(&nats.Msg{Subject: Subject, Reply: inbox, Data: body}); err != nil {
+	if err := nc.PublishMsg(&nats.Msg{Subject: events.PreviewSubject, Reply: inbox, Data: body}); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	if err := refusedPublish(ctx, nc, wait); err != nil {
+		return nil, err
+	}
 	plans := []events.Plan{}
-	for got, total := 0, 1; got < total; got++ {
+	for want := 1; ; want++ {
 		msg, err := next(ctx, sub, wait)
 		if err != nil {
 			return nil, err
 		}
-		if total, err = part(msg, got+1); err != nil {
+		last, err := part(msg, want)
+		if err != nil {
 			return nil, err
 		}
 		for line := range bytes.Lines(msg.Data) {
 			var p events.Plan
 			if err := json.Unmarshal(line, &p); err != nil {
-				return nil, fmt.Errorf("%w: part %d of the reply: %w", ErrUnavailable, got+1, err)
+				return nil, fmt.Errorf("%w: part %d of the reply: %w", ErrUnavailable, want, err)
 			}
 			plans = append(plans, p)
 		}
+		if last {
+			return plans, nil
+		}
 	}
-	return plans, nil
+}
+
+// refusedPublish waits, at most wait, for the server to have read the
+// request, and says whether it refused it: a NATS user whose permissions
+// do not name events.PreviewSubject is told so on the connection before
+// the flush's answer, and no reply comes.
+func refusedPublish(ctx context.Context, nc *nats.Conn, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if err := nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), events.PreviewSubject) {
+		return fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	return nil
 }
 
 // next waits at most wait for the reply's next message.
 func next(ctx context.Context, sub *nats.Subscription, wait time.Duration) (*nats.Msg, error) {
-	ctx, cancel := context.WithTimeout(ctx, wait)
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	msg, err := sub.NextMsgWithContext(ctx)
+	msg, err := sub.NextMsgWithContext(waitCtx)
 	switch {
+	case err == nil:
+		return msg, nil
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, ErrNoReplica
 	case errors.Is(err, context.DeadlineExceeded):
 		return nil, fmt.Errorf("%w: no reply within %v", ErrUnavailable, wait)
-	case err != nil:
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return msg, nil
+	return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
-// part checks msg is part want of the reply and returns how many parts
-// there are.
-func part(msg *nats.Msg, want int) (int, error) {
-	for _, h := range []string{headerUnavailable, headerError} {
-		if why := msg.Header.Get(h); why != "" {
-			return 0, fmt.Errorf("%w: %s", ErrRefused, why)
-		}
+// part checks msg is part want of the reply, and says whether it is the
+// last.
+func part(msg *nats.Msg, want int) (last bool, _ error) {
+	if why := msg.Header.Get(events.HeaderPreviewUnavailable); why != "" {
+		return false, fmt.Errorf("%w: %s", ErrRefused, why)
 	}
-	i, n, ok := strings.Cut(msg.Header.Get(headerPart), "/")
-	index, err1 := strconv.Atoi(i)
-	total, err2 := strconv.Atoi(n)
-	if !ok || err1 != nil || err2 != nil || index != want || total < want {
-		return 0, fmt.Errorf("%w: reply part %q, want part %d", ErrUnavailable, msg.Header.Get(headerPart), want)
+	if why := msg.Header.Get(events.HeaderPreviewError); why != "" {
+		return false, fmt.Errorf("%w: %s", ErrRefused, why)
 	}
-	return total, nil
+	index, err := strconv.Atoi(msg.Header.Get(events.HeaderPreviewPart))
+	if err != nil || index != want {
+		return false, fmt.Errorf("%w: reply part %q, want part %d", ErrUnavailable, msg.Header.Get(events.HeaderPreviewPart), want)
+	}
+	total := msg.Header.Get(events.HeaderPreviewParts)
+	if total != "" && total != strconv.Itoa(want) {
+		return false, fmt.Errorf("%w: the last part says %q parts, it is part %d", ErrUnavailable, total, want)
+	}
+	return total != "", nil
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -55,14 +54,24 @@ func serve(t *testing.T, fleet offline.Fleet, scope string) *nats.Conn {
 			t.Error(err)
 		}
 	})
-	// Run subscribes before anything can ask: wait for the interest.
+	waitServed(t, nc)
+	return nc
+}
+
+// waitServed waits until a server answers previews on nc's server: Run
+// subscribes after it starts.
+func waitServed(t *testing.T, nc *nats.Conn) {
+	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		if _, err := nc.Request(Subject, []byte("{"), time.Second); !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
-			break
+		_, err := nc.Request(events.PreviewSubject, []byte("{"), time.Second)
+		if !errors.Is(err, nats.ErrNoResponders) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no preview server within 5s")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return nc
 }
 
 // TestAskedPreviewIsWhatPlanSays: a preview asked of a replica is the
@@ -118,45 +127,120 @@ func TestPreviewsAReplicaCannotGiveAreUnavailable(t *testing.T) {
 	}
 }
 
-// TestPreviewRepliesComeInParts: plans larger than a message are sent in
-// parts, each within the limit, and read back whole and in order.
+// TestPreviewRepliesComeInParts: a preview larger than a part comes in
+// numbered parts, each within the limit, the last saying how many, and
+// Ask reads it back whole and in order.
 func TestPreviewRepliesComeInParts(t *testing.T) {
-	var plans []events.Plan
-	for i := range 500 {
-		plans = append(plans, events.Plan{EventID: "plan/x", VM: events.VMRef{Namespace: "ns", Name: fmt.Sprintf("vm-%03d", i)}, Action: events.ResultNextBoot})
-	}
+	fleet := fleetOf(t, 200)
 	const limit = 4096
-	parts, err := encode(plans, limit)
+	nc := testenv.JetStream(t).Conn()
+	ctx, cancel := context.WithCancel(t.Context())
+	s := &Server{Conn: nc, Fleet: fleet, partLimit: limit}
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitServed(t, nc)
+	req := offline.Request{Object: medium, From: &small}
+	want, err := offline.Plan(fleet, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(parts) < 5 {
-		t.Fatalf("%d plans in %d parts of %d bytes", len(plans), len(parts), limit)
+
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var got []events.Plan
-	for i, p := range parts {
-		if len(p) > limit {
-			t.Errorf("part %d holds %d bytes, more than %d", i+1, len(p), limit)
+	body, err := json.Marshal(requestOf(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.PublishRequest(events.PreviewSubject, inbox, body); err != nil {
+		t.Fatal(err)
+	}
+	var read []events.Plan
+	parts := 0
+	for last := false; !last; {
+		msg, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("part %d: %v", parts+1, err)
 		}
-		msg := &nats.Msg{Header: nats.Header{}, Data: p}
-		msg.Header.Set(headerPart, fmt.Sprintf("%d/%d", i+1, len(parts)))
-		n, err := part(msg, i+1)
-		if err != nil || n != len(parts) {
-			t.Fatalf("part %d: %d, %v", i+1, n, err)
+		parts++
+		if len(msg.Data) > limit {
+			t.Errorf("part %d holds %d bytes, more than %d", parts, len(msg.Data), limit)
 		}
-		got = append(got, decodeAll(t, p)...)
+		if last, err = part(msg, parts); err != nil {
+			t.Fatal(err)
+		}
+		read = append(read, decodeAll(t, msg.Data)...)
 	}
-	if !reflect.DeepEqual(got, plans) {
-		t.Errorf("read back %d plans, not the %d sent in order", len(got), len(plans))
+	if parts < 5 || !sameJSON(t, read, want) {
+		t.Errorf("%d plans read in %d parts; want the %d planned, in several parts", len(read), parts, len(want))
 	}
+	got, err := Ask(t.Context(), nc, req, 5*time.Second)
+	if err != nil || !sameJSON(t, got, want) {
+		t.Errorf("Ask read %d plans (%v); want the %d planned", len(got), err, len(want))
+	}
+
 	msg := &nats.Msg{Header: nats.Header{}}
-	msg.Header.Set(headerPart, "3/4")
+	msg.Header.Set(events.HeaderPreviewPart, "3")
 	if _, err := part(msg, 2); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("part 3 where 2 was due: %v, want ErrUnavailable", err)
 	}
-	if empty, err := encode(nil, limit); err != nil || len(empty) != 1 || len(empty[0]) != 0 {
-		t.Errorf("no plans: %q, %v; want one empty part", empty, err)
+	msg.Header.Set(events.HeaderPreviewPart, "2")
+	msg.Header.Set(events.HeaderPreviewParts, "4")
+	if _, err := part(msg, 2); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("part 2 saying it is the last of 4: %v, want ErrUnavailable", err)
 	}
+}
+
+// TestAReplicaRefusesWhatItDoesNotKnow: a request with a field this
+// replica does not know (a newer command's) is refused, not planned
+// without it, so the command reads the cluster.
+func TestAReplicaRefusesWhatItDoesNotKnow(t *testing.T) {
+	if _, err := decodeRequest([]byte(`{"object":{"kind":"VirtualMachineClusterInstancetype","name":"n1.medium"},"onlyRunning":true}`)); err == nil {
+		t.Error("a request with an unknown field was read")
+	}
+	if _, err := decodeRequest([]byte(`{"object":{"kind":"VirtualMachineClusterInstancetype","name":"n1.medium"},"selector":"tier in (web"}`)); err == nil {
+		t.Error("a request with a malformed selector was read")
+	}
+}
+
+// fleetOf is the worked example's cluster with n stopped VMs more on
+// n1.small.
+func fleetOf(t *testing.T, n int) offline.Fleet {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "offline", "testdata", "switch.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.Write(raw)
+	for i := range n {
+		fmt.Fprintf(&b, `
+---
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: web-%03d
+  namespace: shop
+  uid: 0a0a0a0a-0000-4000-8000-%012d
+spec:
+  runStrategy: Halted
+  instancetype:
+    kind: VirtualMachineClusterInstancetype
+    name: n1.small
+  template:
+    spec:
+      domain:
+        devices: {}
+`, i, i)
+	}
+	fleet, err := offline.Load(t.Context(), strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fleet
 }
 
 func decodeAll(t *testing.T, data []byte) []events.Plan {
