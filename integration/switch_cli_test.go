@@ -185,11 +185,12 @@ func TestSwitchPreviewsFromTheRunningKvlive(t *testing.T) {
 	e.waitGenerations()
 	from, to := "clusterinstancetype/"+itMedium, "clusterinstancetype/"+itLarge
 	var planned, previewed offline.Report
+	vms := e.initialReads("virtualmachines")
 	out := e.kvliveCommand(time.Minute, "plan", "--from", from, "--to", to, "-A", "-o", "json", "--kubeconfig", e.kubeconfig)
 	if err := json.Unmarshal([]byte(out), &planned); err != nil {
 		t.Fatalf("plan -o json: %v\n%s", err, out)
 	}
-	if e.initialReads("virtualmachines") == 0 {
+	if e.initialReads("virtualmachines") == vms {
 		t.Fatal("the audit log shows no list of the VMs by kvlive plan: the test cannot tell a read from none")
 	}
 	vms, revisions := e.initialReads("virtualmachines"), e.initialReads("controllerrevisions")
