@@ -127,8 +127,9 @@ func (r *Running) Drift() []drift.Row {
 // hand, or one let go less than two seconds ago).
 func (r *Running) Moving() bool { return r.moving.Busy(time.Now()) }
 
-// Settling reports whether this process's verifier awaits a verdict on a
-// VM it moved: a rollout's last verdicts are stored after its last move.
+// Settling reports whether this process's verifier awaits a verdict (on
+// a VM this replica or another moved: they share the verifier's
+// consumer): a rollout's last verdicts are stored after its last move.
 func (r *Running) Settling() bool {
 	v := r.verifier.Load()
 	return v != nil && v.Awaited() > 0
