@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"kvlive/events"
 )
@@ -38,7 +40,13 @@ func results(counts map[events.Result]int) string {
 func pct(f float64) string { return fmt.Sprintf("%.2f%%", f) }
 
 // title is s with its first letter capitalised (an action's name).
-func title(s string) string { return strings.ToUpper(s[:1]) + s[1:] }
+func title(s string) string {
+	first, size := utf8.DecodeRuneInString(s)
+	if size == 0 {
+		return s
+	}
+	return string(unicode.ToUpper(first)) + s[size:]
+}
 
 // shortDuration rounds d for people: 45s, 12m, 3h20m, 2d4h.
 func shortDuration(d time.Duration) string {

@@ -39,3 +39,14 @@ func TestPagesEscapeWhatTheRecordsSay(t *testing.T) {
 		}
 	}
 }
+
+// TestTitleCapitalisesTheFirstLetterOnly: an action's name is shown with
+// its first letter capitalised, a multi-byte one whole, and an empty name
+// stays empty instead of ending the page's render.
+func TestTitleCapitalisesTheFirstLetterOnly(t *testing.T) {
+	for in, want := range map[string]string{"pause": "Pause", "": "", "élan": "Élan", "Resume": "Resume"} {
+		if got := title(in); got != want {
+			t.Errorf("title(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
