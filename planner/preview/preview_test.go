@@ -39,14 +39,14 @@ func switchFleet(t *testing.T) offline.Fleet {
 	return fleet
 }
 
-// serve answers previews from fleet, scoped to scope, on a NATS server of
-// the test's own, and returns a connection to ask on.
-func serve(t *testing.T, fleet offline.Fleet, scope string) *nats.Conn {
+// serve runs s, on a NATS server of the test's own, until the test ends,
+// and returns a connection to ask on.
+func serve(t *testing.T, s *Server) *nats.Conn {
 	t.Helper()
 	nc := testenv.JetStream(t).Conn()
+	s.Conn = nc
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	s := &Server{Conn: nc, Fleet: fleet, Scope: scope}
 	go func() { done <- s.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
@@ -79,7 +79,7 @@ func waitServed(t *testing.T, nc *nats.Conn) {
 // worked example's one VM, api-3, has no labels).
 func TestAskedPreviewIsWhatPlanSays(t *testing.T) {
 	fleet := switchFleet(t)
-	nc := serve(t, fleet, "")
+	nc := serve(t, &Server{Fleet: fleet})
 	for selector, vms := range map[string]int{"": 1, "tier!=db": 1, "app=api": 0} {
 		sel, err := labels.Parse(selector)
 		if err != nil {
@@ -108,7 +108,7 @@ func TestPreviewsAReplicaCannotGiveAreUnavailable(t *testing.T) {
 	if _, err := Ask(t.Context(), alone, offline.Request{Object: medium, From: &small}, time.Minute); !errors.Is(err, ErrNoReplica) {
 		t.Errorf("with no replica: %v, want ErrNoReplica", err)
 	}
-	nc := serve(t, switchFleet(t), "shop")
+	nc := serve(t, &Server{Fleet: switchFleet(t), Scope: "shop"})
 	for _, tc := range []struct {
 		req  offline.Request
 		want string
@@ -133,13 +133,7 @@ func TestPreviewsAReplicaCannotGiveAreUnavailable(t *testing.T) {
 func TestPreviewRepliesComeInParts(t *testing.T) {
 	fleet := fleetOf(t, 200)
 	const limit = 4096
-	nc := testenv.JetStream(t).Conn()
-	ctx, cancel := context.WithCancel(t.Context())
-	s := &Server{Conn: nc, Fleet: fleet, partLimit: limit}
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	waitServed(t, nc)
+	nc := serve(t, &Server{Fleet: fleet, partLimit: limit})
 	req := offline.Request{Object: medium, From: &small}
 	want, err := offline.Plan(fleet, req)
 	if err != nil {
