@@ -191,24 +191,9 @@ const previewWait = 10 * time.Second
 // request a replica refused, and whether a switch a replica found no VM
 // for has none indeed.
 func (o *switchOptions) preview(ctx context.Context, js jetstream.JetStream, clients kube.Clients, req offline.Request) ([]events.Plan, error) {
-	plans, err := preview.Ask(ctx, js.Conn(), req, previewWait)
-	switch {
-	case err == nil && len(plans) > 0:
-		o.log.Debug("previewed from a running kvlive's cache", "vms", len(plans))
-		return plans, nil
-	case err == nil:
-		// Nothing to switch ends the command with nothing requested: a
-		// replica whose cache trails the API server (VMs just created)
-		// must not be what says so.
-		o.log.Debug("a running kvlive previewed no VM; reading the cluster to be sure")
-	case ctx.Err() != nil:
-		return nil, err
-	case errors.Is(err, preview.ErrNoReplica) || errors.Is(err, preview.ErrRefused):
-		o.log.Debug("reading the cluster for the preview", "why", err)
-	default:
-		o.log.Warn("a running kvlive did not preview the switch; reading the cluster", "why", err)
-	}
-	return planCluster(ctx, clients, req)
+	return preview.AskOrRead(ctx, js.Conn(), req, previewWait, o.log, func(ctx context.Context) ([]events.Plan, error) {
+		return planCluster(ctx, clients, req)
+	})
 }
 
 // show prints the preview and, on a terminal without --yes, asks.

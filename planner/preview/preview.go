@@ -341,3 +341,29 @@ func part(msg *nats.Msg, want int) (last bool, _ error) {
 	}
 	return total != "", nil
 }
+
+// AskOrRead is a switch's preview: a running kvlive's (Ask), or, when
+// none gives one, what read returns (the cluster, read by the command),
+// which also says what is wrong with a request a replica refused. A
+// preview of no VM from a replica is read again too: nothing to switch
+// ends the command with nothing requested, and a cache that trails the
+// API server by a moment (VMs just created) must not be what says so.
+// No reply within wait is logged as a warning; ctx ending reads nothing.
+func AskOrRead(ctx context.Context, nc *nats.Conn, req offline.Request, wait time.Duration, log *slog.Logger,
+	read func(context.Context) ([]events.Plan, error)) ([]events.Plan, error) {
+	plans, err := Ask(ctx, nc, req, wait)
+	switch {
+	case err == nil && len(plans) > 0:
+		log.Debug("previewed from a running kvlive's cache", "vms", len(plans))
+		return plans, nil
+	case err == nil:
+		log.Debug("a running kvlive previewed no VM; reading the cluster to be sure")
+	case ctx.Err() != nil:
+		return nil, err
+	case errors.Is(err, ErrNoReplica) || errors.Is(err, ErrRefused):
+		log.Debug("reading the cluster for the preview", "why", err)
+	default:
+		log.Warn("a running kvlive did not preview the switch; reading the cluster", "why", err)
+	}
+	return read(ctx)
+}

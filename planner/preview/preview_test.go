@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -262,4 +263,51 @@ func sameJSON(t *testing.T, a, b any) bool {
 		t.Fatal(err)
 	}
 	return string(ja) == string(jb)
+}
+
+// TestAskOrReadReadsTheClusterOnlyWhenNoReplicaGivesAPreview: a replica's
+// preview of VMs is the switch's, the cluster unread; with no replica, a
+// refusal or a preview of no VM the cluster is read; an ended context
+// reads nothing.
+func TestAskOrReadReadsTheClusterOnlyWhenNoReplicaGivesAPreview(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	fromCluster := []events.Plan{{EventID: "plan/x", VM: events.VMRef{Namespace: "shop", Name: "from-the-cluster"}}}
+	reads := 0
+	read := func(context.Context) ([]events.Plan, error) { reads++; return fromCluster, nil }
+	ask := func(nc *nats.Conn, req offline.Request) []events.Plan {
+		t.Helper()
+		plans, err := AskOrRead(t.Context(), nc, req, 5*time.Second, log, read)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return plans
+	}
+	fleet := switchFleet(t)
+	nc := serve(t, &Server{Fleet: fleet})
+	if plans := ask(nc, offline.Request{Object: medium, From: &small}); reads != 0 || len(plans) != 1 || plans[0].VM.Name != "api-3" {
+		t.Errorf("with a replica: %d cluster reads, plans %+v; want the replica's api-3 and no read", reads, plans)
+	}
+	none, err := labels.Parse("app=none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, tc := range map[string]struct {
+		nc  *nats.Conn
+		req offline.Request
+	}{
+		"no replica":        {testenv.JetStream(t).Conn(), offline.Request{Object: medium, From: &small}},
+		"a refusal":         {nc, offline.Request{Object: events.Ref{Kind: events.KindClusterInstancetype, Name: "n1.nope"}, From: &small}},
+		"a preview of none": {nc, offline.Request{Object: medium, From: &small, Selector: none}},
+	} {
+		reads = 0
+		if plans := ask(tc.nc, tc.req); reads != 1 || !sameJSON(t, plans, fromCluster) {
+			t.Errorf("%s: %d cluster reads, plans %+v; want the cluster's, read once", what, reads, plans)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	reads = 0
+	if _, err := AskOrRead(ctx, nc, offline.Request{Object: medium, From: &small}, 5*time.Second, log, read); err == nil || reads != 0 {
+		t.Errorf("an ended context: %v, %d cluster reads; want its error and no read", err, reads)
+	}
 }
