@@ -74,33 +74,14 @@ func TestGCTargetFollowsTheApplier(t *testing.T) {
 	}()
 	// Cleanups run last first: the follower stops before the target is restored.
 	t.Cleanup(func() { cancel(); <-done })
-	// Read, not set and restored, as followActivity sets it.
-	target := func() int {
-		sample := []metrics.Sample{{Name: "/gc/gogc:percent"}}
-		metrics.Read(sample)
-		return int(sample[0].Value.Uint64())
-	}
 	wait := func(want int) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
-		for target() != want {
+		for gcTarget() != want {
 			if time.Now().After(deadline) {
-				t.Fatalf("target %d after 10s, want %d", target(), want)
+				t.Fatalf("target %d after 10s, want %d", gcTarget(), want)
 			}
 			time.Sleep(time.Millisecond)
-		}
-	}
-	forced := func() uint64 {
-		sample := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
-		metrics.Read(sample)
-		return sample[0].Value.Uint64()
-	}
-	waitForced := func(after uint64, what string) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); forced() == after; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s forced no collection in 10s: the freed heap stays in RSS", what)
-			}
 		}
 	}
 	moving.Store(true)
@@ -108,7 +89,7 @@ func TestGCTargetFollowsTheApplier(t *testing.T) {
 	busy := forced()
 	moving.Store(false)
 	wait(idleGCPercent)
-	waitForced(busy, "going idle")
+	waitForced(t, busy, "going idle")
 
 	// A rollout's last verdicts come after its last move: the freed heap
 	// is handed back again once they are stored, not only when the
@@ -121,5 +102,105 @@ func TestGCTargetFollowsTheApplier(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // many looks, every one settling
 	awaiting := forced()
 	settling.Store(false)
-	waitForced(awaiting, "the last verdict stored")
+	waitForced(t, awaiting, "the last verdict stored")
+}
+
+// TestQuietSpellsForceACollectionAtMostEveryThirtyLooks: a pruner coming
+// and going with VMs that change often makes the process quiet and
+// settling by turns, look after look; the freed heap is handed back at
+// most once every freeEveryLooks looks, not at every quiet spell, and
+// what is owed is still handed back once the process stays quiet.
+func TestQuietSpellsForceACollectionAtMostEveryThirtyLooks(t *testing.T) {
+	before := debug.SetGCPercent(idleGCPercent)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+	var settling atomic.Bool
+	const interval = time.Millisecond
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		followActivity(ctx, slog.New(slog.DiscardHandler), func() bool { return false }, settling.Load, interval)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+
+	start, began := forced(), time.Now()
+	for range 300 {
+		settling.Store(!settling.Load())
+		time.Sleep(interval)
+	}
+	settling.Store(true)
+	spells := time.Since(began)
+	// One at the first quiet look, then one per freeEveryLooks looks at
+	// most, counted in time: a slow machine looks less often, never more.
+	if n, most := forced()-start, uint64(spells/(freeEveryLooks*interval))+2; n > most {
+		t.Errorf("%d forced collections in %v of quiet spells, want at most %d (one every %d looks)", n, spells, most, freeEveryLooks)
+	}
+	time.Sleep(2 * freeEveryLooks * interval)
+	owed := forced()
+	settling.Store(false)
+	waitForced(t, owed, "staying quiet")
+}
+
+// TestAMoveIsHandedBackAtOnce: a quiet spell after the applier moved VMs
+// hands the freed heap back at the first quiet look, however few looks
+// ago the last forced collection was; only settling alone waits
+// freeEveryLooks looks. Counted in looks, not time.
+func TestAMoveIsHandedBackAtOnce(t *testing.T) {
+	before := debug.SetGCPercent(idleGCPercent)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+	var moving atomic.Bool
+	var looks atomic.Int64 // quiet looks: settling is asked only when not moving
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		followActivity(ctx, slog.New(slog.DiscardHandler), moving.Load, func() bool { looks.Add(1); return false }, time.Millisecond)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	move := func() {
+		t.Helper()
+		moving.Store(true)
+		for deadline := time.Now().Add(10 * time.Second); gcTarget() != busyGCPercent; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the applier's move not seen in 10s")
+			}
+		}
+		moving.Store(false)
+	}
+	count := forced()
+	move()
+	waitForced(t, count, "the first move")
+	quietFrom, count := looks.Load(), forced()
+	move()
+	waitForced(t, count, "a second move")
+	if n := looks.Load() - quietFrom; n > freeEveryLooks/3 {
+		t.Errorf("the heap went back %d quiet looks after the last forced collection, want at the first after the second move", n)
+	}
+}
+
+// gcTarget reads the garbage collection target (read, not set and
+// restored, as followActivity sets it).
+func gcTarget() int {
+	sample := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(sample)
+	return int(sample[0].Value.Uint64())
+}
+
+// forced is how many collections the process was made to run (by
+// debug.FreeOSMemory, or runtime.GC).
+func forced() uint64 {
+	sample := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
+	metrics.Read(sample)
+	return sample[0].Value.Uint64()
+}
+
+// waitForced waits up to 10 s for a collection forced after the count
+// after, failing the test saying when one was due.
+func waitForced(t *testing.T, after uint64, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); forced() == after; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s forced no collection in 10s: the freed heap stays in RSS", what)
+		}
+	}
 }
