@@ -70,6 +70,11 @@ func TestPrunerDeletesOnlySupersededRevisionsItCreated(t *testing.T) {
 	if m := e.metricsOf(proc); !strings.Contains(m, fmt.Sprintf("kvlive_revisions_pruned_total %d\n", len(edited))) {
 		t.Errorf("/metrics lacks kvlive_revisions_pruned_total %d", len(edited))
 	}
+	// What kvlive run counts as settling: nothing left to look at.
+	e.waitFor("the pruner's backlog to drain", time.Minute, func() (bool, string) {
+		m := e.metricsOf(proc)
+		return strings.Contains(m, "\n"+prunerBacklogDrained), metricLines(m, "kvlive_queue_depth")
+	})
 
 	out := e.kvliveCommand(time.Minute, "revisions", "prune", "-A", "--dry-run", "--revision-retention", "0", "-o", "json", "--kubeconfig", e.kubeconfig)
 	var cands []pruner.Candidate

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,6 +68,9 @@ type Pruner struct {
 	yieldMu  sync.Mutex
 	yielding time.Time
 	sharing  bool
+	// looking counts the VMs the workers hold (waiting on Busy, or
+	// pruning), for Backlog.
+	looking atomic.Int64
 }
 
 type registration struct {
@@ -158,11 +162,19 @@ func (p *Pruner) enqueueOwner(obj any) {
 	}
 }
 
+// Backlog is how many VMs the pruner has still to look at: queued, or
+// held by a worker (waiting for the VMs being moved, or pruning). After a
+// rollout it is the VMs whose superseded revisions may still be deleted;
+// retries waiting out their back-off are not counted.
+func (p *Pruner) Backlog() int { return p.queue.Len() + int(p.looking.Load()) }
+
 func (p *Pruner) next(ctx context.Context) bool {
 	key, quit := p.queue.Get()
 	if quit {
 		return false
 	}
+	p.looking.Add(1)
+	defer p.looking.Add(-1)
 	defer p.queue.Done(key)
 	p.yield(ctx)
 	err := p.sync(ctx, key)

@@ -44,6 +44,10 @@ const (
 // AllStages lists every stage.
 var AllStages = []string{StageWatcher, StagePlanner, StageApplier}
 
+// queuePruner is the revision pruner's kvlive_queue_depth label: the VMs
+// it has still to look at (pruner.Pruner.Backlog), 0 without a watcher.
+const queuePruner = "pruner"
+
 // Config says what to run and with what.
 type Config struct {
 	Clients   kube.Clients
@@ -98,6 +102,9 @@ type Config struct {
 	// verifier is where addApplier leaves this process's verifier, for
 	// Running.Settling; Start sets it.
 	verifier *atomic.Pointer[rollout.Verifier]
+	// pruner is where runWatcher leaves the revision pruner of this
+	// process's watcher term, for Running.Settling; Start sets it.
+	pruner *atomic.Pointer[pruner.Pruner]
 }
 
 // DefaultShutdownGrace lets in-flight writes finish on SIGTERM well within
@@ -110,6 +117,7 @@ type Running struct {
 	cancel   context.CancelFunc
 	watcher  atomic.Pointer[watcher.Watcher]
 	verifier atomic.Pointer[rollout.Verifier]
+	pruner   atomic.Pointer[pruner.Pruner]
 	moving   *applier.Activity
 	fleet    *kube.Cache
 }
@@ -127,12 +135,17 @@ func (r *Running) Drift() []drift.Row {
 // hand, or one let go less than two seconds ago).
 func (r *Running) Moving() bool { return r.moving.Busy(time.Now()) }
 
-// Settling reports whether this process's verifier awaits a verdict (on
-// a VM this replica or another moved: they share the verifier's
-// consumer): a rollout's last verdicts are stored after its last move.
+// Settling reports whether this process is still busy with what a
+// rollout left: its verifier awaits a verdict (on a VM this replica or
+// another moved: they share the verifier's consumer), or its revision
+// pruner has VMs to look at. Both come after a rollout's last move: the
+// verdicts as KubeVirt gives them, the pruning once the applier is idle.
 func (r *Running) Settling() bool {
-	v := r.verifier.Load()
-	return v != nil && v.Awaited() > 0
+	if v := r.verifier.Load(); v != nil && v.Awaited() > 0 {
+		return true
+	}
+	p := r.pruner.Load()
+	return p != nil && p.Backlog() > 0
 }
 
 // Ready reports what keeps this process from doing its job, for /readyz:
@@ -201,7 +214,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	group, ctx := errgroup.WithContext(ctx)
 	r := &Running{group: group, cancel: cancel, moving: cfg.moving, fleet: fleet}
-	cfg.verifier = &r.verifier
+	cfg.verifier, cfg.pruner = &r.verifier, &r.pruner
 	runs, err := addStages(ctx, cfg, fleet, &r.watcher)
 	if err != nil {
 		return nil, errors.Join(err, r.abandon(runs))
@@ -337,6 +350,12 @@ func addWatcher(ctx context.Context, cfg Config, fleet *kube.Cache, current *ato
 		}
 		return 0
 	})
+	cfg.Metrics.QueueDepth(queuePruner, func() int {
+		if p := cfg.pruner.Load(); p != nil {
+			return p.Backlog()
+		}
+		return 0
+	})
 	cfg.Metrics.WatcherBacklog(func() int {
 		if w := current.Load(); w != nil {
 			n, _ := w.Unpublished()
@@ -366,6 +385,10 @@ func runWatcher(ctx context.Context, cfg Config, fleet *kube.Cache, w *watcher.W
 		Busy: func() bool { return cfg.moving.Busy(time.Now()) }})
 	if err != nil {
 		return err
+	}
+	if cfg.pruner != nil {
+		cfg.pruner.Store(p)
+		defer cfg.pruner.CompareAndSwap(p, nil)
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return w.Run(ctx) })
