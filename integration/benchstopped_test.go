@@ -45,7 +45,7 @@ const stoppedRetention = 2
 // from the second run on) and sat in the idle kvlive's heap when its
 // memory was read. Five seconds puts them where a reacting cluster does:
 // during the switch, a few seconds behind each VM's move, the last ones
-// waited out (waitVerdicts) before the next move.
+// waited out (waitSettledDown) before the next move.
 const stoppedObserveTimeout = 5 * time.Second
 
 // rawLoopWorkers is the raw loop's concurrency in the stopped section; it
@@ -109,19 +109,20 @@ func benchStopped(t *testing.T, tab *benchTable) {
 					kv[0] = append(kv[0], e.stoppedRollout(on, false, profile))
 					done()
 					lap("kvlive's re-pin")
-					e.waitVerdicts(proc)
-					lap("kvlive's verdicts on its re-pin stored")
+					e.waitSettledDown(proc)
+					lap("kvlive's verdicts on its re-pin stored, its revisions pruned")
 				}, func() {
 					kv[1] = append(kv[1], e.stoppedRollout(on, true, profile))
 					lap("kvlive's switch")
-					e.waitVerdicts(proc)
-					lap("kvlive's verdicts on its switch stored")
+					e.waitSettledDown(proc)
+					lap("kvlive's verdicts on its switch stored, its revisions pruned")
 				})
 				if last {
 					// kvlive run counts as moving for 2 s after its last
 					// plan and looks every second; then it collects at its
 					// idle target and hands the rollout's garbage back. Its
-					// verdicts are stored by now (waitVerdicts): idle.
+					// verdicts are stored and its revisions pruned by now
+					// (waitSettledDown): idle.
 					time.Sleep(idleAfterRollout)
 					r := rss(t, proc)
 					e.logGoMemory(proc)
@@ -186,23 +187,31 @@ func benchStopped(t *testing.T, tab *benchTable) {
 	}
 }
 
-// waitVerdicts waits, up to verdictsStoredWithin, until kvlive run p
-// awaits no verdict (its kvlive_verdicts_awaited gauge is 0): every VM it
-// moved has KubeVirt's verdict stored, so the next move does not pay for
-// the last one's and an idle kvlive is read idle.
-func (e *env) waitVerdicts(p *kvliveProc) {
+// waitSettledDown waits, up to verdictsStoredWithin, until kvlive run p
+// has nothing left of its last move (what it counts as settling): it
+// awaits no verdict (kvlive_verdicts_awaited 0), every VM it moved having
+// KubeVirt's verdict stored, and its revision pruner has no VM left to
+// look at. So the next move does not pay for the last one's, and an idle
+// kvlive is read idle.
+func (e *env) waitSettledDown(p *kvliveProc) {
 	e.t.Helper()
 	deadline := time.Now().Add(verdictsStoredWithin)
-	for !strings.Contains(e.metricsOf(p), "\nkvlive_verdicts_awaited 0\n") {
+	for {
+		m := e.metricsOf(p)
+		if strings.Contains(m, "\nkvlive_verdicts_awaited 0\n") && strings.Contains(m, "\n"+prunerBacklogDrained) {
+			return
+		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("kvlive run still awaits verdicts %v after its rollout (its verdict deadline: %v)", verdictsStoredWithin, stoppedObserveTimeout)
+			e.t.Fatalf("kvlive run still settling %v after its rollout (its verdict deadline: %v): %s; %s", verdictsStoredWithin, stoppedObserveTimeout,
+				metricLines(m, "kvlive_verdicts_awaited"), metricLines(m, "kvlive_queue_depth"))
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
 }
 
 // verdictsStoredWithin bounds how long after a rollout's last outcome its
-// verdicts may take to be stored: the deadline, and 10,000 stores.
+// verdicts may take to be stored and its revisions pruned: the deadline,
+// and 10,000 stores (the pruning goes on beside them).
 const verdictsStoredWithin = stoppedObserveTimeout + 2*time.Minute
 
 // runsAt is how many runs the stopped section makes at n VMs
