@@ -59,21 +59,18 @@ func setGCPercent(log *slog.Logger) bool {
 // followActivity sets the garbage collection target to busyGCPercent
 // while moving reports true and back to idleGCPercent once it reports
 // false, looking every interval until ctx ends. Each time the process
-// goes quiet, neither moving nor settling (its verdicts stored and its
-// revisions pruned: both come after a rollout's last move), it also
-// collects and hands the freed pages back to the OS at once
-// (debug.FreeOSMemory): a rollout's garbage, collected at the busy target,
-// would otherwise stay in RSS until the runtime's scavenger returns it,
-// minutes later (a 1,000-VM fleet held 94 MiB RSS after two rollouts with
-// a live heap of 13; docs/performance.md). A quiet spell after the
-// applier moved VMs is handed back at once. One after settling alone (the
-// pruner, which looks at every VM that changes, comes and goes with a
-// cluster whose VMs change often) waits until freeEveryLooks looks have
-// passed since the last forced collection, so those cost at most one a
-// half-minute.
+// goes quiet after moving VMs, the applier idle and nothing of the move
+// left settling (its verdicts stored and its revisions pruned: both come
+// after a rollout's last move), it also collects and hands the freed pages
+// back to the OS at once (debug.FreeOSMemory): a rollout's garbage,
+// collected at the busy target, would otherwise stay in RSS until the
+// runtime's scavenger returns it, minutes later (a 1,000-VM fleet held
+// 94 MiB RSS after two rollouts with a live heap of 13;
+// docs/performance.md). Settling without a move forces nothing: the
+// pruner looks at every VM that changes, and comes and goes with a cluster
+// whose VMs change often.
 func followActivity(ctx context.Context, log *slog.Logger, moving, settling func() bool, interval time.Duration) {
-	current, quiet, owed, moved := idleGCPercent, true, false, false
-	var freed time.Time
+	current, moved := idleGCPercent, false
 	wait.UntilWithContext(ctx, func(context.Context) {
 		busy := moving()
 		want := idleGCPercent
@@ -86,18 +83,10 @@ func followActivity(ctx context.Context, log *slog.Logger, moving, settling func
 			current = want
 		}
 		moved = moved || busy
-		now := !busy && !settling()
-		owed = owed || now && !quiet
-		if now && owed && (moved || time.Since(freed) >= freeEveryLooks*interval) {
+		if moved && !busy && !settling() {
 			debug.FreeOSMemory()
-			log.Debug("quiet: the freed heap handed back to the OS", "after a move", moved)
-			freed, owed, moved = time.Now(), false, false
+			log.Debug("quiet after a move: the freed heap handed back to the OS")
+			moved = false
 		}
-		quiet = now
 	}, interval)
 }
-
-// freeEveryLooks is how many of followActivity's looks pass at least
-// between two forced collections that follow no move: 30 s at
-// gcFollowEvery.
-const freeEveryLooks = 30
