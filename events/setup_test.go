@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -12,68 +13,89 @@ import (
 	"kvlive/internal/testenv"
 )
 
-// TestSetupAsksForEveryStreamAndBucketAtOnce: a JetStream cluster that has
-// just formed can leave each create unanswered for a whole attempt (CI saw
+// TestSetupAsksForEverythingAtOnce: a JetStream cluster that has just
+// formed can leave each create unanswered for a whole attempt (CI saw
 // three replicas spend 58 s on eleven of them, one after another). Setup
-// asks for every stream and bucket before it waits on any answer, so a slow
-// cluster costs it one attempt, not one per stream: here no create is
-// answered until all have been asked for.
-func TestSetupAsksForEveryStreamAndBucketAtOnce(t *testing.T) {
+// asks for every stream and bucket before it waits on any answer, and then
+// for every consumer, so a slow cluster costs it one attempt a stage, not
+// one per object: here, on a fresh bus, no create of a stage is answered
+// until all of that stage's have been made.
+func TestSetupAsksForEverythingAtOnce(t *testing.T) {
 	o := events.DefaultStreamOptions()
 	js := &askedTogether{
 		JetStream: testenv.BareJetStream(t),
-		want:      len(events.StreamConfigs(o)) + len(events.KVConfigs(o)),
-		asked:     map[string]bool{},
-		all:       make(chan struct{}),
+		stores:    newBarrier(len(events.StreamConfigs(o)) + len(events.KVConfigs(o))),
+		consumers: newBarrier(3), // the planner's, the applier's, the verifier's
 	}
-	// Well inside SetupTimeout: Setup, one create at a time, retries the
-	// first stream until this ends.
+	// Well inside SetupTimeout: Setup, one request at a time, retries the
+	// first of a stage until this ends.
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if err := events.Setup(ctx, js, o, nil); err != nil {
-		js.mu.Lock()
-		defer js.mu.Unlock()
-		t.Fatalf("setup: %v; asked for %d of %d streams and buckets: %v", err, len(js.asked), js.want, js.asked)
+		t.Fatalf("setup: %v; asked for %v of the streams and buckets, %v of the consumers", err, js.stores, js.consumers)
 	}
 }
 
 // askedTogether answers no stream or bucket create until every one has been
-// asked for (or the request's context ends, as an unanswered request's does).
+// asked for, and no consumer create until every consumer has been, each
+// request otherwise left unanswered until its context ends.
 type askedTogether struct {
 	jetstream.JetStream
-	want  int
-	mu    sync.Mutex
-	asked map[string]bool
-	all   chan struct{}
-}
-
-func (a *askedTogether) wait(ctx context.Context, name string) error {
-	a.mu.Lock()
-	if !a.asked[name] {
-		a.asked[name] = true
-		if len(a.asked) == a.want {
-			close(a.all)
-		}
-	}
-	a.mu.Unlock()
-	select {
-	case <-a.all:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	stores, consumers *barrier
 }
 
 func (a *askedTogether) CreateOrUpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	if err := a.wait(ctx, cfg.Name); err != nil {
+	if err := a.stores.wait(ctx, cfg.Name); err != nil {
 		return nil, err
 	}
 	return a.JetStream.CreateOrUpdateStream(ctx, cfg)
 }
 
 func (a *askedTogether) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	if err := a.wait(ctx, "kv "+cfg.Bucket); err != nil {
+	if err := a.stores.wait(ctx, "kv "+cfg.Bucket); err != nil {
 		return nil, err
 	}
 	return a.JetStream.CreateOrUpdateKeyValue(ctx, cfg)
+}
+
+func (a *askedTogether) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	if err := a.consumers.wait(ctx, stream+"/"+cfg.Durable); err != nil {
+		return nil, err
+	}
+	return a.JetStream.CreateConsumer(ctx, stream, cfg)
+}
+
+// barrier lets requests through once want distinct names have arrived.
+type barrier struct {
+	want  int
+	mu    sync.Mutex
+	asked map[string]bool
+	all   chan struct{}
+}
+
+func newBarrier(want int) *barrier {
+	return &barrier{want: want, asked: map[string]bool{}, all: make(chan struct{})}
+}
+
+func (b *barrier) wait(ctx context.Context, name string) error {
+	b.mu.Lock()
+	if !b.asked[name] {
+		b.asked[name] = true
+		if len(b.asked) == b.want {
+			close(b.all)
+		}
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.all:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (b *barrier) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return fmt.Sprintf("%d of %d", len(b.asked), b.want)
 }

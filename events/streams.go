@@ -290,15 +290,15 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions, log *sl
 	}
 
 	// The streams and the buckets need nothing of each other.
-	g, gctx := errgroup.WithContext(ctx)
+	stores, sctx := errgroup.WithContext(ctx)
 	for _, cfg := range StreamConfigs(o) {
-		g.Go(func() error {
-			return step(gctx, "stream "+cfg.Name, func(ctx context.Context) error { return setupStream(ctx, js, cfg) })
+		stores.Go(func() error {
+			return step(sctx, "stream "+cfg.Name, func(ctx context.Context) error { return setupStream(ctx, js, cfg) })
 		})
 	}
 	for _, cfg := range KVConfigs(o) {
-		g.Go(func() error {
-			err := step(gctx, "kv "+cfg.Bucket, func(ctx context.Context) error {
+		stores.Go(func() error {
+			err := step(sctx, "kv "+cfg.Bucket, func(ctx context.Context) error {
 				_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
 				return err
 			})
@@ -308,7 +308,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions, log *sl
 			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
+	if err := stores.Wait(); err != nil {
 		return err
 	}
 	// The scope claim (in BucketBus) decides whether this replica may stamp
@@ -321,10 +321,10 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions, log *sl
 		scoped = ""
 	}
 	verifier := VerifierConsumer(verdictAckWait(cmp.Or(o.VerdictDeadline, DefaultVerdictDeadline)), scoped)
-	g, gctx = errgroup.WithContext(ctx)
+	consumers, cctx := errgroup.WithContext(ctx)
 	for stream, cfg := range map[string]jetstream.ConsumerConfig{StreamEvents: PlannerConsumer(), StreamPlans: ApplierConsumer(), StreamOutcomes: verifier} {
-		g.Go(func() error {
-			err := step(gctx, "consumer "+cfg.Durable, func(ctx context.Context) error {
+		consumers.Go(func() error {
+			err := step(cctx, "consumer "+cfg.Durable, func(ctx context.Context) error {
 				return setupConsumer(ctx, js, stream, cfg, o.Scope)
 			})
 			if err != nil {
@@ -333,7 +333,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions, log *sl
 			return nil
 		})
 	}
-	return g.Wait()
+	return consumers.Wait()
 }
 
 // ScopeMetadata is the metadata key of the planner's and the applier's
