@@ -164,8 +164,10 @@ func (p *Pruner) enqueueOwner(obj any) {
 
 // Backlog is how many VMs the pruner has still to look at: queued, or
 // held by a worker (waiting for the VMs being moved, or pruning). After a
-// rollout it is the VMs whose superseded revisions may still be deleted;
-// retries waiting out their back-off are not counted.
+// rollout it is the VMs whose superseded revisions may still be deleted.
+// Retries waiting out their back-off are not counted, nor, for the instant
+// between the queue handing it over and the worker counting it, a VM just
+// taken.
 func (p *Pruner) Backlog() int { return p.queue.Len() + int(p.looking.Load()) }
 
 func (p *Pruner) next(ctx context.Context) bool {

@@ -347,7 +347,7 @@ func (m *Metrics) QueueDepth(name string, depth func() int) {
 		return
 	}
 	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "kvlive_queue_depth", Help: "Items waiting in a stage's work queue.", ConstLabels: prometheus.Labels{"queue": name},
+		Name: "kvlive_queue_depth", Help: "Items a work queue holds: the watcher's changed objects waiting, the revision pruner's VMs waiting or being looked at.", ConstLabels: prometheus.Labels{"queue": name},
 	}, func() float64 { return float64(depth()) }))
 }
 

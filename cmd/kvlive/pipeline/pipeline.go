@@ -45,7 +45,8 @@ const (
 var AllStages = []string{StageWatcher, StagePlanner, StageApplier}
 
 // queuePruner is the revision pruner's kvlive_queue_depth label: the VMs
-// it has still to look at (pruner.Pruner.Backlog), 0 without a watcher.
+// it has still to look at (pruner.Pruner.Backlog); 0 where no pruner runs
+// (no watcher stage, a replica not leading, pruning off).
 const queuePruner = "pruner"
 
 // Config says what to run and with what.
