@@ -99,22 +99,6 @@ func (e *env) metricsOf(p *kvliveProc) string {
 	return body
 }
 
-// metricLines returns the lines of a /metrics page whose series is name,
-// for a failure to quote.
-func metricLines(page, name string) string {
-	var lines []string
-	for line := range strings.Lines(page) {
-		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
-			lines = append(lines, strings.TrimSpace(line))
-		}
-	}
-	return strings.Join(lines, "; ")
-}
-
-// prunerBacklogDrained is the /metrics line of a kvlive run whose revision
-// pruner has no VM left to look at.
-const prunerBacklogDrained = `kvlive_queue_depth{queue="pruner"} 0` + "\n"
-
 // metricsAddr is the address a kvlive process logged it serves /metrics on.
 func (e *env) metricsAddr(p *kvliveProc) string {
 	e.t.Helper()

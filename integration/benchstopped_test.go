@@ -109,12 +109,12 @@ func benchStopped(t *testing.T, tab *benchTable) {
 					kv[0] = append(kv[0], e.stoppedRollout(on, false, profile))
 					done()
 					lap("kvlive's re-pin")
-					e.waitSettledDown(proc)
+					e.waitSettledDown(proc, n)
 					lap("kvlive's verdicts on its re-pin stored, its revisions pruned")
 				}, func() {
 					kv[1] = append(kv[1], e.stoppedRollout(on, true, profile))
 					lap("kvlive's switch")
-					e.waitSettledDown(proc)
+					e.waitSettledDown(proc, n)
 					lap("kvlive's verdicts on its switch stored, its revisions pruned")
 				})
 				if last {
@@ -187,32 +187,28 @@ func benchStopped(t *testing.T, tab *benchTable) {
 	}
 }
 
-// waitSettledDown waits, up to verdictsStoredWithin, until kvlive run p
-// has nothing left of its last move (what it counts as settling): it
+// waitSettledDown waits, up to settledWithin, until kvlive run p has
+// nothing left of its last move of n VMs (what it counts as settling): it
 // awaits no verdict (kvlive_verdicts_awaited 0), every VM it moved having
 // KubeVirt's verdict stored, and its revision pruner has no VM left to
 // look at. So the next move does not pay for the last one's, and an idle
 // kvlive is read idle.
-func (e *env) waitSettledDown(p *kvliveProc) {
+func (e *env) waitSettledDown(p *kvliveProc, n int) {
 	e.t.Helper()
-	deadline := time.Now().Add(verdictsStoredWithin)
-	for {
+	within := settledWithin(n)
+	e.waitFor("kvlive run to settle down after its move", within, func() (bool, string) {
 		m := e.metricsOf(p)
-		if strings.Contains(m, "\nkvlive_verdicts_awaited 0\n") && strings.Contains(m, "\n"+prunerBacklogDrained) {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("kvlive run still settling %v after its rollout (its verdict deadline: %v): %s; %s", verdictsStoredWithin, stoppedObserveTimeout,
-				metricLines(m, "kvlive_verdicts_awaited"), metricLines(m, "kvlive_queue_depth"))
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return strings.Contains(m, "\nkvlive_verdicts_awaited 0\n") && strings.Contains(m, "\n"+prunerBacklogDrained),
+			fmt.Sprintf("verdict deadline %v: %s; %s", stoppedObserveTimeout, metricLines(m, "kvlive_verdicts_awaited"), metricLines(m, "kvlive_queue_depth"))
+	})
 }
 
-// verdictsStoredWithin bounds how long after a rollout's last outcome its
-// verdicts may take to be stored and its revisions pruned: the deadline,
-// and 10,000 stores (the pruning goes on beside them).
-const verdictsStoredWithin = stoppedObserveTimeout + 2*time.Minute
+// settledWithin bounds how long after a move of n VMs its verdicts may
+// take to be stored and its revisions pruned: the verdict deadline, and
+// two minutes for each 10,000 stores (the pruning goes on beside them).
+func settledWithin(n int) time.Duration {
+	return stoppedObserveTimeout + time.Duration(max(1, (n+9999)/10000))*2*time.Minute
+}
 
 // runsAt is how many runs the stopped section makes at n VMs
 // (-bench.runs: one figure per size, in order, the last for any more).

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -343,6 +344,22 @@ func (e *env) selectShapes(match func(vmShape) bool) []vmShape {
 func onInstancetype(name string) func(vmShape) bool {
 	return func(s vmShape) bool { return s.instancetype == name }
 }
+
+// metricLines returns the lines of a /metrics page whose series is name,
+// for a failure to quote.
+func metricLines(page, name string) string {
+	var lines []string
+	for line := range strings.Lines(page) {
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			lines = append(lines, strings.TrimSpace(line))
+		}
+	}
+	return strings.Join(lines, "; ")
+}
+
+// prunerBacklogDrained is the /metrics line of a kvlive run whose revision
+// pruner has no VM left to look at.
+const prunerBacklogDrained = `kvlive_queue_depth{queue="pruner"} 0` + "\n"
 
 // waitFor polls cond until it holds, failing the test after timeout, or as
 // soon as a kvlive process the test did not stop has exited. cond returns

@@ -70,7 +70,9 @@ func TestPrunerDeletesOnlySupersededRevisionsItCreated(t *testing.T) {
 	if m := e.metricsOf(proc); !strings.Contains(m, fmt.Sprintf("kvlive_revisions_pruned_total %d\n", len(edited))) {
 		t.Errorf("/metrics lacks kvlive_revisions_pruned_total %d", len(edited))
 	}
-	// What kvlive run counts as settling: nothing left to look at.
+	// What kvlive run counts as settling, exported: by now (every
+	// revision pruned) nothing is left to look at. Whether the count
+	// holds what is in flight is pruner.TestBacklogCountsTheVMsLeftToPrune's.
 	e.waitFor("the pruner's backlog to drain", time.Minute, func() (bool, string) {
 		m := e.metricsOf(proc)
 		return strings.Contains(m, "\n"+prunerBacklogDrained), metricLines(m, "kvlive_queue_depth")
