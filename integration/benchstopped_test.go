@@ -22,6 +22,7 @@ import (
 	instancetypeapi "kubevirt.io/api/instancetype"
 
 	"kvlive/internal/kube"
+	"kvlive/pruner"
 )
 
 var (
@@ -31,9 +32,12 @@ var (
 )
 
 // stoppedRetention is the revision retention of the stopped section's
-// kvlive: what its two runs supersede is kept, so no pruning needs
-// waiting out between timed moves (pruning is not what it times).
-const stoppedRetention = 2
+// kvlive, its default: what a move supersedes beyond it kvlive's pruner
+// deletes once the move is over, which the section waits out, untimed
+// (waitSettledDown), before the next move. With 2, kept so that no
+// pruning needed waiting out, the revisions of four rollouts over two
+// instance types held a third of kvlive's live heap at 10,000 VMs.
+const stoppedRetention = pruner.DefaultRetention
 
 // stoppedObserveTimeout is the verdict deadline of the stopped section's
 // kvlive. On a cluster, virt-controller re-pins a switched VM, stopped or
@@ -86,10 +90,6 @@ func benchStopped(t *testing.T, tab *benchTable) {
 			// The first run at the largest size is profiled.
 			profiled := func(run int) bool { return run == 0 && n == slices.Max(sizes(t, *benchStoppedVMs)) }
 			kvliveMoves := func(run int, first, last bool) {
-				// Two superseded revisions kept, not one: with one, from the
-				// second run on kvlive's pruner deletes a revision a VM
-				// after its re-pin (most of a minute at 10,000 VMs), which
-				// the section waits out untimed before the switch.
 				proc := e.runKvlive("kvlive defaults", append(benchDefaults.args(), "--profiling", "--revision-retention", strconv.Itoa(stoppedRetention),
 					"--observe-timeout", stoppedObserveTimeout.String())...)
 				e.waitGenerations()
