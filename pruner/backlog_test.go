@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -18,12 +19,7 @@ import (
 // as settling, and exports it as kvlive_queue_depth{queue="pruner"}); once
 // the applier is idle the superseded revisions go, and the backlog is 0.
 func TestBacklogCountsTheVMsLeftToPrune(t *testing.T) {
-	vm, owned := history(t)
-	var crs []runtime.Object
-	for _, cr := range owned {
-		crs = append(crs, cr)
-	}
-	clients := testenv.FakeClients(crs, vm)
+	owned, clients := historyClients(t)
 	var moving atomic.Bool
 	moving.Store(true)
 	p, err := pruner.New(pruner.Config{Fleet: testenv.StartCache(t, clients), Retention: 0, Busy: moving.Load, MaxYield: time.Hour})
@@ -60,4 +56,16 @@ func revisions(t *testing.T, clients kube.Clients) int {
 		t.Fatal(err)
 	}
 	return len(list.Items)
+}
+
+// historyClients serves history's VM and the revisions it owns from fake
+// clientsets.
+func historyClients(t *testing.T) ([]*appsv1.ControllerRevision, kube.Clients) {
+	t.Helper()
+	vm, owned := history(t)
+	var crs []runtime.Object
+	for _, cr := range owned {
+		crs = append(crs, cr)
+	}
+	return owned, testenv.FakeClients(crs, vm)
 }

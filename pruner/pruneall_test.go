@@ -6,7 +6,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"kvlive/internal/testenv"
 	"kvlive/pruner"
@@ -15,12 +14,7 @@ import (
 // TestPruneAllDeletesWhatFindListed: with retention 0, the revisions Find
 // lists are deleted and every other one stays.
 func TestPruneAllDeletesWhatFindListed(t *testing.T) {
-	vm, owned := history(t)
-	var crs []runtime.Object
-	for _, cr := range owned {
-		crs = append(crs, cr)
-	}
-	clients := testenv.FakeClients(crs, vm)
+	owned, clients := historyClients(t)
 	c := testenv.StartCache(t, clients)
 	ctx := context.Background()
 	cands, problems := pruner.Find(c, "", 0)
