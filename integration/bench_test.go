@@ -185,6 +185,7 @@ func benchApply(t *testing.T, tab *benchTable) {
 	for _, s := range []benchSettings{benchLarge, benchDefaults} {
 		proc = e.runKvlive("kvlive "+s.name, append(s.args(), "--profiling")...)
 		e.waitGenerations()
+		e.waitReady(proc, time.Minute) // the generations the second run finds are the first's
 		repin := e.benchKvliveRollout(on, false, "")
 		if firstRollout == "" {
 			firstRollout = repin.eventID

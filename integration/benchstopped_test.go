@@ -93,6 +93,7 @@ func benchStopped(t *testing.T, tab *benchTable) {
 				proc := e.runKvlive("kvlive defaults", append(benchDefaults.args(), "--profiling", "--revision-retention", strconv.Itoa(stoppedRetention),
 					"--observe-timeout", stoppedObserveTimeout.String())...)
 				e.waitGenerations()
+				e.waitReady(proc, syncedWithin(n))
 				lap("kvlive run started and synced")
 				if pendingEdit != "" {
 					e.follow(pendingEdit)
@@ -201,6 +202,29 @@ func (e *env) waitSettledDown(p *kvliveProc, n int) {
 		return strings.Contains(m, "\nkvlive_verdicts_awaited 0\n") && strings.Contains(m, "\n"+prunerBacklogDrained),
 			fmt.Sprintf("verdict deadline %v: %s; %s", stoppedObserveTimeout, metricLines(m, "kvlive_verdicts_awaited"), metricLines(m, "kvlive_queue_depth"))
 	})
+}
+
+// waitReady waits, up to within, until kvlive run p says it is ready
+// (kvlive_ready 1: its caches synced, NATS reachable, every change it
+// saw published). The watcher's generations bucket, which an earlier
+// kvlive run filled on the same NATS server, says nothing of a run
+// started later: a timed move must not begin while this one still lists
+// the fleet.
+func (e *env) waitReady(p *kvliveProc, within time.Duration) {
+	e.t.Helper()
+	e.waitFor("kvlive run to be ready", within, func() (bool, string) {
+		if !strings.Contains(p.out.String(), "serving /metrics") {
+			return false, "it has not said where it serves /metrics yet"
+		}
+		m := e.metricsOf(p)
+		return strings.Contains(m, "\nkvlive_ready 1\n"), metricLines(m, "kvlive_ready")
+	})
+}
+
+// syncedWithin bounds how long kvlive run takes to list a fleet of n
+// stopped VMs and their revisions: a minute for each 10,000.
+func syncedWithin(n int) time.Duration {
+	return time.Duration(max(1, (n+9999)/10000)) * time.Minute
 }
 
 // settledWithin bounds how long after a move of n VMs its verdicts may
