@@ -451,15 +451,26 @@ func rawMove(ctx context.Context, c kube.Clients, vm *virtv1.VirtualMachine, tar
 			metav1.PatchOptions{FieldManager: instancetype.FieldManager, Force: ptr.To(true)})
 		return err
 	}
+	pin, err := instancetype.PinOf(vm, false)
+	if err != nil {
+		return err
+	}
 	rev, err := instancetype.NewRevision(vm, target)
 	if err != nil {
 		return err
 	}
-	if _, err := c.Kube.AppsV1().ControllerRevisions(vm.Namespace).Create(ctx, rev, metav1.CreateOptions{}); err != nil {
-		return err
+	// The revision as kvlive's applier creates it: labelled as kvlive's
+	// and naming what it supersedes. So the writes are the same, and
+	// `kvlive revisions prune` deletes what the loop superseded as it
+	// deletes what kvlive did; unlabelled, the loop's revisions were never
+	// anyone's to delete, and every run left one more a VM in etcd and in
+	// kvlive's cache.
+	rev.Labels[instancetype.CreatedByLabel] = instancetype.CreatedBy
+	if rev.Annotations == nil {
+		rev.Annotations = map[string]string{}
 	}
-	pin, err := instancetype.PinOf(vm, false)
-	if err != nil {
+	rev.Annotations[instancetype.SupersedesAnnotation] = pin.Revision
+	if _, err := c.Kube.AppsV1().ControllerRevisions(vm.Namespace).Create(ctx, rev, metav1.CreateOptions{}); err != nil {
 		return err
 	}
 	patch, sub := applier.RepinPatch(vm, pin.Field, false, pin.Revision, rev.Name)

@@ -21,6 +21,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 	instancetypeapi "kubevirt.io/api/instancetype"
 
+	"kvlive/instancetype"
 	"kvlive/internal/kube"
 	"kvlive/pruner"
 )
@@ -125,6 +126,7 @@ func benchStopped(t *testing.T, tab *benchTable) {
 					// verdicts are stored and its revisions pruned by now
 					// (waitSettledDown): idle.
 					time.Sleep(idleAfterRollout)
+					e.logRevisions()
 					r := rss(t, proc)
 					e.logGoMemory(proc)
 					heap := e.heapProfile(proc, fmt.Sprintf("%d stopped VMs cached", n))
@@ -499,4 +501,42 @@ func spread(v []float64) string {
 		return fmt.Sprintf("%.0f", lo)
 	}
 	return strings.Join([]string{fmt.Sprintf("%.0f", lo), fmt.Sprintf("%.0f", hi)}, "–")
+}
+
+// logRevisions logs the instancetype revisions the cluster holds, as
+// kvlive run caches them: how many the VMs' pins name, and of the rest
+// how many kvlive created (its pruner's to delete beyond the retention)
+// and how many it did not (never its to delete).
+func (e *env) logRevisions() {
+	e.t.Helper()
+	crs, err := e.clients.Kube.AppsV1().ControllerRevisions(metav1.NamespaceAll).List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatalf("list revisions: %v", err)
+	}
+	vms, err := e.clients.Virt.KubevirtV1().VirtualMachines(metav1.NamespaceAll).List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatalf("list VMs: %v", err)
+	}
+	pinned := map[string]bool{}
+	for _, vm := range vms.Items {
+		if it := vm.Spec.Instancetype; it != nil && it.RevisionName != "" {
+			pinned[vm.Namespace+"/"+it.RevisionName] = true
+		}
+		if r := vm.Status.InstancetypeRef; r != nil && r.ControllerRevisionRef != nil {
+			pinned[vm.Namespace+"/"+r.ControllerRevisionRef.Name] = true
+		}
+	}
+	count := map[string]int{}
+	for _, cr := range crs.Items {
+		switch {
+		case pinned[cr.Namespace+"/"+cr.Name]:
+			count["pinned"]++
+		case instancetype.CreatedByKvlive(&cr):
+			count["kvlive's, unpinned"]++
+		default:
+			count["not kvlive's, unpinned"]++
+		}
+		count["gen "+cr.Labels[instancetypeapi.ControllerRevisionObjectGenerationLabel]+" of "+cr.Labels[instancetypeapi.ControllerRevisionObjectNameLabel]]++
+	}
+	e.t.Logf("revisions in the cluster: %d for %d VMs: %v", len(crs.Items), len(vms.Items), count)
 }
