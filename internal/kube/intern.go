@@ -93,20 +93,28 @@ func internBytes(b []byte) []byte {
 	return b
 }
 
-// intern shares obj's labels and annotations, and a revision's snapshot,
-// with the equal ones of objects cached before it, and the strings that
-// repeat from object to object (namespaces, finalizers, owners' kinds,
-// instance type and preference names, condition reasons) with every
-// other object holding an equal one (internStrings).
+// intern shares obj's labels and annotations (a revision's labels only)
+// and a revision's snapshot with the equal ones of objects cached before
+// it, and the strings that repeat from object to object (namespaces,
+// finalizers, owners' kinds, instance type and preference names,
+// condition reasons) with every other object holding an equal one
+// (internStrings).
 func intern(obj any) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return
 	}
 	m.SetLabels(internMap(m.GetLabels()))
-	m.SetAnnotations(internMap(m.GetAnnotations()))
+	cr, revision := obj.(*appsv1.ControllerRevision)
+	if !revision {
+		// A revision's annotations are not shared: kvlive's name the
+		// revision each supersedes, which no other revision does, and
+		// each would only have filled the pool (storeRevision keeps the
+		// one annotation without a map).
+		m.SetAnnotations(internMap(m.GetAnnotations()))
+	}
 	internStrings(obj, m)
-	if cr, ok := obj.(*appsv1.ControllerRevision); ok {
+	if revision {
 		cr.Data.Raw = internBytes(cr.Data.Raw)
 	}
 }

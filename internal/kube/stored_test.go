@@ -3,8 +3,10 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
@@ -15,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	virtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/api/instancetype/v1beta1"
@@ -330,6 +333,13 @@ func TestStoredRevisionReadsBackAsServed(t *testing.T) {
 	}
 	now := metav1.Now()
 	for name, more := range map[string]func(*appsv1.ControllerRevision){
+		"an annotation not kvlive's": func(cr *appsv1.ControllerRevision) { cr.Annotations = map[string]string{"example.com/note": "x"} },
+		"an annotation beside kvlive's": func(cr *appsv1.ControllerRevision) {
+			cr.Annotations = map[string]string{instancetype.SupersedesAnnotation: "web-1-u1.medium-v1beta1-5c0e-1", "example.com/note": "x"}
+		},
+		"kvlive's annotation, empty": func(cr *appsv1.ControllerRevision) {
+			cr.Annotations = map[string]string{instancetype.SupersedesAnnotation: ""}
+		},
 		"finalizers": func(cr *appsv1.ControllerRevision) { cr.Finalizers = []string{"example.com/hold"} },
 		"second owner": func(cr *appsv1.ControllerRevision) {
 			cr.OwnerReferences = append(cr.OwnerReferences, metav1.OwnerReference{Kind: "Other", Name: "x"})
@@ -346,6 +356,62 @@ func TestStoredRevisionReadsBackAsServed(t *testing.T) {
 		if RevisionOf(out) != cr {
 			t.Errorf("a revision with %s is cached as %T, not whole", name, out)
 		}
+	}
+}
+
+// kvlivesRevision is the revision kvlive creates to move web-1's pin on
+// from generation gen-1 to gen of its instance type (servedRevision is
+// generation 1's): labelled as kvlive's and naming the one it supersedes.
+func kvlivesRevision(t testing.TB, gen int) *appsv1.ControllerRevision {
+	t.Helper()
+	cr := servedRevision(t)
+	nameOf := func(gen int) string { return strings.TrimSuffix(cr.Name, "-1") + "-" + strconv.Itoa(gen) }
+	cr.Name, cr.UID = nameOf(gen), types.UID("9a1f-"+strconv.Itoa(gen))
+	cr.Labels = maps.Clone(cr.Labels)
+	cr.Labels[instancetype.CreatedByLabel] = instancetype.CreatedBy
+	cr.Annotations = map[string]string{instancetype.SupersedesAnnotation: nameOf(gen - 1)}
+	return cr
+}
+
+// TestStoredRevisionKeepsKvlivesAnnotationWithoutAMap: a revision kvlive
+// created, whose one annotation names the revision it superseded (a name
+// no other revision's annotation shares), is kept in its stored form and
+// reads back as served; its annotation is kept as a string, not as a map
+// of its own, and is not offered for sharing (each would only have filled
+// the pool of shared maps).
+func TestStoredRevisionKeepsKvlivesAnnotationWithoutAMap(t *testing.T) {
+	want := kvlivesRevision(t, 2)
+	want.ManagedFields = nil
+	stored, err := TrimUnread(kvlivesRevision(t, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := stored.(*storedRevision)
+	if !ok {
+		t.Fatalf("kvlive's revision is cached as %T", stored)
+	}
+	if s.supersedes != want.Annotations[instancetype.SupersedesAnnotation] {
+		t.Errorf("kept the annotation as %q", s.supersedes)
+	}
+	if got := RevisionOf(stored); !reflect.DeepEqual(got, want) {
+		t.Errorf("revision read back\n%+v\nwant\n%+v", got, want)
+	}
+	if m, _ := meta.Accessor(stored); !reflect.DeepEqual(m, &want.ObjectMeta) {
+		t.Errorf("metadata for keys and handlers: %+v", m)
+	}
+	sharedMaps.Lock()
+	before := len(sharedMaps.pool)
+	sharedMaps.Unlock()
+	for gen := range 100 {
+		if _, err := TrimUnread(kvlivesRevision(t, gen+3)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sharedMaps.Lock()
+	after := len(sharedMaps.pool)
+	sharedMaps.Unlock()
+	if after != before {
+		t.Errorf("100 revisions kvlive created took the pool of shared maps from %d to %d", before, after)
 	}
 }
 
