@@ -107,10 +107,10 @@ func intern(obj any) {
 	m.SetLabels(internMap(m.GetLabels()))
 	cr, revision := obj.(*appsv1.ControllerRevision)
 	if !revision {
-		// A revision's annotations are not shared: kvlive's name the
-		// revision each supersedes, which no other revision does, and
-		// each would only have filled the pool (storeRevision keeps the
-		// one annotation without a map).
+		// A revision's annotations are shared without kvlive's, which
+		// names the revision each supersedes (no other revision does),
+		// so each would only have filled the pool: storeRevision keeps
+		// it apart and shares the others.
 		m.SetAnnotations(internMap(m.GetAnnotations()))
 	}
 	internStrings(obj, m)

@@ -3,6 +3,7 @@ package kube
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -314,22 +315,24 @@ func asVMI(obj any) *virtv1.VirtualMachineInstance {
 // in a slice of its own), the snapshot (shared with equal ones, intern)
 // and the revision number; not its type meta, which client-go clears as
 // it decodes (a fake clientset sets it). A revision with any other
-// metadata (more owners, finalizers, a deletion under way, an annotation
-// but kvlive's) stays typed (storeRevision).
+// metadata (more owners, finalizers, a deletion under way) stays typed
+// (storeRevision).
 type storedRevision struct {
 	name, namespace, resourceVersion string
 	uid                              types.UID
 	created                          metav1.Time
 	labels                           map[string]string
-	// supersedes is the revision's one annotation, which every revision
-	// kvlive creates carries and no other revision shares: the name of
-	// the one it superseded (instancetype.SupersedesAnnotation). A map
-	// of its own cost each some 190 bytes more than the string
-	// (BenchmarkCachedHeapPerVM).
-	supersedes string
-	owner      storedOwner
-	data       []byte
-	revision   int64
+	// supersedes is the annotation every revision kvlive creates carries
+	// and no other revision shares: the name of the one it superseded
+	// (instancetype.SupersedesAnnotation). In a map of its own it cost
+	// each revision some 190 bytes more (BenchmarkCachedHeapPerVM), and
+	// each such map filled the pool of shared ones. annotations are the
+	// others, shared with equal ones (intern).
+	supersedes  string
+	annotations map[string]string
+	owner       storedOwner
+	data        []byte
+	revision    int64
 }
 
 // storedOwner is a revision's one owner reference, if any (kind set).
@@ -376,15 +379,19 @@ func storeRevision(cr *appsv1.ControllerRevision) any {
 		m.DeletionGracePeriodSeconds != nil || len(m.Finalizers) > 0 || len(m.ManagedFields) > 0 {
 		return cr
 	}
-	supersedes, annotated := m.Annotations[instancetype.SupersedesAnnotation]
-	if len(m.Annotations) > 1 || (len(m.Annotations) == 1 && !annotated) || (annotated && supersedes == "") {
-		return cr
-	}
 	s := &storedRevision{
 		name: m.Name, namespace: m.Namespace, resourceVersion: m.ResourceVersion, uid: m.UID,
-		created: m.CreationTimestamp, labels: m.Labels, supersedes: supersedes,
+		created: m.CreationTimestamp, labels: m.Labels, annotations: m.Annotations,
 		data: cr.Data.Raw, revision: cr.Revision,
 	}
+	if v := m.Annotations[instancetype.SupersedesAnnotation]; v != "" {
+		s.supersedes, s.annotations = v, nil
+		if len(m.Annotations) > 1 {
+			s.annotations = maps.Clone(m.Annotations)
+			delete(s.annotations, instancetype.SupersedesAnnotation)
+		}
+	}
+	s.annotations = internMap(s.annotations)
 	if len(m.OwnerReferences) == 1 {
 		o := &m.OwnerReferences[0]
 		s.owner = storedOwner{apiVersion: o.APIVersion, kind: o.Kind, name: o.Name, uid: o.UID,
@@ -402,10 +409,14 @@ func (s *storedRevision) object() *appsv1.ControllerRevision {
 func (s *storedRevision) meta() metav1.ObjectMeta {
 	m := metav1.ObjectMeta{
 		Name: s.name, Namespace: s.namespace, ResourceVersion: s.resourceVersion, UID: s.uid,
-		CreationTimestamp: s.created, Labels: s.labels,
+		CreationTimestamp: s.created, Labels: s.labels, Annotations: s.annotations,
 	}
 	if s.supersedes != "" {
-		m.Annotations = map[string]string{instancetype.SupersedesAnnotation: s.supersedes}
+		m.Annotations = maps.Clone(s.annotations)
+		if m.Annotations == nil {
+			m.Annotations = make(map[string]string, 1)
+		}
+		m.Annotations[instancetype.SupersedesAnnotation] = s.supersedes
 	}
 	if o := s.owner; o.kind != "" {
 		m.OwnerReferences = []metav1.OwnerReference{{APIVersion: o.apiVersion, Kind: o.kind, Name: o.name, UID: o.uid,

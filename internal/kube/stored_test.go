@@ -333,13 +333,6 @@ func TestStoredRevisionReadsBackAsServed(t *testing.T) {
 	}
 	now := metav1.Now()
 	for name, more := range map[string]func(*appsv1.ControllerRevision){
-		"an annotation not kvlive's": func(cr *appsv1.ControllerRevision) { cr.Annotations = map[string]string{"example.com/note": "x"} },
-		"an annotation beside kvlive's": func(cr *appsv1.ControllerRevision) {
-			cr.Annotations = map[string]string{instancetype.SupersedesAnnotation: "web-1-u1.medium-v1beta1-5c0e-1", "example.com/note": "x"}
-		},
-		"kvlive's annotation, empty": func(cr *appsv1.ControllerRevision) {
-			cr.Annotations = map[string]string{instancetype.SupersedesAnnotation: ""}
-		},
 		"finalizers": func(cr *appsv1.ControllerRevision) { cr.Finalizers = []string{"example.com/hold"} },
 		"second owner": func(cr *appsv1.ControllerRevision) {
 			cr.OwnerReferences = append(cr.OwnerReferences, metav1.OwnerReference{Kind: "Other", Name: "x"})
@@ -376,28 +369,48 @@ func kvlivesRevision(t testing.TB, gen int) *appsv1.ControllerRevision {
 // TestStoredRevisionKeepsKvlivesAnnotationWithoutAMap: a revision kvlive
 // created, whose one annotation names the revision it superseded (a name
 // no other revision's annotation shares), is kept in its stored form and
-// reads back as served; its annotation is kept as a string, not as a map
+// reads back as served; that annotation is kept as a string, not in a map
 // of its own, and is not offered for sharing (each would only have filled
-// the pool of shared maps).
+// the pool of shared maps). A revision annotated otherwise too, or
+// otherwise only, reads back as served as well.
 func TestStoredRevisionKeepsKvlivesAnnotationWithoutAMap(t *testing.T) {
-	want := kvlivesRevision(t, 2)
-	want.ManagedFields = nil
-	stored, err := TrimUnread(kvlivesRevision(t, 2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, ok := stored.(*storedRevision)
-	if !ok {
-		t.Fatalf("kvlive's revision is cached as %T", stored)
-	}
-	if s.supersedes != want.Annotations[instancetype.SupersedesAnnotation] {
-		t.Errorf("kept the annotation as %q", s.supersedes)
-	}
-	if got := RevisionOf(stored); !reflect.DeepEqual(got, want) {
-		t.Errorf("revision read back\n%+v\nwant\n%+v", got, want)
-	}
-	if m, _ := meta.Accessor(stored); !reflect.DeepEqual(m, &want.ObjectMeta) {
-		t.Errorf("metadata for keys and handlers: %+v", m)
+	const superseded = "web-1-u1.medium-v1beta1-5c0e-1"
+	note := map[string]string{"example.com/note": "x"}
+	for name, c := range map[string]struct {
+		annotations map[string]string
+		// what the stored form keeps: kvlive's apart, and the others
+		supersedes string
+		others     map[string]string
+	}{
+		"kvlive's alone":       {map[string]string{instancetype.SupersedesAnnotation: superseded}, superseded, nil},
+		"kvlive's and another": {map[string]string{instancetype.SupersedesAnnotation: superseded, "example.com/note": "x"}, superseded, note},
+		"another alone":        {note, "", note},
+		"kvlive's, left empty": {map[string]string{instancetype.SupersedesAnnotation: ""}, "", map[string]string{instancetype.SupersedesAnnotation: ""}},
+	} {
+		served := func() *appsv1.ControllerRevision {
+			cr := kvlivesRevision(t, 2)
+			cr.Annotations = maps.Clone(c.annotations)
+			return cr
+		}
+		want := served()
+		want.ManagedFields = nil
+		stored, err := TrimUnread(served())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, ok := stored.(*storedRevision)
+		if !ok {
+			t.Fatalf("%s: the revision is cached as %T", name, stored)
+		}
+		if s.supersedes != c.supersedes || !maps.Equal(s.annotations, c.others) || (s.annotations == nil) != (c.others == nil) {
+			t.Errorf("%s: kept the annotations as %q and %v", name, s.supersedes, s.annotations)
+		}
+		if got := RevisionOf(stored); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: revision read back\n%+v\nwant\n%+v", name, got, want)
+		}
+		if m, _ := meta.Accessor(stored); !reflect.DeepEqual(m, &want.ObjectMeta) {
+			t.Errorf("%s: metadata for keys and handlers: %+v", name, m)
+		}
 	}
 	sharedMaps.Lock()
 	before := len(sharedMaps.pool)
