@@ -184,8 +184,8 @@ func benchApply(t *testing.T, tab *benchTable) {
 	var profileFor time.Duration
 	for _, s := range []benchSettings{benchLarge, benchDefaults} {
 		proc = e.runKvlive("kvlive "+s.name, append(s.args(), "--profiling")...)
-		e.waitGenerations()
-		e.waitReady(proc, time.Minute) // the generations the second run finds are the first's
+		e.waitReady(proc, syncedWithin(len(e.shapes)))
+		e.waitGenerations() // the second run finds the first's, ready or not
 		repin := e.benchKvliveRollout(on, false, "")
 		if firstRollout == "" {
 			firstRollout = repin.eventID
