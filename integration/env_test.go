@@ -73,6 +73,9 @@ type env struct {
 	// follows a 10,000-VM rollout in longer slices, since each slice reads
 	// the rollout's outcomes again from its first.
 	followSlice time.Duration
+	// followTimeout, when set, replaces rolloutTimeout as the bound on
+	// following one rollout: the bench's large fleets take longer.
+	followTimeout time.Duration
 
 	mu    sync.Mutex
 	procs []*kvliveProc

@@ -32,7 +32,11 @@ func (e *env) follow(eventID string) rollout.Progress {
 // the rollout is done.
 func (e *env) followUntil(eventID string, stop func(rollout.Progress) bool) rollout.Progress {
 	e.t.Helper()
-	deadline := time.Now().Add(rolloutTimeout)
+	within := rolloutTimeout
+	if e.followTimeout > 0 {
+		within = e.followTimeout
+	}
+	deadline := time.Now().Add(within)
 	var last rollout.Progress
 	for {
 		slice := followSlice
@@ -52,7 +56,7 @@ func (e *env) followUntil(eventID string, stop func(rollout.Progress) bool) roll
 		}
 		e.checkProcs()
 		if time.Now().After(deadline) {
-			e.t.Fatalf("rollout %s: %d of %d outcomes after %v (last error: %v)", eventID, len(last.Outcomes), last.Planned, rolloutTimeout, err)
+			e.t.Fatalf("rollout %s: %d of %d outcomes after %v (last error: %v)", eventID, len(last.Outcomes), last.Planned, within, err)
 		}
 		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			e.t.Logf("following %s: %v; following again", eventID, err)
