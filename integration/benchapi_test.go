@@ -71,12 +71,23 @@ func (u apiUse) since(before apiUse) apiUse {
 	return d
 }
 
+// String prints every request and watch event counted, most first, the
+// few a move makes once (which perVM leaves out) among them.
+func (u apiUse) String() string {
+	return u.most(func(float64) bool { return true }, func(v float64) string { return fmt.Sprintf("%.0f", v) })
+}
+
 // perVM prints the requests and watch events per VM moved, most first,
 // leaving out what came to less than one in twenty VMs.
 func (u apiUse) perVM(vms int) string {
+	return u.most(func(v float64) bool { return v/float64(vms) >= 0.05 }, func(v float64) string { return fmt.Sprintf("%.2f", v/float64(vms)) })
+}
+
+// most prints the counts kept, each as shown, most first.
+func (u apiUse) most(keep func(float64) bool, show func(float64) string) string {
 	keys := make([]string, 0, len(u))
 	for k, v := range u {
-		if v/float64(vms) >= 0.05 {
+		if keep(v) {
 			keys = append(keys, k)
 		}
 	}
@@ -88,7 +99,7 @@ func (u apiUse) perVM(vms int) string {
 	})
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %.2f", k, u[k]/float64(vms)))
+		parts = append(parts, k+" "+show(u[k]))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -337,7 +337,7 @@ func (e *env) stoppedRollout(on *fleetOn, swtch bool, profileAPI bool) applyRun 
 	}
 	cpu, api, msgs := readCPU(e.t).since(before), e.readAPI().since(apiBefore), e.readNATS().since(natsBefore)
 	profiled()
-	e.t.Logf("%s: start → first outcome %v, → last %v (%.0f VMs/s)", id, first.Sub(start), last.Sub(start), float64(wrote)/last.Sub(start).Seconds())
+	e.t.Logf("%s: start → first outcome %v, → last %v (%.0f VMs/s); the API server served %v", id, first.Sub(start), last.Sub(start), float64(wrote)/last.Sub(start).Seconds(), api)
 	if swtch {
 		on.swap()
 		e.waitReferencing(on.it)
@@ -380,7 +380,7 @@ func (e *env) stoppedRawLoop(on *fleetOn, swtch bool, profileAPI bool) applyRun 
 	cpu, api := readCPU(e.t).since(before), e.readAPI().since(apiBefore)
 	profiled()
 	unwatch()
-	e.t.Logf("raw loop: %d VMs in %v (%.0f VMs/s)", len(vms), took, float64(len(vms))/took.Seconds())
+	e.t.Logf("raw loop: %d VMs in %v (%.0f VMs/s); the API server served %v", len(vms), took, float64(len(vms))/took.Seconds(), api)
 	if swtch {
 		on.swap()
 		e.waitReferencing(on.it)
