@@ -81,6 +81,15 @@ func TestApplyRepinsThenIsIdempotent(t *testing.T) {
 	if out.Result != events.ResultNextBoot || !out.Wrote || out.Revision != gen2 || pinOf(t, clients) != gen2 {
 		t.Fatalf("first apply: %+v, pin %s", out, pinOf(t, clients))
 	}
+	// The revision is kvlive's (the pruner's to delete once superseded)
+	// and names the one it took the pin from (what undo moves back to).
+	cr, err := clients.Kube.AppsV1().ControllerRevisions("ns").Get(ctx, gen2, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !instancetype.CreatedByKvlive(cr) || cr.Annotations[instancetype.SupersedesAnnotation] != plan.Target.FromRevision {
+		t.Errorf("revision %s: labels %v, annotations %v; want kvlive's, superseding %s", gen2, cr.Labels, cr.Annotations, plan.Target.FromRevision)
+	}
 	// A redelivery (crash before the ack) finds the VM at the target,
 	// even while the cache still shows the old pin.
 	out, err = a.apply(ctx, plan)

@@ -225,11 +225,7 @@ func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.Virtua
 	if err := a.takeTurn(ctx, plan); err != nil {
 		return events.Outcome{}, false, err
 	}
-	if want.Annotations == nil {
-		want.Annotations = map[string]string{}
-	}
-	want.Annotations[instancetype.SupersedesAnnotation] = pin.Revision
-	if err := a.ensureRevision(ctx, want); err != nil {
+	if err := a.ensureRevision(ctx, want, pin.Revision); err != nil {
 		return classify(err)
 	}
 	patch, sub := RepinPatch(vm, pin.Field, preference, pin.Revision, want.Name)
@@ -336,7 +332,7 @@ func (a *Applier) ensureReverted(ctx context.Context, vm *virtv1.VirtualMachine,
 		if want.Name != t.Revision {
 			return fmt.Sprintf("revision %s is gone and the snapshot kept is of %s", t.Revision, want.Name), nil
 		}
-		return "", a.ensureRevision(ctx, want)
+		return "", a.ensureRevision(ctx, want, "")
 	}
 	_, err := a.cfg.Clients.Kube.AppsV1().ControllerRevisions(vm.Namespace).Get(ctx, t.Revision, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -452,14 +448,13 @@ func (a *Applier) targetObject(t events.Target) (runtime.Object, string, error) 
 	return live.(runtime.Object), "", nil
 }
 
-// ensureRevision creates the snapshot, labelled as kvlive's (so the
-// pruner may delete it once superseded); finding it already there with the
-// same data (an earlier attempt, or KubeVirt itself) is success.
-func (a *Applier) ensureRevision(ctx context.Context, want *appsv1.ControllerRevision) error {
+// ensureRevision creates the snapshot as kvlive's (instancetype.Kvlives:
+// the pruner may delete it once superseded), naming the revision it
+// supersedes when there is one; finding it already there with the same
+// data (an earlier attempt, or KubeVirt itself) is success.
+func (a *Applier) ensureRevision(ctx context.Context, want *appsv1.ControllerRevision, supersedes string) error {
 	crs := a.cfg.Clients.Kube.AppsV1().ControllerRevisions(want.Namespace)
-	ours := want.DeepCopy()
-	ours.Labels[instancetype.CreatedByLabel] = instancetype.CreatedBy
-	_, err := crs.Create(ctx, ours, metav1.CreateOptions{})
+	_, err := crs.Create(ctx, instancetype.Kvlives(want, supersedes), metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
 		if err != nil {
 			return fmt.Errorf("create ControllerRevision %s/%s: %w", want.Namespace, want.Name, err)

@@ -27,6 +27,25 @@ const (
 // moves the VM back to, which the revision pruner keeps however old it is.
 const SupersedesAnnotation = "kvlive.io/supersedes"
 
+// Kvlives is cr as kvlive creates it: a copy labelled as kvlive's
+// (CreatedByLabel: the pruner may delete it once superseded) and, when
+// supersedes names one, naming the revision whose pin it takes over
+// (SupersedesAnnotation). cr is left as it was.
+func Kvlives(cr *appsv1.ControllerRevision, supersedes string) *appsv1.ControllerRevision {
+	ours := cr.DeepCopy()
+	if ours.Labels == nil {
+		ours.Labels = map[string]string{}
+	}
+	ours.Labels[CreatedByLabel] = CreatedBy
+	if supersedes != "" {
+		if ours.Annotations == nil {
+			ours.Annotations = map[string]string{}
+		}
+		ours.Annotations[SupersedesAnnotation] = supersedes
+	}
+	return ours
+}
+
 // CreatedByKvlive reports whether kvlive created cr.
 func CreatedByKvlive(cr *appsv1.ControllerRevision) bool {
 	return cr.Labels[CreatedByLabel] == CreatedBy

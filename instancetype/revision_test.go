@@ -76,3 +76,26 @@ func TestNewRevisionMatchesKubeVirt(t *testing.T) {
 		t.Error("SameSnapshot ignores a spec difference")
 	}
 }
+
+// TestKvlivesMarksACopy: the revision kvlive creates carries its label
+// beside KubeVirt's, and names what it supersedes only when there is one;
+// the revision it was made from is left as it was.
+func TestKvlivesMarksACopy(t *testing.T) {
+	vm := &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "shop", UID: "vm-uid"}}
+	it := &v1beta1.VirtualMachineClusterInstancetype{ObjectMeta: metav1.ObjectMeta{Name: "u1.medium", UID: "it-uid", Generation: 2}}
+	want, err := NewRevision(vm, it)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := len(want.Labels)
+	ours := Kvlives(want, "web-1-u1.medium-it-uid-1")
+	if !CreatedByKvlive(ours) || len(ours.Labels) != labels+1 || ours.Annotations[SupersedesAnnotation] != "web-1-u1.medium-it-uid-1" {
+		t.Errorf("kvlive's revision: labels %v, annotations %v", ours.Labels, ours.Annotations)
+	}
+	if CreatedByKvlive(want) || want.Annotations != nil {
+		t.Errorf("the revision it was made from changed: labels %v, annotations %v", want.Labels, want.Annotations)
+	}
+	if restored := Kvlives(want, ""); !CreatedByKvlive(restored) || restored.Annotations != nil {
+		t.Errorf("a revision superseding none: annotations %v", restored.Annotations)
+	}
+}

@@ -465,12 +465,7 @@ func rawMove(ctx context.Context, c kube.Clients, vm *virtv1.VirtualMachine, tar
 	// deletes what kvlive did; unlabelled, the loop's revisions were never
 	// anyone's to delete, and every run left one more a VM in etcd and in
 	// kvlive's cache.
-	rev.Labels[instancetype.CreatedByLabel] = instancetype.CreatedBy
-	if rev.Annotations == nil {
-		rev.Annotations = map[string]string{}
-	}
-	rev.Annotations[instancetype.SupersedesAnnotation] = pin.Revision
-	if _, err := c.Kube.AppsV1().ControllerRevisions(vm.Namespace).Create(ctx, rev, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Kube.AppsV1().ControllerRevisions(vm.Namespace).Create(ctx, instancetype.Kvlives(rev, pin.Revision), metav1.CreateOptions{}); err != nil {
 		return err
 	}
 	patch, sub := applier.RepinPatch(vm, pin.Field, false, pin.Revision, rev.Name)

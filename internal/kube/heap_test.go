@@ -63,8 +63,7 @@ func newCachedFleet(tb testing.TB, n int, running func(i int) bool, repins int) 
 				if cr, err = instancetype.NewRevision(vm, edited); err != nil {
 					tb.Fatal(err)
 				}
-				cr.Labels[instancetype.CreatedByLabel] = instancetype.CreatedBy
-				cr.Annotations = map[string]string{instancetype.SupersedesAnnotation: supersedes}
+				cr = instancetype.Kvlives(cr, supersedes)
 			}
 			raw, err := json.Marshal(cr)
 			if err != nil {

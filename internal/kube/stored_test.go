@@ -360,10 +360,7 @@ func kvlivesRevision(t testing.TB, gen int) *appsv1.ControllerRevision {
 	cr := servedRevision(t)
 	nameOf := func(gen int) string { return strings.TrimSuffix(cr.Name, "-1") + "-" + strconv.Itoa(gen) }
 	cr.Name, cr.UID = nameOf(gen), types.UID("9a1f-"+strconv.Itoa(gen))
-	cr.Labels = maps.Clone(cr.Labels)
-	cr.Labels[instancetype.CreatedByLabel] = instancetype.CreatedBy
-	cr.Annotations = map[string]string{instancetype.SupersedesAnnotation: nameOf(gen - 1)}
-	return cr
+	return instancetype.Kvlives(cr, nameOf(gen-1))
 }
 
 // TestStoredRevisionKeepsKvlivesAnnotationWithoutAMap: a revision kvlive
