@@ -102,12 +102,24 @@ func (e *env) metricsOf(p *kvliveProc) string {
 // metricsAddr is the address a kvlive process logged it serves /metrics on.
 func (e *env) metricsAddr(p *kvliveProc) string {
 	e.t.Helper()
-	m := regexp.MustCompile(`serving /metrics, /healthz and /readyz" addr=(\S+)`).FindStringSubmatch(p.out.String())
-	if m == nil {
+	addr, ok := servingAddr(p)
+	if !ok {
 		e.t.Fatalf("kvlive logged no metrics address")
 	}
-	return m[1]
+	return addr
 }
+
+// servingAddr is the address a kvlive process logged it serves /metrics,
+// /healthz and /readyz on, if it has logged it yet.
+func servingAddr(p *kvliveProc) (string, bool) {
+	m := servingLine.FindStringSubmatch(p.out.String())
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
+}
+
+var servingLine = regexp.MustCompile(`serving /metrics, /healthz and /readyz" addr=(\S+)`)
 
 // TestRealKubeVirtGateHoldsOnAPendingHotplug rolls an edit out to three
 // running VMs one at a time on KubeVirt's real virt-controller, with the

@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -207,20 +208,24 @@ func (e *env) waitSettledDown(p *kvliveProc, n int) {
 	})
 }
 
-// waitReady waits, up to within, until kvlive run p says it is ready
-// (kvlive_ready 1: its caches synced, NATS reachable, every change it
-// saw published). The watcher's generations bucket, which an earlier
-// kvlive run filled on the same NATS server, says nothing of a run
-// started later: a timed move must not begin while this one still lists
-// the fleet.
+// waitReady waits, up to within, until kvlive run p answers /readyz
+// with 200 (its caches synced, NATS reachable, every change it saw
+// published), as a readiness probe would. The watcher's generations
+// bucket, which an earlier kvlive run filled on the same NATS server,
+// says nothing of a run started later: a timed move must not begin while
+// this one still lists the fleet.
 func (e *env) waitReady(p *kvliveProc, within time.Duration) {
 	e.t.Helper()
 	e.waitFor("kvlive run to be ready", within, func() (bool, string) {
-		if !strings.Contains(p.out.String(), "serving /metrics") {
-			return false, "it has not said where it serves /metrics yet"
+		addr, ok := servingAddr(p)
+		if !ok {
+			return false, "it has not said where it serves /readyz yet"
 		}
-		m := e.metricsOf(p)
-		return strings.Contains(m, "\nkvlive_ready 1\n"), metricLines(m, "kvlive_ready")
+		code, body, err := httpGet("http://" + addr + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		return code == http.StatusOK, body
 	})
 }
 
@@ -530,12 +535,9 @@ func (e *env) logRevisions() {
 		return
 	}
 	pinned := map[string]bool{}
-	for _, vm := range vms.Items {
-		if it := vm.Spec.Instancetype; it != nil && it.RevisionName != "" {
-			pinned[vm.Namespace+"/"+it.RevisionName] = true
-		}
-		if r := vm.Status.InstancetypeRef; r != nil && r.ControllerRevisionRef != nil {
-			pinned[vm.Namespace+"/"+r.ControllerRevisionRef.Name] = true
+	for i := range vms.Items {
+		if pin, err := instancetype.PinOf(&vms.Items[i], false); err == nil {
+			pinned[vms.Items[i].Namespace+"/"+pin.Revision] = true
 		}
 	}
 	kinds, generations := map[string]int{}, map[string]int{}
