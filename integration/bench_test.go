@@ -784,7 +784,8 @@ func benchRSS(t *testing.T, tab *benchTable) {
 // logGoMemory scrapes kvlive run's metrics and logs where its Go runtime
 // says its memory is (the go_memstats_ metrics): what the heap holds, what
 // it has freed but kept, what it gave back, the next collection's goal and
-// the stacks.
+// the stacks; and the collection target then in force (GOGC, which kvlive
+// run lowers once idle) and how long ago the last collection ran.
 func (e *env) logGoMemory(p *kvliveProc) {
 	e.t.Helper()
 	_, body, err := httpGet("http://" + e.metricsAddr(p) + "/metrics")
@@ -793,6 +794,14 @@ func (e *env) logGoMemory(p *kvliveProc) {
 	}
 	var parts []string
 	for line := range strings.Lines(body) {
+		if v, ok := strings.CutPrefix(line, "go_gc_gogc_percent "); ok {
+			parts = append(parts, "GOGC "+strings.TrimSpace(v))
+		}
+		if v, ok := strings.CutPrefix(line, "go_memstats_last_gc_time_seconds "); ok {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+				parts = append(parts, fmt.Sprintf("last collection %v ago", time.Since(time.Unix(0, int64(f*1e9))).Round(100*time.Millisecond)))
+			}
+		}
 		for _, name := range []string{"heap_alloc", "heap_inuse", "heap_idle", "heap_released", "next_gc", "stack_inuse", "sys"} {
 			if v, ok := strings.CutPrefix(line, "go_memstats_"+name+"_bytes "); ok {
 				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
