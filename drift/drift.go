@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 
-	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -22,12 +21,15 @@ import (
 type Source interface {
 	// VMsWithoutTemplates yields the cached VMs of namespace ("" for all)
 	// that selector (nil for all) matches, one at a time and without their
-	// templates, which Measure does not read.
+	// templates, which Measure does not read; a VM yielded holds until the
+	// next one comes.
 	VMsWithoutTemplates(namespace string, selector labels.Selector) iter.Seq[*virtv1.VirtualMachine]
-	// VMI returns the cached VMI of VM namespace/name, or nil.
-	VMI(namespace, name string) *virtv1.VirtualMachineInstance
-	// Revision returns a cached instancetype ControllerRevision.
-	Revision(namespace, name string) (*appsv1.ControllerRevision, bool)
+	// VMIStatus returns the status of VM namespace/name's cached VMI, and
+	// false when it has none.
+	VMIStatus(namespace, name string) (virtv1.VirtualMachineInstanceStatus, bool)
+	// RevisionLabels returns a cached instancetype ControllerRevision's
+	// labels.
+	RevisionLabels(namespace, name string) (map[string]string, bool)
 	// Object returns the live instance type or preference ref names, or nil.
 	Object(ref events.Ref) any
 }
@@ -115,21 +117,26 @@ func (r Row) NotLatest() int { return r.Behind + r.Unknown }
 // stand. Rows are sorted by object; a VM referencing an instance type and
 // a preference is counted under both.
 func Measure(src Source, f Filter) []Row {
-	tallies := map[string]*tally{}
+	// tallies are by index key, which refs written differently share;
+	// byRef finds a ref's without making its key for every VM.
+	tallies, byRef := map[string]*tally{}, map[events.Ref]*tally{}
 	for vm := range src.VMsWithoutTemplates(f.Namespace, f.Selector) {
-		vmi := src.VMI(vm.Namespace, vm.Name)
+		vmi, running := src.VMIStatus(vm.Namespace, vm.Name)
 		for _, preference := range []bool{false, true} {
 			ref, ok := instancetype.RefOf(vm, preference)
 			if !ok || (f.Object != nil && ref.Key() != f.Object.Key()) {
 				continue
 			}
-			t := tallies[ref.Key()]
+			t := byRef[ref]
 			if t == nil {
-				t = newTally(src, ref)
-				t.countsOnly = f.CountsOnly
-				tallies[ref.Key()] = t
+				if t = tallies[ref.Key()]; t == nil {
+					t = newTally(src, ref)
+					t.countsOnly = f.CountsOnly
+					tallies[ref.Key()] = t
+				}
+				byRef[ref] = t
 			}
-			t.add(standing(src, vm, vmi, preference, t))
+			t.add(standing(src, vm, vmi, running, preference, t))
 		}
 	}
 	out := make([]Row, 0, len(tallies))
@@ -161,18 +168,19 @@ func newTally(src Source, ref events.Ref) *tally {
 	return t
 }
 
-// standing reads one VM's pin of one reference against row's object.
-func standing(src Source, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, preference bool, row *tally) VM {
-	v := VM{Namespace: vm.Namespace, Name: vm.Name, Stopped: vmi == nil || vmi.IsFinal()}
+// standing reads one VM's pin of one reference against row's object,
+// with its VMI's status when it is running.
+func standing(src Source, vm *virtv1.VirtualMachine, vmi virtv1.VirtualMachineInstanceStatus, running, preference bool, row *tally) VM {
+	v := VM{Namespace: vm.Namespace, Name: vm.Name, Stopped: !running || vmi.Phase == virtv1.Failed || vmi.Phase == virtv1.Succeeded}
 	_, v.RestartRequired = instancetype.RestartRequired(vm)
-	v.HotplugPending = !v.Stopped && len(instancetype.HotplugPending(vmi)) > 0
+	v.HotplugPending = !v.Stopped && len(instancetype.HotplugPending(&virtv1.VirtualMachineInstance{Status: vmi})) > 0
 	pin, err := instancetype.PinOf(vm, preference)
 	if err != nil {
 		v.State, v.Reason = StateUnpinned, err.Error()
 		return v
 	}
 	v.Revision = pin.Revision
-	cr, ok := src.Revision(vm.Namespace, pin.Revision)
+	revisionLabels, ok := src.RevisionLabels(vm.Namespace, pin.Revision)
 	switch {
 	case !ok:
 		v.State, v.Reason = StateUnknown, fmt.Sprintf("pinned ControllerRevision %s/%s not found", vm.Namespace, pin.Revision)
@@ -181,8 +189,8 @@ func standing(src Source, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineI
 		v.State, v.Reason = StateUnknown, row.Object.String()+" does not exist"
 		return v
 	}
-	uid := cr.Labels[instancetypeapi.ControllerRevisionObjectUIDLabel]
-	v.Generation, _ = strconv.ParseInt(cr.Labels[instancetypeapi.ControllerRevisionObjectGenerationLabel], 10, 64)
+	uid := revisionLabels[instancetypeapi.ControllerRevisionObjectUIDLabel]
+	v.Generation, _ = strconv.ParseInt(revisionLabels[instancetypeapi.ControllerRevisionObjectGenerationLabel], 10, 64)
 	switch {
 	case uid != "" && uid != row.uid:
 		v.State, v.Reason = StateUnknown, fmt.Sprintf("pinned to a deleted %s of the same name (uid %s)", row.Object, uid)

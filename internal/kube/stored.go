@@ -175,11 +175,20 @@ func (s *storedVM) storePin(to *storedRef, r *virtv1.InstancetypeStatusRef, set,
 // withoutTemplate is the VM as it was stored, without its template, in a
 // struct of its own that shares everything else with the stored one.
 func (s *storedVM) withoutTemplate() *virtv1.VirtualMachine {
+	vm := new(virtv1.VirtualMachine)
+	s.fillWithoutTemplate(vm, nil)
+	return vm
+}
+
+// fillWithoutTemplate sets vm to the VM as it was stored, without its
+// template, sharing everything else with the stored one; the small structs
+// its references point to are refs' (nil: allocated).
+func (s *storedVM) fillWithoutTemplate(vm *virtv1.VirtualMachine, refs *vmRefs) {
 	if s.typed != nil {
-		vm := *s.typed
-		return &vm
+		*vm = *s.typed
+		return
 	}
-	vm := &virtv1.VirtualMachine{ObjectMeta: s.meta}
+	*vm = virtv1.VirtualMachine{ObjectMeta: s.meta}
 	if s.kinded {
 		vm.TypeMeta = vmTypeMeta
 	}
@@ -189,28 +198,70 @@ func (s *storedVM) withoutTemplate() *virtv1.VirtualMachine {
 		spec.RunStrategy = &s.runStrategy
 	}
 	if r := s.instancetype; s.refs&specInstancetype != 0 {
-		spec.Instancetype = &virtv1.InstancetypeMatcher{Name: r.name, Kind: r.kind, RevisionName: r.revisionName}
+		spec.Instancetype = refs.instancetype(virtv1.InstancetypeMatcher{Name: r.name, Kind: r.kind, RevisionName: r.revisionName})
 	}
 	if r := s.preference; s.refs&specPreference != 0 {
-		spec.Preference = &virtv1.PreferenceMatcher{Name: r.name, Kind: r.kind, RevisionName: r.revisionName}
+		spec.Preference = refs.preference(virtv1.PreferenceMatcher{Name: r.name, Kind: r.kind, RevisionName: r.revisionName})
 	}
 	st.Created, st.Ready, st.PrintableStatus, st.RunStrategy, st.Conditions = s.created, s.ready, s.printableStatus, s.statusRunStrategy, s.conditions
 	st.ObservedGeneration, st.DesiredGeneration = s.observedGeneration, s.desiredGeneration
-	st.InstancetypeRef = s.pin(s.instancetypeRef, pinInstancetype, pinInstancetypeRevision)
-	st.PreferenceRef = s.pin(s.preferenceRef, pinPreference, pinPreferenceRevision)
-	return vm
+	st.InstancetypeRef = s.pin(s.instancetypeRef, pinInstancetype, pinInstancetypeRevision, refs, 0)
+	st.PreferenceRef = s.pin(s.preferenceRef, pinPreference, pinPreferenceRevision, refs, 1)
 }
 
-// pin is r as a status pin, or nil when unset.
-func (s *storedVM) pin(r storedRef, set, revision refBits) *virtv1.InstancetypeStatusRef {
+// pin is r as a status pin (refs' pin i), or nil when unset.
+func (s *storedVM) pin(r storedRef, set, revision refBits, refs *vmRefs, i int) *virtv1.InstancetypeStatusRef {
 	if s.refs&set == 0 {
 		return nil
 	}
-	p := &virtv1.InstancetypeStatusRef{Name: r.name, Kind: r.kind}
+	p := refs.pin(i, virtv1.InstancetypeStatusRef{Name: r.name, Kind: r.kind})
 	if s.refs&revision != 0 {
-		p.ControllerRevisionRef = &virtv1.ControllerRevisionRef{Name: r.revisionName}
+		p.ControllerRevisionRef = refs.revision(i, virtv1.ControllerRevisionRef{Name: r.revisionName})
 	}
 	return p
+}
+
+// vmRefs are the small structs a VM read without its template points to,
+// kept beside a VM that is filled again and again (a scan of the fleet:
+// Cache.VMsWithoutTemplates), so that no read allocates them. A nil
+// vmRefs allocates each.
+type vmRefs struct {
+	instancetypeM virtv1.InstancetypeMatcher
+	preferenceM   virtv1.PreferenceMatcher
+	pins          [2]virtv1.InstancetypeStatusRef
+	revisions     [2]virtv1.ControllerRevisionRef
+}
+
+func (x *vmRefs) instancetype(m virtv1.InstancetypeMatcher) *virtv1.InstancetypeMatcher {
+	if x == nil {
+		return &m
+	}
+	x.instancetypeM = m
+	return &x.instancetypeM
+}
+
+func (x *vmRefs) preference(m virtv1.PreferenceMatcher) *virtv1.PreferenceMatcher {
+	if x == nil {
+		return &m
+	}
+	x.preferenceM = m
+	return &x.preferenceM
+}
+
+func (x *vmRefs) pin(i int, p virtv1.InstancetypeStatusRef) *virtv1.InstancetypeStatusRef {
+	if x == nil {
+		return &p
+	}
+	x.pins[i] = p
+	return &x.pins[i]
+}
+
+func (x *vmRefs) revision(i int, c virtv1.ControllerRevisionRef) *virtv1.ControllerRevisionRef {
+	if x == nil {
+		return &c
+	}
+	x.revisions[i] = c
+	return &x.revisions[i]
 }
 
 // object is the VM as it was stored, its template decoded, sharing
@@ -263,14 +314,18 @@ func storeVMI(vmi *virtv1.VirtualMachineInstance) *storedVMI {
 
 // object is the VMI as instancetype.TrimVMI left it.
 func (s *storedVMI) object() *virtv1.VirtualMachineInstance {
-	vmi := &virtv1.VirtualMachineInstance{TypeMeta: s.typ, ObjectMeta: s.meta}
+	vmi := &virtv1.VirtualMachineInstance{TypeMeta: s.typ, ObjectMeta: s.meta, Status: s.status()}
 	vmi.Spec.Architecture = s.architecture
 	vmi.Spec.Domain.CPU, vmi.Spec.Domain.Memory = s.cpu, s.memory
-	vmi.Status = virtv1.VirtualMachineInstanceStatus{
+	return vmi
+}
+
+// status is the VMI's status as it was stored.
+func (s *storedVMI) status() virtv1.VirtualMachineInstanceStatus {
+	return virtv1.VirtualMachineInstanceStatus{
 		Phase: s.phase, Conditions: s.conditions, Memory: s.memoryStatus, CurrentCPUTopology: s.topology,
 		MigrationState: s.migration, VirtualMachineRevisionName: s.revisionName,
 	}
-	return vmi
 }
 
 // asVM is the VM an informer holds as obj, stored or typed (a CacheOf's,
@@ -281,20 +336,6 @@ func asVM(obj any) *virtv1.VirtualMachine {
 		return o.object()
 	case *virtv1.VirtualMachine:
 		return o
-	}
-	return nil
-}
-
-// withoutTemplate is the VM an informer holds as obj without its
-// template: a copy of the VM, sharing everything else with it.
-func withoutTemplate(obj any) *virtv1.VirtualMachine {
-	switch o := obj.(type) {
-	case *storedVM:
-		return o.withoutTemplate()
-	case *virtv1.VirtualMachine:
-		vm := *o
-		vm.Spec.Template = nil
-		return &vm
 	}
 	return nil
 }
