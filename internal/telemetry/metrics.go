@@ -449,49 +449,52 @@ func (m *Metrics) Serve(ctx context.Context, ln net.Listener, ready func() error
 	return nil
 }
 
-// VMsBehind exports kvlive_vms_behind{object}: per instance type and
-// preference, the VMs not known to be on its latest generation, counted by
-// behind at scrape time from the process's cache (no API calls). While
-// the cache has not synced (ok false) nothing is exported rather than a
-// count of part of the fleet.
-func (m *Metrics) VMsBehind(behind func() (counts map[string]int, ok bool)) {
+// FleetDrift exports, per instance type and preference, counted by
+// measure at scrape time from the process's cache (no API calls):
+//   - kvlive_vms_behind{object}: the VMs not known to be on its latest
+//     generation;
+//   - kvlive_vms_hotplug_pending{object}: the running VMs whose hot-plugged
+//     CPU or memory waits for the live migration that brings it to the
+//     guest.
+//
+// One measure of the fleet answers both (at 100,000 VMs a measure is a
+// scan of every VM). While the cache has not synced (ok false) nothing is
+// exported rather than a count of part of the fleet.
+func (m *Metrics) FleetDrift(measure func() (behind, hotplugPending map[string]int, ok bool)) {
 	if m == nil {
 		return
 	}
-	m.Registry.MustRegister(&behindCollector{behind: behind, desc: prometheus.NewDesc("kvlive_vms_behind",
-		"VMs referencing an instance type or preference that are pinned to an older generation of it or to one kvlive cannot compare (revision gone, object re-created), from the cache at scrape time; kvlive drift shows which.",
-		[]string{"object"}, nil)})
+	m.Registry.MustRegister(&driftCollector{measure: measure,
+		behind: prometheus.NewDesc("kvlive_vms_behind",
+			"VMs referencing an instance type or preference that are pinned to an older generation of it or to one kvlive cannot compare (revision gone, object re-created), from the cache at scrape time; kvlive drift shows which.",
+			[]string{"object"}, nil),
+		hotplugPending: prometheus.NewDesc("kvlive_vms_hotplug_pending",
+			"Running VMs referencing an instance type or preference whose hot-plugged CPU or memory waits on the VMI for the live migration that brings it to the guest (HotVCPUChange/HotMemoryChange), from the cache at scrape time; kvlive drift shows which.",
+			[]string{"object"}, nil)})
 }
 
-// VMsHotplugPending exports kvlive_vms_hotplug_pending{object}: per
-// instance type and preference, the running VMs whose hot-plugged CPU or
-// memory waits for the live migration that brings it to the guest, from
-// the cache at scrape time, as VMsBehind.
-func (m *Metrics) VMsHotplugPending(pending func() (counts map[string]int, ok bool)) {
-	if m == nil {
-		return
-	}
-	m.Registry.MustRegister(&behindCollector{behind: pending, desc: prometheus.NewDesc("kvlive_vms_hotplug_pending",
-		"Running VMs referencing an instance type or preference whose hot-plugged CPU or memory waits on the VMI for the live migration that brings it to the guest (HotVCPUChange/HotMemoryChange), from the cache at scrape time; kvlive drift shows which.",
-		[]string{"object"}, nil)})
+// driftCollector turns each scrape's one measure of the fleet into one
+// gauge per object of each of its counts; objects no VM references any
+// more have no series.
+type driftCollector struct {
+	measure                func() (map[string]int, map[string]int, bool)
+	behind, hotplugPending *prometheus.Desc
 }
 
-// behindCollector turns one count per object into one gauge per object at
-// each scrape; objects no VM references any more have no series.
-type behindCollector struct {
-	behind func() (map[string]int, bool)
-	desc   *prometheus.Desc
+func (c *driftCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.behind
+	ch <- c.hotplugPending
 }
 
-func (c *behindCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
-
-func (c *behindCollector) Collect(ch chan<- prometheus.Metric) {
-	counts, ok := c.behind()
+func (c *driftCollector) Collect(ch chan<- prometheus.Metric) {
+	behind, hotplugPending, ok := c.measure()
 	if !ok {
 		return
 	}
-	for object, n := range counts {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), object)
+	for desc, counts := range map[*prometheus.Desc]map[string]int{c.behind: behind, c.hotplugPending: hotplugPending} {
+		for object, n := range counts {
+			ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(n), object)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -78,4 +79,41 @@ func TestNATSAsyncErrorsAreExported(t *testing.T) {
 		}
 	}
 	t.Error("kvlive_nats_async_errors_total is not exported")
+}
+
+// TestFleetDriftMeasuresOncePerScrape: a scrape measures the fleet once
+// for both of its drift gauges (each measure a scan of every cached VM),
+// and exports each count by object; before the cache has synced it
+// exports neither.
+func TestFleetDriftMeasuresOncePerScrape(t *testing.T) {
+	m, measures, synced := New(), 0, false
+	m.FleetDrift(func() (map[string]int, map[string]int, bool) {
+		measures++
+		return map[string]int{"clusterinstancetype/u1.medium": 3}, map[string]int{"clusterinstancetype/u1.medium": 1}, synced
+	})
+	gauges := func() map[string]float64 {
+		families, err := m.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, f := range families {
+			for _, metric := range f.GetMetric() {
+				for _, l := range metric.GetLabel() {
+					if l.GetName() == "object" {
+						got[f.GetName()+" "+l.GetValue()] = metric.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+		return got
+	}
+	if got := gauges(); len(got) != 0 || measures != 1 {
+		t.Errorf("before the cache synced: %v after %d measures; want nothing after 1", got, measures)
+	}
+	synced = true
+	want := map[string]float64{"kvlive_vms_behind clusterinstancetype/u1.medium": 3, "kvlive_vms_hotplug_pending clusterinstancetype/u1.medium": 1}
+	if got := gauges(); !maps.Equal(got, want) || measures != 2 {
+		t.Errorf("a scrape exported %v after %d measures in all; want %v after 2", got, measures, want)
+	}
 }

@@ -192,25 +192,15 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Metrics.VMsBehind(func() (map[string]int, bool) {
+	cfg.Metrics.FleetDrift(func() (behind, hotplugPending map[string]int, ok bool) {
 		if !fleet.HasSynced() {
-			return nil, false
+			return nil, nil, false
 		}
-		counts := map[string]int{}
+		behind, hotplugPending = map[string]int{}, map[string]int{}
 		for _, row := range drift.Measure(fleet, drift.Filter{CountsOnly: true}) {
-			counts[row.Object.String()] = row.NotLatest()
+			behind[row.Object.String()], hotplugPending[row.Object.String()] = row.NotLatest(), row.HotplugPending
 		}
-		return counts, true
-	})
-	cfg.Metrics.VMsHotplugPending(func() (map[string]int, bool) {
-		if !fleet.HasSynced() {
-			return nil, false
-		}
-		counts := map[string]int{}
-		for _, row := range drift.Measure(fleet, drift.Filter{CountsOnly: true}) {
-			counts[row.Object.String()] = row.HotplugPending
-		}
-		return counts, true
+		return behind, hotplugPending, true
 	})
 	ctx, cancel := context.WithCancel(ctx)
 	group, ctx := errgroup.WithContext(ctx)
