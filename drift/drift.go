@@ -170,10 +170,11 @@ func newTally(src Source, ref events.Ref) *tally {
 
 // standing reads one VM's pin of one reference against row's object,
 // with its VMI's status when it is running.
-func standing(src Source, vm *virtv1.VirtualMachine, vmi virtv1.VirtualMachineInstanceStatus, running, preference bool, row *tally) VM {
-	v := VM{Namespace: vm.Namespace, Name: vm.Name, Stopped: !running || vmi.Phase == virtv1.Failed || vmi.Phase == virtv1.Succeeded}
+func standing(src Source, vm *virtv1.VirtualMachine, status virtv1.VirtualMachineInstanceStatus, running, preference bool, row *tally) VM {
+	vmi := virtv1.VirtualMachineInstance{Status: status}
+	v := VM{Namespace: vm.Namespace, Name: vm.Name, Stopped: !running || vmi.IsFinal()}
 	_, v.RestartRequired = instancetype.RestartRequired(vm)
-	v.HotplugPending = !v.Stopped && len(instancetype.HotplugPending(&virtv1.VirtualMachineInstance{Status: vmi})) > 0
+	v.HotplugPending = !v.Stopped && len(instancetype.HotplugPending(&vmi)) > 0
 	pin, err := instancetype.PinOf(vm, preference)
 	if err != nil {
 		v.State, v.Reason = StateUnpinned, err.Error()

@@ -123,3 +123,26 @@ func TestMeasureFilters(t *testing.T) {
 }
 
 var _ drift.Source = (*kube.Cache)(nil)
+
+// TestAFinishedVMIIsStopped: a VM whose VMI has finished (Succeeded,
+// Failed) is stopped, as KubeVirt's IsFinal says, and a hot-plug
+// condition left on that VMI waits for no migration.
+func TestAFinishedVMIIsStopped(t *testing.T) {
+	it := testenv.ClusterInstancetype("u1.medium", 2, "4Gi")
+	objs := []runtime.Object{it}
+	for _, phase := range []virtv1.VirtualMachineInstancePhase{virtv1.Succeeded, virtv1.Failed} {
+		vm := testenv.VM("team-a", string(phase), it.Name)
+		vmi := testenv.RunningVMI(vm.Namespace, vm.Name)
+		vmi.Status.Phase = phase
+		vmi.Status.Conditions = append(vmi.Status.Conditions, virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceVCPUChange, Status: corev1.ConditionTrue})
+		objs = append(objs, testenv.Pin(t, vm, it), vm, vmi)
+	}
+	c, err := kube.CacheOf(objs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := drift.Measure(c, drift.Filter{CountsOnly: true})
+	if len(rows) != 1 || rows[0].Total != 2 || rows[0].Stopped != 2 || rows[0].HotplugPending != 0 {
+		t.Errorf("rows = %+v; want 2 VMs, both stopped, none waiting for a migration", rows)
+	}
+}
