@@ -198,7 +198,8 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		}
 		behind, hotplugPending = map[string]int{}, map[string]int{}
 		for _, row := range drift.Measure(fleet, drift.Filter{CountsOnly: true}) {
-			behind[row.Object.String()], hotplugPending[row.Object.String()] = row.NotLatest(), row.HotplugPending
+			object := row.Object.String()
+			behind[object], hotplugPending[object] = row.NotLatest(), row.HotplugPending
 		}
 		return behind, hotplugPending, true
 	})
