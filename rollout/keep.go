@@ -50,6 +50,9 @@ type Keeper struct {
 	Now func() time.Time
 
 	reported map[string]bool // rollouts already logged as kept
+	// accounted, when set, is told of each rollout whose account a
+	// sweep's settle check reads (tests).
+	accounted func(id string)
 }
 
 // Swept is what one sweep did.
@@ -176,8 +179,24 @@ func (k *Keeper) settle(ctx context.Context, records map[string]time.Time, contr
 	}
 	marked := 0
 	for id, created := range records {
-		if c, ok := controls[id]; (ok && !c.Settled.IsZero()) || now.Sub(created) < grace {
+		c, ok := controls[id]
+		if (ok && !c.Settled.IsZero()) || now.Sub(created) < grace {
 			continue // marked, or planned too recently to have been quiet
+		}
+		// A rollout busy within the grace is not marked whatever its
+		// account says: the outcomes of a large one are not read (some
+		// 100,000 decoded) every sweep while it runs, nor every sweep of
+		// the grace after its last one. What happened since is checked
+		// again below, after the account.
+		last, err := lastActivityOf(ctx, k.JS, id, created, c.Control)
+		if err != nil {
+			return marked, err
+		}
+		if now.Sub(last) < grace {
+			continue
+		}
+		if k.accounted != nil {
+			k.accounted(id)
 		}
 		a, err := AccountOf(ctx, k.JS, id)
 		if errors.Is(err, ErrNoRollout) {
@@ -189,8 +208,7 @@ func (k *Keeper) settle(ctx context.Context, records map[string]time.Time, contr
 		if !a.Done() {
 			continue
 		}
-		last, err := lastActivity(ctx, k.JS, a)
-		if err != nil {
+		if last, err = lastActivity(ctx, k.JS, a); err != nil {
 			return marked, err
 		}
 		if now.Sub(last) < grace {
@@ -202,7 +220,7 @@ func (k *Keeper) settle(ctx context.Context, records map[string]time.Time, contr
 		if err := k.restartAfter(ctx, a, now); err != nil {
 			return marked, err
 		}
-		ok, err := store.MarkSettled(ctx, id, a.Control, now)
+		ok, err = store.MarkSettled(ctx, id, a.Control, now)
 		if err != nil {
 			return marked, err
 		}
@@ -308,18 +326,25 @@ func (k *Keeper) ageOut(ctx context.Context, id string, cutoff time.Time) (bool,
 // planned, a VM got an outcome, a verdict or a dead letter, an operator
 // steered it or reopened it (dlq retry).
 func lastActivity(ctx context.Context, js jetstream.JetStream, a Account) (time.Time, error) {
-	last := a.Since
-	for _, t := range []time.Time{a.Control.At, a.Control.BatchAt, a.Control.GateAt, a.Control.Reopened} {
+	return lastActivityOf(ctx, js, a.EventID, a.Since, a.Control)
+}
+
+// lastActivityOf is lastActivity from what is read without the account:
+// since (when the rollout was planned, or its last outcome), the control
+// record c, and the last message of each of its record subjects.
+func lastActivityOf(ctx context.Context, js jetstream.JetStream, id string, since time.Time, c events.Control) (time.Time, error) {
+	last := since
+	for _, t := range []time.Time{c.At, c.BatchAt, c.GateAt, c.Reopened} {
 		last = latest(last, t)
 	}
-	for _, r := range a.Control.Retries {
+	for _, r := range c.Retries {
 		last = latest(last, r.At)
 	}
 	for _, s := range []struct{ stream, filter string }{
-		{events.StreamOutcomes, events.OutcomesOf(a.EventID, "")},
-		{events.StreamOutcomes, events.VerdictsOf(a.EventID)},
-		{events.StreamOutcomes, events.ReobservedIn("", a.EventID)},
-		{events.StreamDLQ, events.DeadLettersOf(a.EventID)},
+		{events.StreamOutcomes, events.OutcomesOf(id, "")},
+		{events.StreamOutcomes, events.VerdictsOf(id)},
+		{events.StreamOutcomes, events.ReobservedIn("", id)},
+		{events.StreamDLQ, events.DeadLettersOf(id)},
 	} {
 		st, err := js.Stream(ctx, s.stream)
 		if err != nil {
@@ -329,7 +354,7 @@ func lastActivity(ctx context.Context, js jetstream.JetStream, a Account) (time.
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 		case err != nil:
-			return last, fmt.Errorf("keep: last of %s in %s: %w", a.EventID, s.stream, err)
+			return last, fmt.Errorf("keep: last of %s in %s: %w", id, s.stream, err)
 		default:
 			last = latest(last, m.Time)
 		}
