@@ -68,3 +68,23 @@ func exported(scrape, name string) bool {
 	}
 	return false
 }
+
+// TestKeeperCountsTheRolloutsItSettles: kvlive run's records keeper tells
+// how many rollouts it has not marked settled (kvlive_rollouts_open) and
+// how many it marked (kvlive_rollouts_settled_total): an edit's rollout,
+// its outcomes and verdicts stored, is marked once it has been quiet for a
+// sweep period, and logged as settled.
+func TestKeeperCountsTheRolloutsItSettles(t *testing.T) {
+	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itMedium: 4}})
+	p := e.runKvlive("first", "--observe-timeout", "5s", "--max-age", "40s") // sweeps every 10 s
+	e.waitGenerations()
+	_, eventID := e.editInstancetype(itMedium, 3, "6Gi")
+	e.follow(eventID)
+	e.checkVerdicts(eventID, time.Minute)
+	e.waitFor("the keeper to mark the edit's rollout settled", time.Minute, func() (bool, string) {
+		m := e.metricsOf(p)
+		return strings.Contains(m, "\nkvlive_rollouts_settled_total 1\n") && strings.Contains(m, "\nkvlive_rollouts_open 0\n") &&
+				strings.Contains(p.out.String(), `msg="rollout settled: plans of it no longer move VMs" event=`+eventID),
+			metricLines(m, "kvlive_rollouts_settled_total") + "; " + metricLines(m, "kvlive_rollouts_open")
+	})
+}

@@ -44,6 +44,11 @@ type Keeper struct {
 	// rollouts it kept past the horizon.
 	AgedOut func(what string, n int)
 	Kept    func(n int)
+	// Marked, when set, is told after each sweep's settle check how many
+	// rollouts it marked settled and how many recorded ones it left open
+	// (running, paused, verifying, or quiet for less than
+	// KeepEvery(Horizon)).
+	Marked func(marked, open int)
 	// Failed, when set, is told of each sweep that failed.
 	Failed func()
 	// Now is the clock (time.Now when nil).
@@ -123,6 +128,15 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 	}
 	if sw.Settled, err = k.settle(ctx, records, controls, now); err != nil {
 		return sw, err
+	}
+	if k.Marked != nil {
+		open := -sw.Settled
+		for id := range records {
+			if c, ok := controls[id]; !ok || c.Settled.IsZero() {
+				open++
+			}
+		}
+		k.Marked(sw.Settled, open)
 	}
 	if k.Horizon <= 0 {
 		return sw, nil

@@ -178,22 +178,29 @@ func TestKeeperMarksSettledRolloutsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &Keeper{JS: js, Horizon: time.Hour}
+	var told [2]int // what the last sweep told Marked
+	k := &Keeper{JS: js, Horizon: time.Hour, Marked: func(marked, open int) { told = [2]int{marked, open} }}
 	if sw, err := k.Sweep(ctx); err != nil || sw.Settled != 0 {
 		t.Fatalf("right after the last outcome: %+v %v, want nothing marked yet", sw, err)
+	}
+	if told != [2]int{0, 3} {
+		t.Errorf("told %d marked, %d open; want 0 and 3 (complete, paused, running)", told[0], told[1])
 	}
 	later := time.Now().Add(2 * KeepEvery(time.Hour))
 	k.Now = func() time.Time { return later }
 	if sw, err := k.Sweep(ctx); err != nil || sw.Settled != 1 {
 		t.Fatalf("a period later: %+v %v, want the complete rollout marked", sw, err)
 	}
+	if told != [2]int{1, 2} {
+		t.Errorf("told %d marked, %d open; want 1 and 2 (paused, running)", told[0], told[1])
+	}
 	for id, want := range map[string]bool{"complete": true, "paused": false, "running": false} {
 		if c, _, err := store.Get(ctx, id); err != nil || c.Settled.IsZero() == want {
 			t.Errorf("%s: settled %v (%v), want marked %v", id, c.Settled, err, want)
 		}
 	}
-	if sw, err := k.Sweep(ctx); err != nil || sw.Settled != 0 {
-		t.Errorf("a second sweep: %+v %v, want nothing marked again", sw, err)
+	if sw, err := k.Sweep(ctx); err != nil || sw.Settled != 0 || told != [2]int{0, 2} {
+		t.Errorf("a second sweep: %+v %v, told %v; want nothing marked again, 2 open", sw, err, told)
 	}
 	if err := store.Reopen(ctx, "complete", later); err != nil {
 		t.Fatal(err)

@@ -35,6 +35,8 @@ type Metrics struct {
 	drainFailed     *prometheus.CounterVec
 	agedOut         *prometheus.CounterVec
 	keptPastHorizon prometheus.Gauge
+	rolloutsSettled prometheus.Counter
+	rolloutsOpen    prometheus.Gauge
 	sweepsFailed    prometheus.Counter
 	notifyFailed    prometheus.Counter
 	verdicts        *prometheus.CounterVec
@@ -143,8 +145,14 @@ func New() *Metrics {
 		keptPastHorizon: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvlive_rollouts_kept_past_horizon", Help: "Rollouts older than the replay horizon whose records are kept because they have not settled (paused, waiting for a promote, plans in flight), as the last sweep found.",
 		}),
+		rolloutsSettled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvlive_rollouts_settled_total", Help: "Rollouts the records keeper marked settled: finished, and quiet for its sweep period; plans of them no longer move VMs.",
+		}),
+		rolloutsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvlive_rollouts_open", Help: "Recorded rollouts not marked settled (running, paused, verifying, or finished less than a sweep period ago), as the records keeper's last sweep found.",
+		}),
 	}
-	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.sweepsFailed, m.notifyFailed, m.verdicts, m.verdictFailed, m.pruned, m.pruneFailed, m.pruneYieldEnded,
+	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.rolloutsSettled, m.rolloutsOpen, m.sweepsFailed, m.notifyFailed, m.verdicts, m.verdictFailed, m.pruned, m.pruneFailed, m.pruneYieldEnded,
 		m.mismatches, m.migrationWaits, m.migrationSlots, m.slotsGivenUp, m.migrationFails, m.previews, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.zeroSeries()
 	return m
@@ -302,6 +310,15 @@ func (m *Metrics) AgedOut(what string, n int) {
 func (m *Metrics) KeptPastHorizon(n int) {
 	if m != nil {
 		m.keptPastHorizon.Set(float64(n))
+	}
+}
+
+// RolloutsSettled counts the rollouts a sweep of the records keeper
+// marked settled and sets how many it left open.
+func (m *Metrics) RolloutsSettled(marked, open int) {
+	if m != nil {
+		m.rolloutsSettled.Add(float64(marked))
+		m.rolloutsOpen.Set(float64(open))
 	}
 }
 

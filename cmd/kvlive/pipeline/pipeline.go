@@ -297,7 +297,7 @@ func addPlanner(ctx context.Context, cfg Config, fleet *kube.Cache, recorder rec
 		return nil, err
 	}
 	k := &rollout.Keeper{JS: cfg.JetStream, Horizon: cfg.Horizon, Log: cfg.Log, AgedOut: cfg.Metrics.AgedOut, Kept: cfg.Metrics.KeptPastHorizon,
-		Failed: cfg.Metrics.SweepFailed}
+		Failed: cfg.Metrics.SweepFailed, Marked: cfg.Metrics.RolloutsSettled}
 	previews := &preview.Server{Conn: cfg.JetStream.Conn(), Fleet: fleet, Scope: cfg.Namespace, Log: cfg.Log, Metrics: cfg.Metrics}
 	return []func() error{func() error { return p.Run(ctx) }, func() error { k.Run(ctx); return nil }, func() error { return previews.Run(ctx) }}, nil
 }
