@@ -66,13 +66,16 @@ func setGCPercent(log *slog.Logger) bool {
 // collected at the busy target, would otherwise stay in RSS until the
 // runtime's scavenger returns it, minutes later (a 1,000-VM fleet held
 // 94 MiB RSS after two rollouts with a live heap of 13;
-// docs/performance.md). Settling without a move forces nothing: the
-// pruner looks at every VM that changes, and comes and goes with a cluster
-// whose VMs change often.
-func followActivity(ctx context.Context, log *slog.Logger, moving, settling func() bool, interval time.Duration) {
+// docs/performance.md). It does so again after the records keeper marks
+// a rollout settled (settled reports it, once), which it does a minute or
+// more after the rollout's last move, having read all of its outcomes.
+// Settling without a move forces nothing: the pruner looks at every VM
+// that changes, and comes and goes with a cluster whose VMs change often.
+func followActivity(ctx context.Context, log *slog.Logger, moving, settling, settled func() bool, interval time.Duration) {
 	current, moved := idleGCPercent, false
 	wait.UntilWithContext(ctx, func(context.Context) {
 		busy := moving()
+		marked := settled() // asked every look: it reports a mark once
 		want := idleGCPercent
 		if busy {
 			want = busyGCPercent
@@ -82,10 +85,10 @@ func followActivity(ctx context.Context, log *slog.Logger, moving, settling func
 			log.Debug("garbage collection target follows the applier", "GOGC", want, "moving", busy)
 			current = want
 		}
-		moved = moved || busy
+		moved = moved || busy || marked
 		if moved && !busy && !settling() {
 			debug.FreeOSMemory()
-			log.Debug("quiet after a move: the freed heap handed back to the OS")
+			log.Debug("quiet after a move or a rollout settled: the freed heap handed back to the OS")
 			moved = false
 		}
 	}, interval)

@@ -65,12 +65,12 @@ func TestGCPercentDefaultsLowerUnlessGOGCIsSet(t *testing.T) {
 func TestGCTargetFollowsTheApplier(t *testing.T) {
 	before := debug.SetGCPercent(idleGCPercent)
 	t.Cleanup(func() { debug.SetGCPercent(before) })
-	var moving, settling atomic.Bool
+	var moving, settling, settled atomic.Bool
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		followActivity(ctx, slog.New(slog.DiscardHandler), moving.Load, settling.Load, time.Millisecond)
+		followActivity(ctx, slog.New(slog.DiscardHandler), moving.Load, settling.Load, settled.Load, time.Millisecond)
 	}()
 	// Cleanups run last first: the follower stops before the target is restored.
 	t.Cleanup(func() { cancel(); <-done })
@@ -112,7 +112,7 @@ func TestGCTargetFollowsTheApplier(t *testing.T) {
 func TestSettlingWithoutAMoveForcesNothing(t *testing.T) {
 	before := debug.SetGCPercent(idleGCPercent)
 	t.Cleanup(func() { debug.SetGCPercent(before) })
-	var moving, settling atomic.Bool
+	var moving, settling, settled atomic.Bool
 	var looks atomic.Int64
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
@@ -121,7 +121,7 @@ func TestSettlingWithoutAMoveForcesNothing(t *testing.T) {
 		followActivity(ctx, slog.New(slog.DiscardHandler), func() bool {
 			looks.Add(1)
 			return moving.Load()
-		}, settling.Load, time.Millisecond)
+		}, settling.Load, settled.Load, time.Millisecond)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 
@@ -144,6 +144,55 @@ func TestSettlingWithoutAMoveForcesNothing(t *testing.T) {
 	}
 	moving.Store(false)
 	waitForced(t, start, "the quiet spell after a move")
+}
+
+// TestARolloutSettledHandsTheHeapBack: the records keeper marks a rollout
+// settled a minute or more after its last move, having read all of its
+// outcomes; the mark hands the freed heap back to the OS too, once the
+// process is quiet (no verdict awaited), once a mark.
+func TestARolloutSettledHandsTheHeapBack(t *testing.T) {
+	before := debug.SetGCPercent(idleGCPercent)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+	var moving, settling, marked atomic.Bool
+	var looks atomic.Int64
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		followActivity(ctx, slog.New(slog.DiscardHandler), moving.Load, settling.Load, func() bool {
+			looks.Add(1)
+			return marked.Swap(false)
+		}, time.Millisecond)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	lookOn := func(n int64) {
+		t.Helper()
+		began := time.Now()
+		for from := looks.Load(); looks.Load()-from < n; time.Sleep(time.Millisecond) {
+			if time.Since(began) > time.Minute {
+				t.Fatalf("%d looks in a minute, want %d", looks.Load()-from, n)
+			}
+		}
+	}
+
+	start := forced()
+	lookOn(100)
+	if n := forced() - start; n != 0 {
+		t.Errorf("%d forced collections while idle with nothing marked, want none", n)
+	}
+	settling.Store(true)
+	marked.Store(true)
+	lookOn(100) // the mark is taken at the first
+	if n := forced() - start; n != 0 || marked.Load() {
+		t.Errorf("%d forced collections while a verdict is awaited (mark taken: %v), want none yet", n, !marked.Load())
+	}
+	settling.Store(false)
+	waitForced(t, start, "the rollout marked settled")
+	after := forced()
+	lookOn(100)
+	if n := forced() - after; n != 0 {
+		t.Errorf("%d more forced collections after the one the mark asked for, want none", n)
+	}
 }
 
 // gcTarget reads the garbage collection target (read, not set and

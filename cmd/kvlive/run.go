@@ -271,7 +271,7 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 		following := make(chan struct{})
 		go func() {
 			defer close(following)
-			followActivity(gcCtx, log, running.Moving, running.Settling, gcFollowEvery)
+			followActivity(gcCtx, log, running.Moving, running.Settling, running.RolloutSettled, gcFollowEvery)
 		}()
 		defer func() { stopGC(); <-following }()
 	}

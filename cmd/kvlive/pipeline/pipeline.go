@@ -106,6 +106,9 @@ type Config struct {
 	// pruner is where runWatcher leaves the revision pruner of this
 	// process's watcher term, for Running.Settling; Start sets it.
 	pruner *atomic.Pointer[pruner.Pruner]
+	// settled is set each time this process's keeper marks a rollout
+	// settled, for Running.RolloutSettled; Start sets it.
+	settled *atomic.Bool
 }
 
 // DefaultShutdownGrace lets in-flight writes finish on SIGTERM well within
@@ -121,6 +124,7 @@ type Running struct {
 	pruner   atomic.Pointer[pruner.Pruner]
 	moving   *applier.Activity
 	fleet    *kube.Cache
+	settled  atomic.Bool
 }
 
 // Drift measures drift per instance type and preference from the
@@ -148,6 +152,12 @@ func (r *Running) Settling() bool {
 	p := r.pruner.Load()
 	return p != nil && p.Backlog() > 0
 }
+
+// RolloutSettled reports whether this process's keeper marked a rollout
+// settled since the last call. To mark a finished rollout, the keeper
+// reads its outcomes once (some 100,000 decoded for a fleet that size),
+// a minute or more after its last move.
+func (r *Running) RolloutSettled() bool { return r.settled.Swap(false) }
 
 // Ready reports what keeps this process from doing its job, for /readyz:
 // changes the watcher has not managed to publish yet.
@@ -206,7 +216,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	group, ctx := errgroup.WithContext(ctx)
 	r := &Running{group: group, cancel: cancel, moving: cfg.moving, fleet: fleet}
-	cfg.verifier, cfg.pruner = &r.verifier, &r.pruner
+	cfg.verifier, cfg.pruner, cfg.settled = &r.verifier, &r.pruner, &r.settled
 	runs, err := addStages(ctx, cfg, fleet, &r.watcher)
 	if err != nil {
 		return nil, errors.Join(err, r.abandon(runs))
@@ -297,7 +307,12 @@ func addPlanner(ctx context.Context, cfg Config, fleet *kube.Cache, recorder rec
 		return nil, err
 	}
 	k := &rollout.Keeper{JS: cfg.JetStream, Horizon: cfg.Horizon, Log: cfg.Log, AgedOut: cfg.Metrics.AgedOut, Kept: cfg.Metrics.KeptPastHorizon,
-		Failed: cfg.Metrics.SweepFailed, Marked: cfg.Metrics.RolloutsSettled}
+		Failed: cfg.Metrics.SweepFailed, Marked: func(marked, open int) {
+			cfg.Metrics.RolloutsSettled(marked, open)
+			if marked > 0 && cfg.settled != nil {
+				cfg.settled.Store(true)
+			}
+		}}
 	previews := &preview.Server{Conn: cfg.JetStream.Conn(), Fleet: fleet, Scope: cfg.Namespace, Log: cfg.Log, Metrics: cfg.Metrics}
 	return []func() error{func() error { return p.Run(ctx) }, func() error { k.Run(ctx); return nil }, func() error { return previews.Run(ctx) }}, nil
 }
