@@ -22,9 +22,11 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 	instancetypeapi "kubevirt.io/api/instancetype"
 
+	"kvlive/events"
 	"kvlive/instancetype"
 	"kvlive/internal/kube"
 	"kvlive/pruner"
+	"kvlive/rollout"
 )
 
 var (
@@ -122,6 +124,11 @@ func benchStopped(t *testing.T, tab *benchTable) {
 					lap("kvlive's verdicts on its switch stored, its revisions pruned")
 				})
 				if last {
+					// Idle is also its keeper done with the two rollouts:
+					// it reads a rollout's outcomes once, to mark it
+					// settled, a sweep period after its last verdict.
+					e.waitMarkedSettled(proc, n, kv[0][len(kv[0])-1].eventID, kv[1][len(kv[1])-1].eventID)
+					lap("kvlive's keeper marked its rollouts settled")
 					// kvlive run counts as moving for 2 s after its last
 					// plan and looks every second; then it collects at its
 					// idle target and hands the rollout's garbage back. Its
@@ -205,6 +212,25 @@ func (e *env) waitSettledDown(p *kvliveProc, n int) {
 		m := e.metricsOf(p)
 		return strings.Contains(m, "\nkvlive_verdicts_awaited 0\n") && strings.Contains(m, "\n"+prunerBacklogDrained),
 			fmt.Sprintf("verdict deadline %v: %s; %s", stoppedObserveTimeout, metricLines(m, "kvlive_verdicts_awaited"), metricLines(m, "kvlive_queue_depth"))
+	})
+}
+
+// waitMarkedSettled waits until kvlive run p's records keeper has marked
+// the rollouts of ids settled and leaves none open
+// (kvlive_rollouts_open 0): a sweep period (a minute at the default
+// horizon) after each one's last verdict, at the sweep after that.
+func (e *env) waitMarkedSettled(p *kvliveProc, n int, ids ...string) {
+	e.t.Helper()
+	e.waitFor("kvlive run's keeper to mark its rollouts settled", settledWithin(n)+2*rollout.KeepEvery(events.DefaultStreamOptions().MaxAge), func() (bool, string) {
+		m, log := e.metricsOf(p), p.out.String()
+		var waiting []string
+		for _, id := range ids {
+			if !strings.Contains(log, `msg="rollout settled: plans of it no longer move VMs" event=`+id) {
+				waiting = append(waiting, id)
+			}
+		}
+		return len(waiting) == 0 && strings.Contains(m, "\nkvlive_rollouts_open 0\n"),
+			fmt.Sprintf("not marked: %v; %s", waiting, metricLines(m, "kvlive_rollouts_open"))
 	})
 }
 
