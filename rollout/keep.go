@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kvlive/events"
 	"kvlive/internal/bus"
@@ -71,6 +70,11 @@ type Swept struct {
 	// Kept are the rollouts older than the horizon kept because they
 	// have not settled, with their phase.
 	Kept map[string]Phase
+	// SettleAt is when the first open rollout that has not been quiet
+	// for KeepEvery(Horizon) will have been (zero when none is quieting):
+	// Run sweeps again then, so a rollout is marked settled a period
+	// after its last activity, not up to two.
+	SettleAt time.Time
 }
 
 // MinQuiet is the shortest a rollout is quiet (no outcome, no step) before
@@ -88,18 +92,46 @@ func KeepEvery(horizon time.Duration) time.Duration {
 	return min(max(horizon/4, MinQuiet), time.Minute)
 }
 
-// Run sweeps at once, then every KeepEvery(Horizon), until ctx ends; a
-// failed sweep is logged, counted (Failed) and tried again at the next. A
-// zero horizon keeps everything (the sweeps only mark settled rollouts).
+// Run sweeps at once, then every KeepEvery(Horizon), and sooner when a
+// rollout's quiet period ends before that (Swept.SettleAt), until ctx
+// ends; a failed sweep is logged, counted (Failed) and tried again a
+// period later. A zero horizon keeps everything (the sweeps only mark
+// settled rollouts).
 func (k *Keeper) Run(ctx context.Context) {
-	wait.UntilWithContext(ctx, func(ctx context.Context) {
-		if _, err := k.Sweep(ctx); err != nil && ctx.Err() == nil {
-			k.log().Warn("sweeping records failed; trying again", "every", KeepEvery(k.Horizon), "err", err)
+	every := KeepEvery(k.Horizon)
+	for {
+		sw, err := k.Sweep(ctx)
+		if err != nil && ctx.Err() == nil {
+			k.log().Warn("sweeping records failed; trying again", "every", every, "err", err)
 			if k.Failed != nil {
 				k.Failed()
 			}
+			sw.SettleAt = time.Time{} // a failing store is tried a period later
 		}
-	}, KeepEvery(k.Horizon))
+		timer := time.NewTimer(nextSweep(every, sw.SettleAt, k.now()))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+	}
+}
+
+// nextSweep is how long after now the next sweep comes: a period, or at
+// settleAt when that is sooner, at least MinQuiet after this one.
+func nextSweep(every time.Duration, settleAt, now time.Time) time.Duration {
+	if settleAt.IsZero() {
+		return every
+	}
+	return min(every, max(settleAt.Sub(now), MinQuiet))
+}
+
+func (k *Keeper) now() time.Time {
+	if k.Now != nil {
+		return k.Now()
+	}
+	return time.Now()
 }
 
 // oldMsg is a message stored before the horizon, with the event it belongs
@@ -114,10 +146,7 @@ type oldMsg struct {
 // longer needs.
 func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 	sw := Swept{Kept: map[string]Phase{}}
-	now := time.Now()
-	if k.Now != nil {
-		now = k.Now()
-	}
+	now := k.now()
 	records, err := recordTimes(ctx, k.JS)
 	if err != nil {
 		return sw, err
@@ -126,7 +155,7 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 	if err != nil {
 		return sw, err
 	}
-	if sw.Settled, err = k.settle(ctx, records, controls, now); err != nil {
+	if sw.Settled, sw.SettleAt, err = k.settle(ctx, records, controls, now); err != nil {
 		return sw, err
 	}
 	if k.Marked != nil {
@@ -184,18 +213,31 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 
 // settle marks the rollouts that have settled as such, once nothing has
 // happened to them (nor were they reopened) for KeepEvery(Horizon): the
-// applier then moves no VM for a plan of theirs.
-func (k *Keeper) settle(ctx context.Context, records map[string]time.Time, controls map[string]controlEntry, now time.Time) (int, error) {
+// applier then moves no VM for a plan of theirs. It also returns when the
+// first rollout still within that grace leaves it (zero when none is).
+func (k *Keeper) settle(ctx context.Context, records map[string]time.Time, controls map[string]controlEntry, now time.Time) (int, time.Time, error) {
 	grace := KeepEvery(k.Horizon)
 	store, err := Open(ctx, k.JS)
 	if err != nil {
-		return 0, err
+		return 0, time.Time{}, err
 	}
-	marked := 0
+	marked, settleAt := 0, time.Time{}
+	quieting := func(last time.Time) bool {
+		if now.Sub(last) >= grace {
+			return false
+		}
+		if at := last.Add(grace); settleAt.IsZero() || at.Before(settleAt) {
+			settleAt = at
+		}
+		return true
+	}
 	for id, created := range records {
 		c, ok := controls[id]
-		if (ok && !c.Settled.IsZero()) || now.Sub(created) < grace {
-			continue // marked, or planned too recently to have been quiet
+		if ok && !c.Settled.IsZero() {
+			continue // marked
+		}
+		if quieting(created) {
+			continue // planned too recently to have been quiet
 		}
 		// A rollout busy within the grace is not marked whatever its
 		// account says: the outcomes of a large one are not read (some
@@ -204,9 +246,9 @@ func (k *Keeper) settle(ctx context.Context, records map[string]time.Time, contr
 		// again below, after the account.
 		last, err := lastActivityOf(ctx, k.JS, id, created, c.Control)
 		if err != nil {
-			return marked, err
+			return marked, settleAt, err
 		}
-		if now.Sub(last) < grace {
+		if quieting(last) {
 			continue
 		}
 		if k.accounted != nil {
@@ -217,33 +259,33 @@ func (k *Keeper) settle(ctx context.Context, records map[string]time.Time, contr
 			continue
 		}
 		if err != nil {
-			return marked, fmt.Errorf("keep: account of %s: %w", id, err)
+			return marked, settleAt, fmt.Errorf("keep: account of %s: %w", id, err)
 		}
 		if !a.Done() {
 			continue
 		}
 		if last, err = lastActivity(ctx, k.JS, a); err != nil {
-			return marked, err
+			return marked, settleAt, err
 		}
-		if now.Sub(last) < grace {
+		if quieting(last) {
 			continue
 		}
 		// Asked for before the mark, under one id per rollout: a sweep
 		// that dies between the two asks again, and the request is stored
 		// (and planned) once.
 		if err := k.restartAfter(ctx, a, now); err != nil {
-			return marked, err
+			return marked, settleAt, err
 		}
 		ok, err = store.MarkSettled(ctx, id, a.Control, now)
 		if err != nil {
-			return marked, err
+			return marked, settleAt, err
 		}
 		if ok {
 			marked++
 			k.log().Info("rollout settled: plans of it no longer move VMs", "event", id, "phase", a.Phase)
 		}
 	}
-	return marked, nil
+	return marked, settleAt, nil
 }
 
 // restartAfter asks, for a finished rollout whose policy says restart:

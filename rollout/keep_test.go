@@ -360,11 +360,36 @@ func TestKeeperReadsNoAccountOfABusyRollout(t *testing.T) {
 	var read []string
 	k := &Keeper{JS: js, Horizon: horizon, Now: func() time.Time { return last.Time.Add(grace / 2) },
 		accounted: func(id string) { read = append(read, id) }}
-	if sw, err := k.Sweep(ctx); err != nil || sw.Settled != 0 || len(read) != 0 {
+	sw, err := k.Sweep(ctx)
+	if err != nil || sw.Settled != 0 || len(read) != 0 {
 		t.Fatalf("half a grace after the last outcome: %+v %v, accounts read %v; want none read, nothing marked", sw, err, read)
 	}
+	// The next sweep comes when its grace ends, not a period later.
+	if want := last.Time.Add(grace); !sw.SettleAt.Equal(want) {
+		t.Errorf("settle at %v, want %v: a grace after the last outcome", sw.SettleAt, want)
+	}
 	k.Now = func() time.Time { return last.Time.Add(grace + grace/2) }
-	if sw, err := k.Sweep(ctx); err != nil || sw.Settled != 1 || len(read) != 1 {
-		t.Fatalf("quiet for a grace: %+v %v, accounts read %v; want it read and marked", sw, err, read)
+	if sw, err := k.Sweep(ctx); err != nil || sw.Settled != 1 || len(read) != 1 || !sw.SettleAt.IsZero() {
+		t.Fatalf("quiet for a grace: %+v %v, accounts read %v; want it read and marked, nothing left quieting", sw, err, read)
+	}
+}
+
+// TestNextSweepComesWhenAGraceEnds: a keeper sweeps a period after the
+// last sweep, or when an open rollout's grace ends if that is sooner, never
+// sooner than MinQuiet.
+func TestNextSweepComesWhenAGraceEnds(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		settleAt time.Time
+		want     time.Duration
+	}{
+		{time.Time{}, time.Minute},
+		{now.Add(20 * time.Second), 20 * time.Second},
+		{now.Add(2 * time.Minute), time.Minute},
+		{now.Add(-time.Second), MinQuiet},
+	} {
+		if got := nextSweep(time.Minute, c.settleAt, now); got != c.want {
+			t.Errorf("settle at %v: next sweep in %v, want %v", c.settleAt.Sub(now), got, c.want)
+		}
 	}
 }
