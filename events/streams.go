@@ -140,6 +140,10 @@ func StreamConfigs(o StreamOptions) []jetstream.StreamConfig {
 	aged := func(cfg jetstream.StreamConfig) jetstream.StreamConfig { return agedStream(o, cfg) }
 	work := func(cfg jetstream.StreamConfig) jetstream.StreamConfig {
 		cfg.Retention, cfg.MaxAge, cfg.MaxBytes, cfg.Discard = jetstream.WorkQueuePolicy, 0, -1, jetstream.DiscardNew
+		// The planner publishes a rollout's plans as one fast batch
+		// (nats-server 2.14 and later; an older server drops the flag,
+		// and the planner publishes them one by one).
+		cfg.AllowBatchPublish = true
 		return cfg
 	}
 	withVerdicts := func(cfg jetstream.StreamConfig) jetstream.StreamConfig {

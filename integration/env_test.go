@@ -176,6 +176,9 @@ func tapPlans(t *testing.T, js jetstream.JetStream) *planTap {
 	tp := &planTap{bodies: map[string][]byte{}}
 	sub, err := js.Conn().Subscribe("kvlive.plans.>", func(m *nats.Msg) {
 		id := m.Header.Get(jetstream.MsgIDHeader)
+		if fastBatchControl(m) {
+			return // not stored: no plan
+		}
 		tp.mu.Lock()
 		defer tp.mu.Unlock()
 		if _, seen := tp.bodies[id]; !seen || id == "" {
@@ -192,6 +195,13 @@ func tapPlans(t *testing.T, js jetstream.JetStream) *planTap {
 	js.Conn().SetReconnectHandler(func(*nats.Conn) { tp.gapped.Store(true) })
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return tp
+}
+
+// fastBatchControl reports whether m is the end or a ping of a fast batch
+// (the planner publishes a rollout's plans as one): an empty message on
+// the batch's subject, which nats-server reads and does not store.
+func fastBatchControl(m *nats.Msg) bool {
+	return strings.HasSuffix(m.Reply, ".$FI") && len(m.Data) == 0 && m.Header.Get(jetstream.MsgIDHeader) == ""
 }
 
 // all returns the recorded plan bodies, oldest first.

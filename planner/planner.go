@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -85,6 +86,9 @@ type Planner struct {
 	cfg    Config
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
+	// batchable is, per stream read, whether it takes fast batch
+	// publishes (batched).
+	batchable sync.Map
 }
 
 // New builds a Planner; nothing runs until Run.

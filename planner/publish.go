@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -42,46 +44,68 @@ func (p *Planner) planAll(w work) ([]events.Plan, rolloutPlan) {
 	return plans, r
 }
 
-// publishPlans publishes the plans asynchronously: the first batch's, and
-// those of VMs that do not move, to the plans stream; later batches' to
-// the staged stream, where each waits for its batch to be released. An
-// event paused ahead (its policy refused, or rollout pause --ahead) has
-// its first batch parked in the held stream, for rollout resume to
-// release. It then waits for every publish ack. Plans carry deterministic
-// Msg-Ids, so a retry after a partial failure or a crash is deduplicated
-// by the stream.
+// publishPlans publishes the plans: the first batch's, and those of VMs
+// that do not move, to the plans stream; later batches' to the staged
+// stream, where each waits for its batch to be released. An event paused
+// ahead (its policy refused, or rollout pause --ahead) has its first batch
+// parked in the held stream, for rollout resume to release. The plans of
+// each stream go as one fast batch where the stream takes them
+// (publishBatch), else one by one, asynchronously; it returns once the
+// server has acknowledged every plan. Plans carry deterministic Msg-Ids,
+// so a retry after a partial failure or a crash is deduplicated by the
+// stream, in a batch as one by one.
 func (p *Planner) publishPlans(ctx context.Context, w work, plans []events.Plan) error {
 	ctx, span := p.tracer.Start(ctx, "publish plans", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("messaging.destination.name", events.StreamPlans), attribute.Int("messaging.batch.message_count", len(plans))))
 	defer span.End()
-	futures := make([]jetstream.PubAckFuture, 0, len(plans))
 	now := p.cfg.Clock.Now()
 	ownTraces := len(plans) > p.cfg.TraceFanout
+	var streams []string // in the order of their first plan
+	byStream := map[string][]*nats.Msg{}
 	for _, plan := range plans {
 		id := events.PlanID(w.eventID, plan.VM.UID)
 		body, err := events.Encode(events.TypePlan, id, "kvlive/planner", plan.VM.String(), now, &plan)
 		if err != nil {
 			return err
 		}
-		subject := events.PlanSubject(plan.VM.Namespace, w.eventID)
+		stream, subject := events.StreamPlans, events.PlanSubject(plan.VM.Namespace, w.eventID)
 		switch {
 		case plan.Batch > 0:
-			subject = events.StagedSubject(plan.Batch, w.eventID)
+			stream, subject = events.StreamStaged, events.StagedSubject(plan.Batch, w.eventID)
 		case w.parked:
 			// Paused ahead: parked as held plans, so no applier moves a VM
 			// before its watch of the control records sees the pause.
-			subject = events.HeldSubject(plan.VM.Namespace, w.eventID)
+			stream, subject = events.StreamHeld, events.HeldSubject(plan.VM.Namespace, w.eventID)
 		}
 		m := events.NewMsg(subject, id, events.TypePlan, body)
 		p.prop.Inject(ctx, events.HeaderCarrier(m.Header))
 		if ownTraces {
 			m.Header.Set(events.HeaderTraceRoot, "true")
 		}
-		f, err := p.cfg.JetStream.PublishMsgAsync(m)
-		if err != nil {
-			return fmt.Errorf("planner: publish plan %s: %w", id, err)
+		if _, ok := byStream[stream]; !ok {
+			streams = append(streams, stream)
 		}
-		futures = append(futures, f)
+		byStream[stream] = append(byStream[stream], m)
+	}
+	var futures []jetstream.PubAckFuture
+	for _, stream := range streams {
+		batched, err := p.batched(ctx, stream)
+		if err != nil {
+			return err
+		}
+		if batched {
+			if err := p.publishBatch(ctx, stream, byStream[stream]); err != nil {
+				return err
+			}
+			continue
+		}
+		for _, m := range byStream[stream] {
+			f, err := p.cfg.JetStream.PublishMsgAsync(m)
+			if err != nil {
+				return fmt.Errorf("planner: publish plan %s: %w", m.Header.Get(jetstream.MsgIDHeader), err)
+			}
+			futures = append(futures, f)
+		}
 	}
 	for _, f := range futures {
 		select {
@@ -91,6 +115,58 @@ func (p *Planner) publishPlans(ctx context.Context, w work, plans []events.Plan)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	return nil
+}
+
+// batched reports whether stream takes fast batch publishes: events.Setup
+// allows them on the work streams, and a nats-server older than 2.14 drops
+// the flag. Read once per stream.
+func (p *Planner) batched(ctx context.Context, stream string) (bool, error) {
+	if ok, read := p.batchable.Load(stream); read {
+		return ok.(bool), nil
+	}
+	s, err := p.cfg.JetStream.Stream(ctx, stream)
+	if err != nil {
+		return false, fmt.Errorf("planner: stream %s: %w", stream, err)
+	}
+	ok := s.CachedInfo().Config.AllowBatchPublish
+	p.batchable.Store(stream, ok)
+	return ok, nil
+}
+
+// publishBatch publishes msgs to stream as one fast batch (JetStream's
+// fast ingest): each message is stored as it comes, the server acks every
+// hundred or so rather than each, and it skips a message whose Msg-Id it
+// has stored within the duplicate window, as it does one published alone.
+// It returns once the server has acknowledged the whole batch; a message
+// the server refuses ends the batch with an error.
+func (p *Planner) publishBatch(ctx context.Context, stream string, msgs []*nats.Msg) error {
+	fp, err := jetstreamext.NewFastPublisher(p.cfg.JetStream, jetstreamext.WithFastPublisherErrorHandler(func(err error) {
+		p.cfg.Log.Warn("the server refused a plan of a batch; the batch is published again", "stream", stream, "err", err)
+	}))
+	if err != nil {
+		return fmt.Errorf("planner: publish plans to %s: %w", stream, err)
+	}
+	for _, m := range msgs {
+		if err := ctx.Err(); err != nil {
+			// What was sent is stored; end the batch rather than
+			// leave the server waiting out its timeout.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_, _ = fp.Close(cctx)
+			cancel()
+			return err
+		}
+		if _, err := fp.AddMsg(m); err != nil {
+			return fmt.Errorf("planner: publish plan %s: %w", m.Header.Get(jetstream.MsgIDHeader), err)
+		}
+	}
+	ack, err := fp.Close(ctx)
+	if err != nil {
+		return fmt.Errorf("planner: %d plans to %s not acknowledged: %w", len(msgs), stream, err)
+	}
+	if ack.BatchSize != uint64(len(msgs)) {
+		return fmt.Errorf("planner: %s acknowledged %d of the %d plans of a batch", stream, ack.BatchSize, len(msgs))
 	}
 	return nil
 }
