@@ -94,10 +94,19 @@ func (p *Planner) publishPlans(ctx context.Context, w work, plans []events.Plan)
 			return err
 		}
 		if batched {
-			if err := p.publishBatch(ctx, stream, byStream[stream]); err != nil {
-				return err
+			err := p.publishBatch(ctx, stream, byStream[stream])
+			var apiErr *jetstream.APIError
+			if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstreamext.JSErrCodeFastBatchNotEnabled {
+				if err != nil {
+					return err
+				}
+				continue
 			}
-			continue
+			// The stream was made again without batches since it was
+			// read (its server older, or an operator's change): one by
+			// one from now on.
+			p.cfg.Log.Info("the stream takes no batch publishes; publishing plans one by one", "stream", stream)
+			p.batchable.Store(stream, false)
 		}
 		for _, m := range byStream[stream] {
 			f, err := p.cfg.JetStream.PublishMsgAsync(m)

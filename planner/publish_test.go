@@ -150,3 +150,37 @@ func TestPlansGoOneByOneWhereTheStreamTakesNoBatch(t *testing.T) {
 		t.Errorf("%s holds %d plans, want 300", events.StreamPlans, n)
 	}
 }
+
+// TestPlansGoOneByOneOnceTheStreamRefusesABatch: a plans stream that stops
+// taking fast batches after the planner read it (made again by an older
+// server) refuses the batch; the planner publishes the plans one by one,
+// and so from then on.
+func TestPlansGoOneByOneOnceTheStreamRefusesABatch(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx := context.Background()
+	p, err := New(Config{Fleet: testenv.StartCache(t, testenv.FakeClients(nil)), JetStream: js})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := p.batched(ctx, events.StreamPlans); err != nil || !ok {
+		t.Fatalf("the plans stream as Setup made it: batched %v %v, want true", ok, err)
+	}
+	s, err := js.Stream(ctx, events.StreamPlans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.AllowBatchPublish = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.publishPlans(t.Context(), edit(1), batchPlans(600)); err != nil {
+		t.Fatal(err)
+	}
+	if n := stored(t, js, events.StreamPlans); n != 300 {
+		t.Errorf("%s holds %d plans, want 300", events.StreamPlans, n)
+	}
+	if ok, _ := p.batchable.Load(events.StreamPlans); ok != false {
+		t.Errorf("the planner still takes the plans stream for one with batches")
+	}
+}
