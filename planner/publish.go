@@ -95,8 +95,7 @@ func (p *Planner) publishPlans(ctx context.Context, w work, plans []events.Plan)
 		}
 		if batched {
 			err := p.publishBatch(ctx, stream, byStream[stream])
-			var apiErr *jetstream.APIError
-			if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstreamext.JSErrCodeFastBatchNotEnabled {
+			if !refusesBatches(err) {
 				if err != nil {
 					return err
 				}
@@ -144,6 +143,13 @@ func (p *Planner) batched(ctx context.Context, stream string) (bool, error) {
 	return ok, nil
 }
 
+// refusesBatches reports whether err is a stream's refusal of fast batch
+// publishes.
+func refusesBatches(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeFastBatchNotEnabled
+}
+
 // publishBatch publishes msgs to stream as one fast batch (JetStream's
 // fast ingest): each message is stored as it comes, the server acks every
 // hundred or so rather than each, and it skips a message whose Msg-Id it
@@ -152,7 +158,7 @@ func (p *Planner) batched(ctx context.Context, stream string) (bool, error) {
 // the server refuses ends the batch with an error.
 func (p *Planner) publishBatch(ctx context.Context, stream string, msgs []*nats.Msg) error {
 	fp, err := jetstreamext.NewFastPublisher(p.cfg.JetStream, jetstreamext.WithFastPublisherErrorHandler(func(err error) {
-		p.cfg.Log.Warn("the server refused a plan of a batch; the batch is published again", "stream", stream, "err", err)
+		p.cfg.Log.Warn("the server refused a plan of a batch: the batch fails, and the event is tried again", "stream", stream, "err", err)
 	}))
 	if err != nil {
 		return fmt.Errorf("planner: publish plans to %s: %w", stream, err)
