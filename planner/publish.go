@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -60,41 +62,31 @@ func (p *Planner) publishPlans(ctx context.Context, w work, plans []events.Plan)
 	defer span.End()
 	now := p.cfg.Clock.Now()
 	ownTraces := len(plans) > p.cfg.TraceFanout
+	// Each plan is encoded as it goes out, not all of them first: the
+	// rollout is recorded, and a plan of it in no stream yet reads as a
+	// VM unaccounted for (encoding 100,000 plans takes seconds).
+	message := func(plan *events.Plan) (*nats.Msg, error) { return p.planMessage(ctx, w, plan, now, ownTraces) }
 	var streams []string // in the order of their first plan
-	byStream := map[string][]*nats.Msg{}
-	for _, plan := range plans {
-		id := events.PlanID(w.eventID, plan.VM.UID)
-		body, err := events.Encode(events.TypePlan, id, "kvlive/planner", plan.VM.String(), now, &plan)
-		if err != nil {
-			return err
+	for i := range plans {
+		if s := planStream(w, &plans[i]); !slices.Contains(streams, s) {
+			streams = append(streams, s)
 		}
-		stream, subject := events.StreamPlans, events.PlanSubject(plan.VM.Namespace, w.eventID)
-		switch {
-		case plan.Batch > 0:
-			stream, subject = events.StreamStaged, events.StagedSubject(plan.Batch, w.eventID)
-		case w.parked:
-			// Paused ahead: parked as held plans, so no applier moves a VM
-			// before its watch of the control records sees the pause.
-			stream, subject = events.StreamHeld, events.HeldSubject(plan.VM.Namespace, w.eventID)
-		}
-		m := events.NewMsg(subject, id, events.TypePlan, body)
-		p.prop.Inject(ctx, events.HeaderCarrier(m.Header))
-		if ownTraces {
-			m.Header.Set(events.HeaderTraceRoot, "true")
-		}
-		if _, ok := byStream[stream]; !ok {
-			streams = append(streams, stream)
-		}
-		byStream[stream] = append(byStream[stream], m)
 	}
 	var futures []jetstream.PubAckFuture
 	for _, stream := range streams {
+		each := func(yield func(*events.Plan) bool) {
+			for i := range plans {
+				if planStream(w, &plans[i]) == stream && !yield(&plans[i]) {
+					return
+				}
+			}
+		}
 		batched, err := p.batched(ctx, stream)
 		if err != nil {
 			return err
 		}
 		if batched {
-			err := p.publishBatch(ctx, stream, byStream[stream])
+			err := p.publishBatch(ctx, stream, each, message)
 			if !refusesBatches(err) {
 				if err != nil {
 					return err
@@ -107,7 +99,11 @@ func (p *Planner) publishPlans(ctx context.Context, w work, plans []events.Plan)
 			p.cfg.Log.Info("the stream takes no batch publishes; publishing plans one by one", "stream", stream)
 			p.batchable.Store(stream, false)
 		}
-		for _, m := range byStream[stream] {
+		for plan := range each {
+			m, err := message(plan)
+			if err != nil {
+				return err
+			}
 			f, err := p.cfg.JetStream.PublishMsgAsync(m)
 			if err != nil {
 				return fmt.Errorf("planner: publish plan %s: %w", m.Header.Get(jetstream.MsgIDHeader), err)
@@ -125,6 +121,48 @@ func (p *Planner) publishPlans(ctx context.Context, w work, plans []events.Plan)
 		}
 	}
 	return nil
+}
+
+// planMessage is plan as published: its CloudEvents envelope made at now,
+// its Msg-Id, the trace context of ctx, and, with ownTrace, the mark that
+// its VM's spans start a trace of their own.
+func (p *Planner) planMessage(ctx context.Context, w work, plan *events.Plan, now time.Time, ownTrace bool) (*nats.Msg, error) {
+	id := events.PlanID(w.eventID, plan.VM.UID)
+	body, err := events.Encode(events.TypePlan, id, "kvlive/planner", plan.VM.String(), now, plan)
+	if err != nil {
+		return nil, err
+	}
+	m := events.NewMsg(planSubject(w, plan), id, events.TypePlan, body)
+	p.prop.Inject(ctx, events.HeaderCarrier(m.Header))
+	if ownTrace {
+		m.Header.Set(events.HeaderTraceRoot, "true")
+	}
+	return m, nil
+}
+
+// planStream is the stream plan goes to: the staged stream for a later
+// batch's, the held stream for a rollout paused ahead (parked, so no
+// applier moves a VM before its watch of the control records sees the
+// pause), else the plans stream.
+func planStream(w work, plan *events.Plan) string {
+	switch {
+	case plan.Batch > 0:
+		return events.StreamStaged
+	case w.parked:
+		return events.StreamHeld
+	}
+	return events.StreamPlans
+}
+
+// planSubject is plan's subject in planStream(w, plan).
+func planSubject(w work, plan *events.Plan) string {
+	switch planStream(w, plan) {
+	case events.StreamStaged:
+		return events.StagedSubject(plan.Batch, w.eventID)
+	case events.StreamHeld:
+		return events.HeldSubject(plan.VM.Namespace, w.eventID)
+	}
+	return events.PlanSubject(plan.VM.Namespace, w.eventID)
 }
 
 // batched reports whether stream takes fast batch publishes: events.Setup
@@ -150,38 +188,49 @@ func refusesBatches(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeFastBatchNotEnabled
 }
 
-// publishBatch publishes msgs to stream as one fast batch (JetStream's
-// fast ingest): each message is stored as it comes, the server acks every
-// hundred or so rather than each, and it skips a message whose Msg-Id it
-// has stored within the duplicate window, as it does one published alone.
-// It returns once the server has acknowledged the whole batch; a message
-// the server refuses ends the batch with an error.
-func (p *Planner) publishBatch(ctx context.Context, stream string, msgs []*nats.Msg) error {
+// publishBatch publishes plans to stream as one fast batch (JetStream's
+// fast ingest), each made a message (message) as it goes out. The server
+// stores each as it comes, acks every hundred or so rather than each, and
+// skips one whose Msg-Id it has stored within the duplicate window, as it
+// does one published alone. It returns once the server has acknowledged
+// the whole batch; a message the server refuses ends the batch with an
+// error.
+func (p *Planner) publishBatch(ctx context.Context, stream string, plans iter.Seq[*events.Plan], message func(*events.Plan) (*nats.Msg, error)) error {
 	fp, err := jetstreamext.NewFastPublisher(p.cfg.JetStream, jetstreamext.WithFastPublisherErrorHandler(func(err error) {
 		p.cfg.Log.Warn("the server refused a plan of a batch: the batch fails, and the event is tried again", "stream", stream, "err", err)
 	}))
 	if err != nil {
 		return fmt.Errorf("planner: publish plans to %s: %w", stream, err)
 	}
-	for _, m := range msgs {
-		if err := ctx.Err(); err != nil {
-			// What was sent is stored; end the batch rather than
-			// leave the server waiting out its timeout.
+	defer func() {
+		if !fp.IsClosed() {
+			// Left early: what was sent is stored; end the batch rather
+			// than leave the server waiting out its timeout.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			_, _ = fp.Close(cctx)
 			cancel()
+		}
+	}()
+	sent := 0
+	for plan := range plans {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		m, err := message(plan)
+		if err != nil {
 			return err
 		}
 		if _, err := fp.AddMsg(m); err != nil {
 			return fmt.Errorf("planner: publish plan %s: %w", m.Header.Get(jetstream.MsgIDHeader), err)
 		}
+		sent++
 	}
 	ack, err := fp.Close(ctx)
 	if err != nil {
-		return fmt.Errorf("planner: %d plans to %s not acknowledged: %w", len(msgs), stream, err)
+		return fmt.Errorf("planner: %d plans to %s not acknowledged: %w", sent, stream, err)
 	}
-	if ack.BatchSize != uint64(len(msgs)) {
-		return fmt.Errorf("planner: %s acknowledged %d of the %d plans of a batch", stream, ack.BatchSize, len(msgs))
+	if ack.BatchSize != uint64(sent) {
+		return fmt.Errorf("planner: %s acknowledged %d of the %d plans of a batch", stream, ack.BatchSize, sent)
 	}
 	return nil
 }

@@ -184,3 +184,43 @@ func TestPlansGoOneByOneOnceTheStreamRefusesABatch(t *testing.T) {
 		t.Errorf("the planner still takes the plans stream for one with batches")
 	}
 }
+
+// TestABatchsPlansGoOutAsTheyAreMade: a batch's first plan is stored before
+// the next is asked for, so a large rollout, recorded before its plans,
+// never waits with none of them in a stream while the rest are encoded
+// (its account would read every VM unaccounted for: some seconds for
+// 100,000 plans).
+func TestABatchsPlansGoOutAsTheyAreMade(t *testing.T) {
+	js := testenv.JetStream(t)
+	p, err := New(Config{Fleet: testenv.StartCache(t, testenv.FakeClients(nil)), JetStream: js})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans := batchPlans(10)
+	for i := range plans {
+		plans[i].Batch = 0
+	}
+	w := edit(1)
+	seq := func(yield func(*events.Plan) bool) {
+		if !yield(&plans[0]) {
+			return
+		}
+		for deadline := time.Now().Add(10 * time.Second); stored(t, js, events.StreamPlans) == 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Error("the first plan not stored 10 s after it was handed over, the rest not asked for yet")
+				break
+			}
+		}
+		for i := 1; i < len(plans) && yield(&plans[i]); i++ {
+		}
+	}
+	message := func(plan *events.Plan) (*nats.Msg, error) {
+		return p.planMessage(t.Context(), w, plan, time.Now(), false)
+	}
+	if err := p.publishBatch(t.Context(), events.StreamPlans, seq, message); err != nil {
+		t.Fatal(err)
+	}
+	if n := stored(t, js, events.StreamPlans); n != 10 {
+		t.Errorf("%s holds %d plans, want 10", events.StreamPlans, n)
+	}
+}
