@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"kvlive/events"
 	"kvlive/internal/testenv"
 )
 
@@ -38,6 +39,52 @@ func BenchmarkSupersede(b *testing.B) {
 				if _, err := p.supersede(b.Context(), edit(int64(older)+1)); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkPublishPlans publishes 1,000 plans to the plans stream (an
+// embedded nats-server, file storage) and waits for the server's
+// acknowledgement of every one: as one fast batch, and one by one, as on
+// a stream without fast batches. Each round's plans are new (their own
+// event), and the stream is emptied between rounds, untimed.
+func BenchmarkPublishPlans(b *testing.B) {
+	for _, batched := range []bool{true, false} {
+		b.Run(map[bool]string{true: "batch", false: "one-by-one"}[batched], func(b *testing.B) {
+			js := testenv.JetStream(b)
+			stream, err := js.Stream(b.Context(), events.StreamPlans)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !batched {
+				cfg := stream.CachedInfo().Config
+				cfg.AllowBatchPublish = false
+				if _, err := js.UpdateStream(b.Context(), cfg); err != nil {
+					b.Fatal(err)
+				}
+			}
+			p, err := New(Config{Fleet: testenv.StartCache(b, testenv.FakeClients(nil)), JetStream: js})
+			if err != nil {
+				b.Fatal(err)
+			}
+			plans := batchPlans(1000)
+			for i := range plans {
+				plans[i].Batch = 0
+			}
+			for gen := int64(1); b.Loop(); gen++ {
+				w := edit(gen)
+				for i := range plans {
+					plans[i].EventID = w.eventID
+				}
+				if err := p.publishPlans(b.Context(), w, plans); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if err := stream.Purge(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
 			}
 		})
 	}
