@@ -53,21 +53,14 @@ func BenchmarkPublishPlans(b *testing.B) {
 	for _, batched := range []bool{true, false} {
 		b.Run(map[bool]string{true: "batch", false: "one-by-one"}[batched], func(b *testing.B) {
 			js := testenv.JetStream(b)
+			if !batched {
+				takeNoBatches(b, js, events.StreamPlans)
+			}
 			stream, err := js.Stream(b.Context(), events.StreamPlans)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if !batched {
-				cfg := stream.CachedInfo().Config
-				cfg.AllowBatchPublish = false
-				if _, err := js.UpdateStream(b.Context(), cfg); err != nil {
-					b.Fatal(err)
-				}
-			}
-			p, err := New(Config{Fleet: testenv.StartCache(b, testenv.FakeClients(nil)), JetStream: js})
-			if err != nil {
-				b.Fatal(err)
-			}
+			p := newPlanner(b, js)
 			plans := batchPlans(1000)
 			for i := range plans {
 				plans[i].Batch = 0

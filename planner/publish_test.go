@@ -1,7 +1,6 @@
 package planner
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"strings"
@@ -15,6 +14,31 @@ import (
 	"kvlive/events"
 	"kvlive/internal/testenv"
 )
+
+// newPlanner is a planner on js, with an empty fleet.
+func newPlanner(t testing.TB, js jetstream.JetStream) *Planner {
+	t.Helper()
+	p, err := New(Config{Fleet: testenv.StartCache(t, testenv.FakeClients(nil)), JetStream: js})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// takeNoBatches makes stream again without fast batch publishes, as a
+// nats-server older than 2.14 makes it.
+func takeNoBatches(t testing.TB, js jetstream.JetStream, stream string) {
+	t.Helper()
+	s, err := js.Stream(t.Context(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.AllowBatchPublish = false
+	if _, err := js.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // batchPlans are n plans of edit(1): the first half of VMs that move at
 // once, the rest staged as batch 1.
@@ -97,10 +121,7 @@ func stored(t *testing.T, js jetstream.JetStream, stream string) uint64 {
 // rollout's plans published again (a redelivered event) are stored once.
 func TestARolloutsPlansGoAsOneBatchPerStream(t *testing.T) {
 	js := testenv.JetStream(t)
-	p, err := New(Config{Fleet: testenv.StartCache(t, testenv.FakeClients(nil)), JetStream: js})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newPlanner(t, js)
 	wire := watchPublishes(t, js)
 	plans := batchPlans(600)
 	for range 2 {
@@ -124,20 +145,8 @@ func TestARolloutsPlansGoAsOneBatchPerStream(t *testing.T) {
 // the flag) gets its plans one by one, the staged stream still as a batch.
 func TestPlansGoOneByOneWhereTheStreamTakesNoBatch(t *testing.T) {
 	js := testenv.JetStream(t)
-	ctx := context.Background()
-	s, err := js.Stream(ctx, events.StreamPlans)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.CachedInfo().Config
-	cfg.AllowBatchPublish = false
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	p, err := New(Config{Fleet: testenv.StartCache(t, testenv.FakeClients(nil)), JetStream: js})
-	if err != nil {
-		t.Fatal(err)
-	}
+	takeNoBatches(t, js, events.StreamPlans)
+	p := newPlanner(t, js)
 	wire := watchPublishes(t, js)
 	if err := p.publishPlans(t.Context(), edit(1), batchPlans(600)); err != nil {
 		t.Fatal(err)
@@ -157,23 +166,11 @@ func TestPlansGoOneByOneWhereTheStreamTakesNoBatch(t *testing.T) {
 // and so from then on.
 func TestPlansGoOneByOneOnceTheStreamRefusesABatch(t *testing.T) {
 	js := testenv.JetStream(t)
-	ctx := context.Background()
-	p, err := New(Config{Fleet: testenv.StartCache(t, testenv.FakeClients(nil)), JetStream: js})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := p.batched(ctx, events.StreamPlans); err != nil || !ok {
+	p := newPlanner(t, js)
+	if ok, err := p.batched(t.Context(), events.StreamPlans); err != nil || !ok {
 		t.Fatalf("the plans stream as Setup made it: batched %v %v, want true", ok, err)
 	}
-	s, err := js.Stream(ctx, events.StreamPlans)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.CachedInfo().Config
-	cfg.AllowBatchPublish = false
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	takeNoBatches(t, js, events.StreamPlans)
 	if err := p.publishPlans(t.Context(), edit(1), batchPlans(600)); err != nil {
 		t.Fatal(err)
 	}
@@ -192,10 +189,7 @@ func TestPlansGoOneByOneOnceTheStreamRefusesABatch(t *testing.T) {
 // 100,000 plans).
 func TestABatchsPlansGoOutAsTheyAreMade(t *testing.T) {
 	js := testenv.JetStream(t)
-	p, err := New(Config{Fleet: testenv.StartCache(t, testenv.FakeClients(nil)), JetStream: js})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newPlanner(t, js)
 	plans := batchPlans(10)
 	for i := range plans {
 		plans[i].Batch = 0

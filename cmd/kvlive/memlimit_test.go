@@ -63,17 +63,8 @@ func TestGCPercentDefaultsLowerUnlessGOGCIsSet(t *testing.T) {
 // (the applier stopped, no verdict awaited) returns the freed heap to the
 // OS (a forced collection, which debug.FreeOSMemory makes).
 func TestGCTargetFollowsTheApplier(t *testing.T) {
-	before := debug.SetGCPercent(idleGCPercent)
-	t.Cleanup(func() { debug.SetGCPercent(before) })
 	var moving, settling, settled atomic.Bool
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		followActivity(ctx, slog.New(slog.DiscardHandler), moving.Load, settling.Load, settled.Load, time.Millisecond)
-	}()
-	// Cleanups run last first: the follower stops before the target is restored.
-	t.Cleanup(func() { cancel(); <-done })
+	followInTest(t, moving.Load, settling.Load, settled.Load)
 	wait := func(want int) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -110,20 +101,12 @@ func TestGCTargetFollowsTheApplier(t *testing.T) {
 // turns, look after look, without moving a VM; that forces no collection.
 // The next move's quiet spell does, once.
 func TestSettlingWithoutAMoveForcesNothing(t *testing.T) {
-	before := debug.SetGCPercent(idleGCPercent)
-	t.Cleanup(func() { debug.SetGCPercent(before) })
 	var moving, settling, settled atomic.Bool
 	var looks atomic.Int64
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		followActivity(ctx, slog.New(slog.DiscardHandler), func() bool {
-			looks.Add(1)
-			return moving.Load()
-		}, settling.Load, settled.Load, time.Millisecond)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	followInTest(t, func() bool {
+		looks.Add(1)
+		return moving.Load()
+	}, settling.Load, settled.Load)
 
 	start, began := forced(), time.Now()
 	for from := looks.Load(); looks.Load()-from < 200; time.Sleep(time.Millisecond) {
@@ -151,20 +134,12 @@ func TestSettlingWithoutAMoveForcesNothing(t *testing.T) {
 // outcomes; the mark hands the freed heap back to the OS too, once the
 // process is quiet (no verdict awaited), once a mark.
 func TestARolloutSettledHandsTheHeapBack(t *testing.T) {
-	before := debug.SetGCPercent(idleGCPercent)
-	t.Cleanup(func() { debug.SetGCPercent(before) })
 	var moving, settling, marked atomic.Bool
 	var looks atomic.Int64
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		followActivity(ctx, slog.New(slog.DiscardHandler), moving.Load, settling.Load, func() bool {
-			looks.Add(1)
-			return marked.Swap(false)
-		}, time.Millisecond)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	followInTest(t, moving.Load, settling.Load, func() bool {
+		looks.Add(1)
+		return marked.Swap(false)
+	})
 	lookOn := func(n int64) {
 		t.Helper()
 		began := time.Now()
@@ -193,6 +168,22 @@ func TestARolloutSettledHandsTheHeapBack(t *testing.T) {
 	if n := forced() - after; n != 0 {
 		t.Errorf("%d more forced collections after the one the mark asked for, want none", n)
 	}
+}
+
+// followInTest runs followActivity, looking every millisecond, from the
+// idle target until the test ends, then restores the target the process
+// had.
+func followInTest(t *testing.T, moving, settling, settled func() bool) {
+	before := debug.SetGCPercent(idleGCPercent)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		followActivity(ctx, slog.New(slog.DiscardHandler), moving, settling, settled, time.Millisecond)
+	}()
+	// Cleanups run last first: the follower stops before the target is restored.
+	t.Cleanup(func() { cancel(); <-done })
 }
 
 // gcTarget reads the garbage collection target (read, not set and
