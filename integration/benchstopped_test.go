@@ -222,10 +222,10 @@ func (e *env) waitSettledDown(p *kvliveProc, n int) {
 func (e *env) waitMarkedSettled(p *kvliveProc, n int, ids ...string) {
 	e.t.Helper()
 	e.waitFor("kvlive run's keeper to mark its rollouts settled", settledWithin(n)+2*rollout.KeepEvery(events.DefaultStreamOptions().MaxAge), func() (bool, string) {
-		m, log := e.metricsOf(p), p.out.String()
+		m := e.metricsOf(p)
 		var waiting []string
 		for _, id := range ids {
-			if !strings.Contains(log, `msg="rollout settled: plans of it no longer move VMs" event=`+id) {
+			if !loggedSettled(p, id) {
 				waiting = append(waiting, id)
 			}
 		}

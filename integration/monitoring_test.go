@@ -84,7 +84,13 @@ func TestKeeperCountsTheRolloutsItSettles(t *testing.T) {
 	e.waitFor("the keeper to mark the edit's rollout settled", time.Minute, func() (bool, string) {
 		m := e.metricsOf(p)
 		return strings.Contains(m, "\nkvlive_rollouts_settled_total 1\n") && strings.Contains(m, "\nkvlive_rollouts_open 0\n") &&
-				strings.Contains(p.out.String(), `msg="rollout settled: plans of it no longer move VMs" event=`+eventID),
+				loggedSettled(p, eventID),
 			metricLines(m, "kvlive_rollouts_settled_total") + "; " + metricLines(m, "kvlive_rollouts_open")
 	})
+}
+
+// loggedSettled reports whether kvlive run p's keeper logged eventID's
+// rollout marked settled.
+func loggedSettled(p *kvliveProc, eventID string) bool {
+	return strings.Contains(p.out.String(), `msg="rollout settled: plans of it no longer move VMs" event=`+eventID)
 }
