@@ -362,8 +362,11 @@ func (a *Applier) tryTake(ctx context.Context, plan events.Plan, n int) (*bool, 
 		return nil, nil
 	}
 	taken := events.MigrationSlot{EventID: plan.EventID, VM: plan.VM, At: a.cfg.Clock.Now().UTC()}
-	if vmi := a.budget.fleet.VMI(plan.VM.Namespace, plan.VM.Name); vmi != nil && vmi.Status.MigrationState != nil {
-		taken.Prior = string(vmi.Status.MigrationState.MigrationUID)
+	if vmi := a.budget.fleet.VMI(plan.VM.Namespace, plan.VM.Name); vmi != nil {
+		taken.VMI = string(vmi.UID)
+		if vmi.Status.MigrationState != nil {
+			taken.Prior = string(vmi.Status.MigrationState.MigrationUID)
+		}
 	}
 	body, err := json.Marshal(taken)
 	if err != nil {
@@ -462,8 +465,8 @@ func (a *Applier) slotState(s slot) (string, instancetype.Migration) {
 	switch {
 	case vmi == nil || vmi.IsFinal():
 		return "the VM stopped", instancetype.Migration{}
-	case vmi.CreationTimestamp.After(since):
-		return fmt.Sprintf("the VM runs a new VMI (created %s, the slot taken %s)", vmi.CreationTimestamp.UTC().Format(time.RFC3339), s.MS.At.Format(time.RFC3339Nano)), instancetype.Migration{}
+	case newVMI(s.MS, vmi, since):
+		return fmt.Sprintf("the VM runs a new VMI (%s, created %s; the slot taken %s)", vmi.UID, vmi.CreationTimestamp.UTC().Format(time.RFC3339), s.MS.At.Format(time.RFC3339Nano)), instancetype.Migration{}
 	case a.cfg.Clock.Since(s.MS.At) > a.cfg.QueueTimeout:
 		a.cfg.Metrics.MigrationSlotGivenUp()
 		a.cfg.Log.Warn("applier: a migration slot given up: no migration of its VM ended within --migration-queue-timeout", "vm", s.MS.VM.String(), "event", s.MS.EventID, "taken", s.MS.At)
@@ -487,6 +490,18 @@ func (a *Applier) slotState(s slot) (string, instancetype.Migration) {
 		return "KubeVirt asked for no migration", m
 	}
 	return "", m
+}
+
+// newVMI reports whether vmi is not the VMI that ran when the slot was
+// taken. The slot names that VMI's UID; one that names none (no VMI ran
+// then, or an older kvlive took it) goes by the creation time, which is
+// whole seconds and so, read against since, may take a VMI created in the
+// second before the move for a new one.
+func newVMI(ms events.MigrationSlot, vmi *virtv1.VirtualMachineInstance, since time.Time) bool {
+	if ms.VMI != "" {
+		return string(vmi.UID) != ms.VMI
+	}
+	return vmi.CreationTimestamp.After(since)
 }
 
 // markMigrating records on the slot that its VM's migration runs (started

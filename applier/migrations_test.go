@@ -134,6 +134,60 @@ func TestTheMigrationBudgetHoldsLiveMovesToItsSlots(t *testing.T) {
 	}
 }
 
+// TestAVMIStartedJustBeforeItsMoveKeepsItsSlot: a VM whose VMI was
+// created in the second before its slot was taken (creation times are
+// whole seconds) keeps the slot until its migration comes; the slot is
+// freed once the VM runs another VMI. Freed at once, as it was, a fleet
+// just started ran past the budget (five moves at once against two, on
+// KubeVirt's own virt-controller).
+func TestAVMIStartedJustBeforeItsMoveKeepsItsSlot(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx := t.Context()
+	kv, err := js.KeyValue(ctx, events.BucketBus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmi := testenv.RunningVMI("ns", "a")
+	vmi.UID, vmi.CreationTimestamp = "vmi-1", metav1.NewTime(time.Now().Truncate(time.Second))
+	fleet := &budgetFleet{
+		vms:  map[string]*virtv1.VirtualMachine{"a": {ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "uid-a"}}},
+		vmis: map[string]*virtv1.VirtualMachineInstance{"a": vmi},
+	}
+	clients := testenv.FakeClients(nil)
+	a, err := New(Config{Clients: clients, Fleet: testenv.StartCache(t, clients), JetStream: js, QueueTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.budget = newBudget(kv, fleet)
+	plan := events.Plan{EventID: "E", VM: events.VMRef{Namespace: "ns", Name: "a", UID: "uid-a"}, Action: events.ResultLive}
+	if took, err := a.tryTake(ctx, plan, 1); err != nil || took == nil || !*took {
+		t.Fatalf("took %v, %v; want the empty budget's slot", took, err)
+	}
+	held := func() []slot {
+		t.Helper()
+		slots, err := a.budget.slots(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []slot
+		for _, s := range slots {
+			if !a.freeIfEnded(ctx, s) {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	if s := held(); len(s) != 1 || s[0].MS.VMI != "vmi-1" {
+		t.Fatalf("slots %+v; want a's, naming its VMI vmi-1, held while its migration has not come", s)
+	}
+	restarted := testenv.RunningVMI("ns", "a")
+	restarted.UID, restarted.CreationTimestamp = "vmi-2", vmi.CreationTimestamp
+	fleet.vmis["a"] = restarted
+	if s := held(); len(s) != 0 {
+		t.Errorf("slots %+v; want a's freed once it runs another VMI", s)
+	}
+}
+
 // TestALiveMoveWaitsForKubeVirtNoLongerThanTheQueueTimeout: while the
 // KubeVirt CR is not Deployed no slot is taken, rollout status is told
 // why, and the wait ends at the queue timeout with an error saying so.

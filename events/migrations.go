@@ -31,6 +31,10 @@ type MigrationSlot struct {
 	// Prior is the VMI's latest migration when the slot was taken: one
 	// that ended before the move, never this move's.
 	Prior string `json:"prior,omitempty"`
+	// VMI is the UID of the VM's VMI when the slot was taken: a VMI of
+	// another UID is a new one (the VM restarted), which needs no
+	// migration. Empty when none ran, or in a slot of an older kvlive.
+	VMI string `json:"vmi,omitempty"`
 	// FailedMigration is the latest failed migration of the VM kvlive
 	// acted on (paused its rollout for), so it acts once per failure.
 	FailedMigration string `json:"failedMigration,omitempty"`
