@@ -90,6 +90,12 @@ func (p Progress) Counts() map[events.Result]int {
 // start of the stream, so following an event that already finished returns
 // at once. An event that reaches no VM completes with zero outcomes.
 func Follow(ctx context.Context, js jetstream.JetStream, eventID string, update func(Progress)) (Progress, error) {
+	return follow(ctx, js, eventID, update, AccountOf)
+}
+
+// follow is Follow reading the event's account with account.
+func follow(ctx context.Context, js jetstream.JetStream, eventID string, update func(Progress),
+	account func(context.Context, jetstream.JetStream, string) (Account, error)) (Progress, error) {
 	p := Progress{EventID: eventID, Outcomes: map[string]events.Outcome{}}
 	kv, err := js.KeyValue(ctx, events.BucketRollouts)
 	if err != nil {
@@ -115,9 +121,13 @@ func Follow(ctx context.Context, js jetstream.JetStream, eventID string, update 
 		switch {
 		case errors.Is(err, nats.ErrTimeout):
 			// Quiet: see whether the rollout ended without an outcome
-			// for every VM (dead letters, an abort).
-			if p.Planned > 0 {
-				if a, err := AccountOf(ctx, js, eventID); err == nil {
+			// for every VM (dead letters, an abort). It has not while
+			// any of its plans is staged, held or in flight; the
+			// account, which reads every outcome so far again, waits
+			// until none is (a lull in a long rollout's outcomes would
+			// read them all each time).
+			if p.Planned > 0 && !pending(ctx, js, eventID) {
+				if a, err := account(ctx, js, eventID); err == nil {
 					p.Account = &a
 					// An outcome stored after the quiet read and before
 					// the account's is in the account: take it, or a
@@ -144,6 +154,22 @@ func Follow(ctx context.Context, js jetstream.JetStream, eventID string, update 
 		}
 	}
 	return p, ctx.Err()
+}
+
+// pending reports whether eventID has a plan staged, held or in flight,
+// as the work streams' per-subject counts say: a rollout that has is not
+// over. An unreadable count is not pending (the account says).
+func pending(ctx context.Context, js jetstream.JetStream, eventID string) bool {
+	for _, w := range []struct{ stream, filter string }{
+		{events.StreamPlans, events.PlansOf(eventID)},
+		{events.StreamHeld, events.HeldOf(eventID)},
+		{events.StreamStaged, events.StagedOf(eventID)},
+	} {
+		if n, err := CountSubjects(ctx, js, w.stream, w.filter); err == nil && n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func plannedCount(ctx context.Context, kv jetstream.KeyValue, eventID string) (int, bool) {
