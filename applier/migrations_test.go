@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
@@ -134,33 +135,43 @@ func TestTheMigrationBudgetHoldsLiveMovesToItsSlots(t *testing.T) {
 	}
 }
 
-// TestAVMIStartedJustBeforeItsMoveKeepsItsSlot: a VM whose VMI was
-// created in the second before its slot was taken (creation times are
-// whole seconds) keeps the slot until its migration comes; the slot is
-// freed once the VM runs another VMI. Freed at once, as it was, a fleet
-// just started ran past the budget (five moves at once against two, on
-// KubeVirt's own virt-controller).
-func TestAVMIStartedJustBeforeItsMoveKeepsItsSlot(t *testing.T) {
+// TestAVMIStartedInItsMovesSecondKeepsItsSlot: a VM whose VMI was
+// created in the whole second its slot was taken (creation times are
+// whole seconds) keeps the slot until its migration comes, and so does
+// one whose VMI the cache showed late (another UID, created before the
+// move); the slot is freed once the VM runs a VMI created since. Freed at
+// once, as it was, a fleet just started ran past the budget (five moves
+// at once against two, on KubeVirt's own virt-controller). A slot that
+// names no VMI (an older kvlive's) still goes by the creation time.
+func TestAVMIStartedInItsMovesSecondKeepsItsSlot(t *testing.T) {
 	js := testenv.JetStream(t)
 	ctx := t.Context()
 	kv, err := js.KeyValue(ctx, events.BucketBus)
 	if err != nil {
 		t.Fatal(err)
 	}
-	vmi := testenv.RunningVMI("ns", "a")
-	vmi.UID, vmi.CreationTimestamp = "vmi-1", metav1.NewTime(time.Now().Truncate(time.Second))
+	second := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(second.Add(600 * time.Millisecond)) // the slot taken 0.6 s into the VMI's second
+	running := func(uid types.UID, created time.Time) *virtv1.VirtualMachineInstance {
+		vmi := testenv.RunningVMI("ns", "a")
+		vmi.UID, vmi.CreationTimestamp = uid, metav1.NewTime(created)
+		return vmi
+	}
 	fleet := &budgetFleet{
-		vms:  map[string]*virtv1.VirtualMachine{"a": {ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "uid-a"}}},
-		vmis: map[string]*virtv1.VirtualMachineInstance{"a": vmi},
+		vms: map[string]*virtv1.VirtualMachine{
+			"a": {ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "uid-a"}},
+			"b": {ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b", UID: "uid-b"}},
+		},
+		vmis: map[string]*virtv1.VirtualMachineInstance{"a": running("vmi-1", second)},
 	}
 	clients := testenv.FakeClients(nil)
-	a, err := New(Config{Clients: clients, Fleet: testenv.StartCache(t, clients), JetStream: js, QueueTimeout: time.Hour})
+	a, err := New(Config{Clients: clients, Fleet: testenv.StartCache(t, clients), JetStream: js, Clock: clk, QueueTimeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.budget = newBudget(kv, fleet)
 	plan := events.Plan{EventID: "E", VM: events.VMRef{Namespace: "ns", Name: "a", UID: "uid-a"}, Action: events.ResultLive}
-	if took, err := a.tryTake(ctx, plan, 1); err != nil || took == nil || !*took {
+	if took, err := a.tryTake(ctx, plan, 2); err != nil || took == nil || !*took {
 		t.Fatalf("took %v, %v; want the empty budget's slot", took, err)
 	}
 	held := func() []slot {
@@ -180,11 +191,26 @@ func TestAVMIStartedJustBeforeItsMoveKeepsItsSlot(t *testing.T) {
 	if s := held(); len(s) != 1 || s[0].MS.VMI != "vmi-1" {
 		t.Fatalf("slots %+v; want a's, naming its VMI vmi-1, held while its migration has not come", s)
 	}
-	restarted := testenv.RunningVMI("ns", "a")
-	restarted.UID, restarted.CreationTimestamp = "vmi-2", vmi.CreationTimestamp
-	fleet.vmis["a"] = restarted
+	fleet.vmis["a"] = running("vmi-0", second.Add(-time.Hour))
+	if s := held(); len(s) != 1 {
+		t.Fatalf("slots %+v; want a's held: the VMI the cache shows now ran before the move", s)
+	}
+	fleet.vmis["a"] = running("vmi-2", second.Add(5*time.Second))
 	if s := held(); len(s) != 0 {
-		t.Errorf("slots %+v; want a's freed once it runs another VMI", s)
+		t.Fatalf("slots %+v; want a's freed once it runs a VMI created since", s)
+	}
+	// An older kvlive's slot names no VMI: a VMI created in the slot's
+	// second is taken for new, as before.
+	fleet.vmis["b"] = testenv.RunningVMI("ns", "b")
+	fleet.vmis["b"].CreationTimestamp = metav1.NewTime(second)
+	if _, err := kv.Create(ctx, events.MigrationSlotKey(0), []byte(`{"eventId":"E","vm":{"namespace":"ns","name":"b","uid":"uid-b"},"at":"2026-12-06T12:00:00.6Z"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if s := held(); len(s) != 0 {
+		t.Fatalf("slots %+v; want b's, naming no VMI, freed by the creation time", s)
+	}
+	if left, err := a.budget.slots(ctx); err != nil || len(left) != 0 {
+		t.Errorf("slots left in the bucket %+v, %v; want none", left, err)
 	}
 }
 
