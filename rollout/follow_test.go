@@ -24,7 +24,11 @@ func TestFollowReadsNoAccountWhileAPlanIsLeft(t *testing.T) {
 		reads.Add(1)
 		return AccountOf(ctx, js, id)
 	}
-	for _, id := range []string{"running", "paused"} { // a plan in flight, a plan held
+	staged := planMsg(t, events.StagedSubject(1, "running"), "running-c")
+	if _, err := js.PublishMsg(t.Context(), staged); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"running", "paused"} { // plans in flight and staged, a plan held
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second) // some eight lulls
 		p, err := follow(ctx, js, id, nil, counted)
 		cancel()
@@ -42,7 +46,19 @@ func TestFollowReadsNoAccountWhileAPlanIsLeft(t *testing.T) {
 	if err := s.Purge(t.Context(), jetstream.WithPurgeSubject(events.PlanSubject("ns", "running"))); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // a bound; the follow ends at its next lull
+	// Its staged plan alone is left: still no account read.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	if _, err := follow(ctx, js, "running", nil, counted); !errors.Is(err, context.DeadlineExceeded) || reads.Load() != 0 {
+		t.Fatalf("with a staged plan left: %v, %d account reads; want the deadline and none", err, reads.Load())
+	}
+	cancel()
+	if s, err = js.Stream(t.Context(), events.StreamStaged); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Purge(t.Context(), jetstream.WithPurgeSubject(staged.Subject)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithTimeout(t.Context(), 30*time.Second) // a bound; the follow ends at its next lull
 	defer cancel()
 	p, err := follow(ctx, js, "running", nil, counted)
 	if err != nil || p.Account == nil || p.Account.Phase != PhaseIncomplete || reads.Load() == 0 {

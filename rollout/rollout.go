@@ -161,9 +161,11 @@ func follow(ctx context.Context, js jetstream.JetStream, eventID string, update 
 // over. An unreadable count is not pending (the account says).
 func pending(ctx context.Context, js jetstream.JetStream, eventID string) bool {
 	for _, w := range []struct{ stream, filter string }{
-		{events.StreamPlans, events.PlansOf(eventID)},
-		{events.StreamHeld, events.HeldOf(eventID)},
+		// The account's order: a plan moving on between two reads is
+		// read twice, not missed.
 		{events.StreamStaged, events.StagedOf(eventID)},
+		{events.StreamHeld, events.HeldOf(eventID)},
+		{events.StreamPlans, events.PlansOf(eventID)},
 	} {
 		if n, err := CountSubjects(ctx, js, w.stream, w.filter); err == nil && n > 0 {
 			return true
