@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,18 +36,33 @@ func (f *budgetFleet) KubeVirt() *virtv1.KubeVirt                  { return f.kv
 func (f *budgetFleet) VMIInformer() cache.SharedIndexInformer      { return nil }
 func (f *budgetFleet) KubeVirtInformer() cache.SharedIndexInformer { return nil }
 
+// budgetApplier is an applier on a test JetStream with fleet's migration
+// budget, cfg's queue timeout and clock, and the bus bucket its slots are
+// kept in.
+func budgetApplier(t *testing.T, fleet *budgetFleet, cfg Config) (*Applier, jetstream.KeyValue) {
+	t.Helper()
+	js := testenv.JetStream(t)
+	kv, err := js.KeyValue(t.Context(), events.BucketBus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients := testenv.FakeClients(nil)
+	cfg.Clients, cfg.Fleet, cfg.JetStream = clients, testenv.StartCache(t, clients), js
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.budget = newBudget(kv, fleet)
+	return a, kv
+}
+
 // TestTheMigrationBudgetHoldsLiveMovesToItsSlots: with a budget of two, a
 // third live move finds no slot until one VM's migration ended; a VM whose
 // hot-plug waits for its migration keeps its slot, and so does one whose
 // migration ended before it was moved again; a failed migration pauses the
 // rollout once.
 func TestTheMigrationBudgetHoldsLiveMovesToItsSlots(t *testing.T) {
-	js := testenv.JetStream(t)
 	ctx := t.Context()
-	kv, err := js.KeyValue(ctx, events.BucketBus)
-	if err != nil {
-		t.Fatal(err)
-	}
 	fleet := &budgetFleet{vms: map[string]*virtv1.VirtualMachine{}, vmis: map[string]*virtv1.VirtualMachineInstance{}}
 	old := metav1.NewTime(time.Now().Add(-time.Hour))
 	for _, n := range []string{"a", "b", "c"} {
@@ -57,16 +73,12 @@ func TestTheMigrationBudgetHoldsLiveMovesToItsSlots(t *testing.T) {
 		vmi.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "old-" + types.UID(n), StartTimestamp: &old, EndTimestamp: &old, Completed: true}
 		fleet.vmis[n] = vmi
 	}
-	store, err := rollout.Open(ctx, js)
+	a, _ := budgetApplier(t, fleet, Config{QueueTimeout: time.Hour})
+	store, err := rollout.Open(ctx, a.cfg.JetStream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clients := testenv.FakeClients(nil)
-	a, err := New(Config{Clients: clients, Fleet: testenv.StartCache(t, clients), JetStream: js, QueueTimeout: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.budget, a.control = newBudget(kv, fleet), store
+	a.control = store
 	plan := func(n string) events.Plan {
 		return events.Plan{EventID: "E", VM: events.VMRef{Namespace: "ns", Name: n, UID: "uid-" + n}, Action: events.ResultLive}
 	}
@@ -144,12 +156,7 @@ func TestTheMigrationBudgetHoldsLiveMovesToItsSlots(t *testing.T) {
 // at once against two, on KubeVirt's own virt-controller). A slot that
 // names no VMI (an older kvlive's) still goes by the creation time.
 func TestAVMIStartedInItsMovesSecondKeepsItsSlot(t *testing.T) {
-	js := testenv.JetStream(t)
 	ctx := t.Context()
-	kv, err := js.KeyValue(ctx, events.BucketBus)
-	if err != nil {
-		t.Fatal(err)
-	}
 	second := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(second.Add(600 * time.Millisecond)) // the slot taken 0.6 s into the VMI's second
 	running := func(uid types.UID, created time.Time) *virtv1.VirtualMachineInstance {
@@ -164,12 +171,7 @@ func TestAVMIStartedInItsMovesSecondKeepsItsSlot(t *testing.T) {
 		},
 		vmis: map[string]*virtv1.VirtualMachineInstance{"a": running("vmi-1", second)},
 	}
-	clients := testenv.FakeClients(nil)
-	a, err := New(Config{Clients: clients, Fleet: testenv.StartCache(t, clients), JetStream: js, Clock: clk, QueueTimeout: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.budget = newBudget(kv, fleet)
+	a, kv := budgetApplier(t, fleet, Config{Clock: clk, QueueTimeout: time.Hour})
 	plan := events.Plan{EventID: "E", VM: events.VMRef{Namespace: "ns", Name: "a", UID: "uid-a"}, Action: events.ResultLive}
 	if took, err := a.tryTake(ctx, plan, 2); err != nil || took == nil || !*took {
 		t.Fatalf("took %v, %v; want the empty budget's slot", took, err)
@@ -218,21 +220,11 @@ func TestAVMIStartedInItsMovesSecondKeepsItsSlot(t *testing.T) {
 // KubeVirt CR is not Deployed no slot is taken, rollout status is told
 // why, and the wait ends at the queue timeout with an error saying so.
 func TestALiveMoveWaitsForKubeVirtNoLongerThanTheQueueTimeout(t *testing.T) {
-	js := testenv.JetStream(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	kv, err := js.KeyValue(ctx, events.BucketBus)
-	if err != nil {
-		t.Fatal(err)
-	}
 	fleet := &budgetFleet{kv: &virtv1.KubeVirt{Status: virtv1.KubeVirtStatus{Phase: virtv1.KubeVirtPhaseDeploying}}}
-	clients := testenv.FakeClients(nil)
-	a, err := New(Config{Clients: clients, Fleet: testenv.StartCache(t, clients), JetStream: js, QueueTimeout: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.budget = newBudget(kv, fleet)
-	_, err = a.takeSlot(ctx, events.Plan{EventID: "E", VM: events.VMRef{Namespace: "ns", Name: "a", UID: "uid-a"}, Action: events.ResultLive}, 0)
+	a, kv := budgetApplier(t, fleet, Config{QueueTimeout: 500 * time.Millisecond})
+	_, err := a.takeSlot(ctx, events.Plan{EventID: "E", VM: events.VMRef{Namespace: "ns", Name: "a", UID: "uid-a"}, Action: events.ResultLive}, 0)
 	if !errors.Is(err, errTransient) || !strings.Contains(err.Error(), "--migration-queue-timeout") {
 		t.Fatalf("takeSlot: %v; want a transient error naming the queue timeout", err)
 	}
