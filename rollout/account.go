@@ -264,17 +264,14 @@ func droppedSince(ctx context.Context, js jetstream.JetStream, since time.Time) 
 
 // count reads the event's plans and settled VMs afresh, in tally's order.
 func (a *Account) count(ctx context.Context, js jetstream.JetStream) error {
-	eventID, rec := a.EventID, a.Record
+	rec := a.Record
 	a.Outcomes, a.Latest, a.Unaccounted = map[events.Result]int{}, map[string]events.Outcome{}, 0
-	var err error
-	if a.Staged, err = CountSubjects(ctx, js, events.StreamStaged, events.StagedOf(eventID)); a.read("staged", err) != nil {
-		return err
-	}
-	if a.Held, err = CountSubjects(ctx, js, events.StreamHeld, events.HeldOf(eventID)); a.read("held", err) != nil {
-		return err
-	}
-	if a.InFlight, err = CountSubjects(ctx, js, events.StreamPlans, events.PlansOf(eventID)); a.read("in flight", err) != nil {
-		return err
+	for _, w := range a.work() {
+		n, err := CountSubjects(ctx, js, w.stream, w.filter)
+		if a.read(w.what, err) != nil {
+			return err
+		}
+		*w.count = n
 	}
 	if err := a.read("outcomes", a.readOutcomes(ctx, js)); err != nil {
 		return err
@@ -285,6 +282,24 @@ func (a *Account) count(ctx context.Context, js jetstream.JetStream) error {
 	a.Batches, a.Batch = rec.Batches, a.Control.Batch
 	a.Supersedes, a.PolicyError = rec.Supersedes, rec.PolicyError
 	return nil
+}
+
+// workCount is one of the streams an event's plans wait in, and the
+// account's count of them there.
+type workCount struct {
+	what, stream, filter string
+	count                *int
+}
+
+// work are the streams the event's plans wait in, in the order they move
+// through them: staged, held, then in flight, read in that order so a
+// plan moving on between two reads is counted twice, never missed.
+func (a *Account) work() []workCount {
+	return []workCount{
+		{"staged", events.StreamStaged, events.StagedOf(a.EventID), &a.Staged},
+		{"held", events.StreamHeld, events.HeldOf(a.EventID), &a.Held},
+		{"in flight", events.StreamPlans, events.PlansOf(a.EventID), &a.InFlight},
+	}
 }
 
 func (a *Account) phase() Phase {

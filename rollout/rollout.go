@@ -90,12 +90,12 @@ func (p Progress) Counts() map[events.Result]int {
 // start of the stream, so following an event that already finished returns
 // at once. An event that reaches no VM completes with zero outcomes.
 func Follow(ctx context.Context, js jetstream.JetStream, eventID string, update func(Progress)) (Progress, error) {
-	return follow(ctx, js, eventID, update, AccountOf)
+	return follow(ctx, js, eventID, update, nil)
 }
 
-// follow is Follow reading the event's account with account.
-func follow(ctx context.Context, js jetstream.JetStream, eventID string, update func(Progress),
-	account func(context.Context, jetstream.JetStream, string) (Account, error)) (Progress, error) {
+// follow is Follow telling afterRead (if set) of each of its account's
+// reads, as accountOf does.
+func follow(ctx context.Context, js jetstream.JetStream, eventID string, update func(Progress), afterRead func(what string)) (Progress, error) {
 	p := Progress{EventID: eventID, Outcomes: map[string]events.Outcome{}}
 	kv, err := js.KeyValue(ctx, events.BucketRollouts)
 	if err != nil {
@@ -127,7 +127,7 @@ func follow(ctx context.Context, js jetstream.JetStream, eventID string, update 
 			// until none is (a lull in a long rollout's outcomes would
 			// read them all each time).
 			if p.Planned > 0 && !pending(ctx, js, eventID) {
-				if a, err := account(ctx, js, eventID); err == nil {
+				if a, err := accountOf(ctx, js, eventID, afterRead); err == nil {
 					p.Account = &a
 					// An outcome stored after the quiet read and before
 					// the account's is in the account: take it, or a
@@ -160,13 +160,8 @@ func follow(ctx context.Context, js jetstream.JetStream, eventID string, update 
 // as the work streams' per-subject counts say: a rollout that has is not
 // over. An unreadable count is not pending (the account says).
 func pending(ctx context.Context, js jetstream.JetStream, eventID string) bool {
-	for _, w := range []struct{ stream, filter string }{
-		// The account's order: a plan moving on between two reads is
-		// read twice, not missed.
-		{events.StreamStaged, events.StagedOf(eventID)},
-		{events.StreamHeld, events.HeldOf(eventID)},
-		{events.StreamPlans, events.PlansOf(eventID)},
-	} {
+	a := Account{EventID: eventID}
+	for _, w := range a.work() {
 		if n, err := CountSubjects(ctx, js, w.stream, w.filter); err == nil && n > 0 {
 			return true
 		}
