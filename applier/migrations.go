@@ -494,11 +494,11 @@ func (a *Applier) slotState(s slot) (string, instancetype.Migration) {
 
 // newVMI reports whether vmi is not the VMI that ran when the slot was
 // taken: another UID than the one the slot names, created no earlier than
-// since (a VMI of before the move that the cache had not shown when the
-// slot was taken is no new one). A slot that names none (no VMI ran then,
+// since (one created before it, which the cache had not shown when the
+// slot was taken, is no new one). A slot that names none (no VMI ran then,
 // or an older kvlive took it) goes by the creation time alone, which is
-// whole seconds and so, read against since, may take a VMI created in the
-// second before the move for a new one.
+// whole seconds and so, read against since, takes a VMI created in the
+// move's own second for a new one.
 func newVMI(ms events.MigrationSlot, vmi *virtv1.VirtualMachineInstance, since time.Time) bool {
 	if ms.VMI != "" {
 		return string(vmi.UID) != ms.VMI && !vmi.CreationTimestamp.Time.Before(since)
