@@ -276,6 +276,9 @@ type applyRun struct {
 	// nats is what nats-server carried (readNATS); kvlive's runs only.
 	nats    apiUse
 	eventID string
+	// start, for kvlive's stopped moves, is how long after the edit or
+	// the command's start its first outcome came (the loop has none).
+	start time.Duration
 }
 
 // benchKvliveRollout edits the fleet's instance type (or switches it to
