@@ -14,7 +14,7 @@
 #                                      the same shape on a machine with more cores (empty
 #                                      lists: nothing pinned, every process sharing the cores)
 #   hack/bench.sh -bench.sections stopped -bench.stopped 100000 -bench.runs 1
-#                                      the large fleet (about an hour and a half, memory above all)
+#                                      the large fleet (about an hour, memory above all)
 #   hack/bench.sh -bench.sections memory -bench.memory 100000 -bench.memory-stopped 20000
 #                                      kvlive run's memory against its aims (~30 minutes, ~18 GB)
 #   hack/bench.sh -bench.sections apply,planner

@@ -30,7 +30,7 @@ import (
 )
 
 var (
-	benchStoppedVMs  = flag.String("bench.stopped", "1000,10000", "fleet sizes (comma separated) of the stopped section; -bench.stopped 100000 -bench.runs 1 for the large fleet's memory (about an hour and a half)")
+	benchStoppedVMs  = flag.String("bench.stopped", "1000,10000", "fleet sizes (comma separated) of the stopped section; -bench.stopped 100000 -bench.runs 1 for the large fleet's memory (about an hour)")
 	benchStoppedRuns = flag.String("bench.runs", "2,1", "runs of each move per fleet size in the stopped section (comma separated, one per size of -bench.stopped, the last for any more; the spread is reported)")
 	benchRawFirst    = flag.Bool("bench.raw-first", false, "in the stopped section's first run, the raw loop's moves go before kvlive's (the order alternates from run to run)")
 )
