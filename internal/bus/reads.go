@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -158,7 +159,10 @@ func (kv readingKV) ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (j
 
 func (kv readingKV) ListKeysFiltered(ctx context.Context, filters ...string) (jetstream.KeyLister, error) {
 	return kv.list(ctx, func(ctx context.Context) (jetstream.KeyLister, error) {
-		return kv.KeyValue.ListKeysFiltered(ctx, filters...)
+		// nats.go writes the bucket's subject prefix into the filters it
+		// is given: each try gets its own copy, or a try after a failed
+		// one would ask for the prefix twice, an invalid key.
+		return kv.KeyValue.ListKeysFiltered(ctx, slices.Clone(filters)...)
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/internal/bus"
+	"kvlive/internal/testenv"
 )
 
 // replicated creates an R3 stream of n messages and an R3 bucket with one
@@ -269,5 +271,64 @@ func TestTailRidesOutALeaderChange(t *testing.T) {
 			t.Logf("killing %s, which holds the tail's consumer", victim)
 			c.kill(victim)
 		}
+	}
+}
+
+// failingOnce is a JetStream whose buckets fail their first key listing as
+// a leader election would, after nats.go has started it with the filters
+// it was given.
+type failingOnce struct{ jetstream.JetStream }
+
+func (f failingOnce) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	kv, err := f.JetStream.KeyValue(ctx, bucket)
+	return &listFailsOnce{KeyValue: kv}, err
+}
+
+type listFailsOnce struct {
+	jetstream.KeyValue
+	failed bool
+}
+
+func (kv *listFailsOnce) ListKeysFiltered(ctx context.Context, filters ...string) (jetstream.KeyLister, error) {
+	l, err := kv.KeyValue.ListKeysFiltered(ctx, filters...)
+	if err != nil || kv.failed {
+		return l, err
+	}
+	kv.failed = true
+	_ = l.Stop()
+	return nil, nats.ErrTimeout
+}
+
+// TestAKeyListingTriedAgainAsksForTheSameKeys: a filtered key listing that
+// meets a leader election is tried again for the keys asked, not for the
+// filters nats.go rewrote on the first try (the bucket's prefix written
+// into them, which a second try took for an invalid key: the migration
+// budget's slots went unread on a NATS cluster while its leaders moved).
+func TestAKeyListingTriedAgainAsksForTheSameKeys(t *testing.T) {
+	ctx := t.Context()
+	raw := testenv.BareJetStream(t)
+	kv, err := raw.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"migrations.slot-0", "migrations.slot-1", "other"} {
+		if _, err := kv.PutString(ctx, k, "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read, err := bus.Reads(failingOnce{raw}, 10*time.Second).KeyValue(ctx, "B")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := read.ListKeysFiltered(ctx, "migrations.>")
+	if err != nil {
+		t.Fatalf("the listing tried again: %v", err)
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	if want := []string{"migrations.slot-0", "migrations.slot-1"}; !slices.Equal(keys, want) {
+		t.Errorf("listed %v, want %v", keys, want)
 	}
 }
