@@ -13,10 +13,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
+	"kvlive/internal/bus"
 )
 
 // Record reads the planner's rollout record of eventID; false when it has
-// recorded none (yet), or the id is no key kvlive ever wrote.
+// recorded none (yet), as the bucket's leader says, or the id is no key
+// kvlive ever wrote.
 func Record(ctx context.Context, js jetstream.JetStream, eventID string) (events.Rollout, bool, error) {
 	kv, err := js.KeyValue(ctx, events.BucketRollouts)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -25,14 +27,28 @@ func Record(ctx context.Context, js jetstream.JetStream, eventID string) (events
 	if err != nil {
 		return events.Rollout{}, false, fmt.Errorf("rollout: kv %s: %w", events.BucketRollouts, err)
 	}
-	entry, err := kv.Get(ctx, events.RolloutKey(eventID))
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+	key := events.RolloutKey(eventID)
+	entry, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrInvalidKey) {
 		return events.Rollout{}, false, nil
 	}
-	if err != nil {
+	var body []byte
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		// The read may have been answered by a replica behind the leader
+		// (a replicated bucket's direct get), and the plan that names the
+		// record published after it was written: absent is the leader's
+		// word, as an applier dead-letters a plan on it.
+		var ok bool
+		if body, ok, err = bus.KeyAtLeader(ctx, js, events.BucketRollouts, key); err != nil || !ok {
+			return events.Rollout{}, false, err
+		}
+	case err != nil:
 		return events.Rollout{}, false, fmt.Errorf("rollout: record of %s: %w", eventID, err)
+	default:
+		body = entry.Value()
 	}
-	r, err := events.UnmarshalRollout(entry.Value())
+	r, err := events.UnmarshalRollout(body)
 	if err != nil {
 		return r, false, fmt.Errorf("rollout: record of %s: %w", eventID, err)
 	}

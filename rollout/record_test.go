@@ -1,11 +1,14 @@
 package rollout
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
 	"kvlive/internal/testenv"
@@ -65,5 +68,55 @@ func TestTheFirstPlanningIsTheRecord(t *testing.T) {
 	}
 	if again, created, err := Create(ctx, js, events.Rollout{EventID: id, Planned: 1}, nil); err != nil || created || again.VMList != stood[0].VMList {
 		t.Errorf("a later planning: %+v created %v (%v), want the first record back", again, created, err)
+	}
+}
+
+// behindJS is a JetStream whose buckets' reads are answered by a replica
+// that has not yet applied any write: every key reads as missing, as a
+// direct get served by a replica behind the leader does.
+type behindJS struct{ jetstream.JetStream }
+
+func (b behindJS) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	kv, err := b.JetStream.KeyValue(ctx, bucket)
+	return behindKV{kv}, err
+}
+
+type behindKV struct{ jetstream.KeyValue }
+
+func (behindKV) Get(context.Context, string) (jetstream.KeyValueEntry, error) {
+	return nil, jetstream.ErrKeyNotFound
+}
+
+// TestARecordAReplicaBehindMissesIsReadAtTheLeader: on a replicated bucket
+// a read may be answered by a replica behind the leader, to which a
+// record just written is missing; an applier handed the record's first
+// plan dead-lettered it as no plan of kvlive's (on a three-node NATS
+// cluster, 22 plans of a rollout of 2,000). A record such a read misses is
+// read again from the leader; one the leader holds none of, or deleted,
+// is absent.
+func TestARecordAReplicaBehindMissesIsReadAtTheLeader(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx := t.Context()
+	const id, gone = "switch/0b8b3d64-1f2f-4a4e-8a7e-2b5c3d9e0f10", "switch/7a1c2e3f-5d6b-4c8a-9e0f-1b2c3d4e5f60"
+	for _, rec := range []events.Rollout{{EventID: id, Planned: 3}, {EventID: gone, Planned: 1}} {
+		if _, created, err := Create(ctx, js, rec, nil); err != nil || !created {
+			t.Fatalf("record %s: created %v, %v", rec.EventID, created, err)
+		}
+	}
+	kv, err := js.KeyValue(ctx, events.BucketRollouts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, events.RolloutKey(gone)); err != nil {
+		t.Fatal(err)
+	}
+	behind := behindJS{js}
+	if rec, ok, err := Record(ctx, behind, id); err != nil || !ok || rec.Planned != 3 {
+		t.Errorf("the record a replica behind missed: %+v, found %v, %v; want it read at the leader", rec, ok, err)
+	}
+	for _, absent := range []string{gone, "switch/00000000-0000-4000-8000-000000000000"} {
+		if _, ok, err := Record(ctx, behind, absent); err != nil || ok {
+			t.Errorf("record %s (deleted, or never written): found %v, %v; want absent", absent, ok, err)
+		}
 	}
 }
