@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"fmt"
 	"net/http"
 	"regexp"
 	"slices"
@@ -80,11 +81,35 @@ func TestNotificationsAcrossAKill(t *testing.T) {
 		got := r.Kinds()
 		return len(got) >= 3, strings.Join(got, ", ")
 	})
-	time.Sleep(3 * time.Second) // a notification told twice would come by now
+	// Only a notification not yet acknowledged is posted again: once the
+	// receiver's consumer has none left, unacknowledged or to deliver,
+	// what it took is all it will take.
+	e.waitFor("every notification posted and acknowledged", time.Minute, e.notificationsDone)
 	if got := r.Kinds(); !slices.Equal(got, []string{events.NotifyStarted, events.NotifyHeld, events.NotifyCompleted}) {
 		t.Errorf("told %v, want started, held, completed, once each", got)
 	}
 	if ids := r.IDs(); len(slices.Compact(slices.Sorted(slices.Values(ids)))) != len(ids) {
 		t.Errorf("a notification was taken twice: %v", ids)
 	}
+}
+
+// notificationsDone reports whether every receiver's durable consumer of
+// the notifications stream has delivered every notification and holds none
+// unacknowledged, and which have not when not.
+func (e *env) notificationsDone() (bool, string) {
+	s, err := e.js.Stream(e.ctx, events.StreamNotify)
+	if err != nil {
+		return false, err.Error()
+	}
+	var left []string
+	consumers := s.ListConsumers(e.ctx)
+	for c := range consumers.Info() {
+		if strings.HasPrefix(c.Name, "notify-") && (c.NumPending > 0 || c.NumAckPending > 0) {
+			left = append(left, fmt.Sprintf("%s: %d to deliver, %d unacknowledged", c.Name, c.NumPending, c.NumAckPending))
+		}
+	}
+	if err := consumers.Err(); err != nil {
+		return false, err.Error()
+	}
+	return len(left) == 0, strings.Join(left, "; ")
 }
