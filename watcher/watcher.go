@@ -306,7 +306,15 @@ func (w *Watcher) sync(ctx context.Context, key objectKey) error {
 		return nil
 	case record:
 		rec, _ := json.Marshal(seen{Generation: m.GetGeneration(), Spec: spec})
-		if _, err := w.kv.Create(ctx, uid, rec); err != nil && !events.Conflict(err) {
+		_, err := w.kv.Create(ctx, uid, rec)
+		switch {
+		case events.Conflict(err):
+			// The object has a record the read missed: a replicated
+			// bucket's read answered by a replica behind the leader.
+			// Compared again (the queue's backoff), not taken as seen: the
+			// object may have moved on from that record.
+			return fmt.Errorf("watcher: %s has a record the read of it missed; reading it again", uid)
+		case err != nil:
 			return fmt.Errorf("watcher: record %s: %w", uid, err)
 		}
 		return nil
