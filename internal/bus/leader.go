@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,21 +19,42 @@ import (
 // the leader first. ok is false when the leader holds no value for key
 // (never written, deleted or purged). An error is the read's (the leader
 // being elected, the server unreachable): nothing is said of the key.
-func KeyAtLeader(ctx context.Context, js jetstream.JetStream, bucket, key string) (value []byte, ok bool, err error) {
+func KeyAtLeader(ctx context.Context, js jetstream.JetStream, bucket, key string) (v []byte, ok bool, err error) {
 	req, err := json.Marshal(map[string]string{"last_by_subj": "$KV." + bucket + "." + key})
 	if err != nil {
 		return nil, false, err
 	}
-	if _, set := ctx.Deadline(); !set {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, leaderReadTimeout)
-		defer cancel()
+	r := newRetrier(0)
+	if reading, isReading := js.(readingJS); isReading {
+		r = reading.r
 	}
 	subject := apiPrefix(js.Options()) + "STREAM.MSG.GET.KV_" + bucket
-	m, err := js.Conn().RequestWithContext(ctx, subject, req)
+	// Only the leader answers, and none while one is elected: each try
+	// has its time limit, and a try that meets an election is retried as
+	// every read is (Reads).
+	got, err := value(ctx, r, "key "+key+" of "+bucket+" at the leader", func(ctx context.Context) (atLeader, error) {
+		m, err := js.Conn().RequestWithContext(ctx, subject, req)
+		if err != nil {
+			return atLeader{}, err
+		}
+		return parseMsgGet(m.Data)
+	})
 	if err != nil {
-		return nil, false, fmt.Errorf("bus: key %s of %s at the leader: %w", key, bucket, err)
+		return nil, false, fmt.Errorf("bus: %w", err)
 	}
+	return got.value, got.ok, nil
+}
+
+// atLeader is what the leader said of a key.
+type atLeader struct {
+	value []byte
+	ok    bool
+}
+
+// parseMsgGet reads a stream's answer to a message get of a key: its
+// value, none (not found, or a delete or purge marker), or the API's
+// error.
+func parseMsgGet(data []byte) (atLeader, error) {
 	var resp struct {
 		Error   *jetstream.APIError `json:"error,omitempty"`
 		Message *struct {
@@ -41,37 +62,36 @@ func KeyAtLeader(ctx context.Context, js jetstream.JetStream, bucket, key string
 			Data   []byte `json:"data,omitempty"`
 		} `json:"message,omitempty"`
 	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return nil, false, fmt.Errorf("bus: key %s of %s at the leader: %w", key, bucket, err)
+	if err := json.Unmarshal(data, &resp); err != nil {
+		return atLeader{}, err
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return nil, false, nil
+		return atLeader{}, nil
 	case resp.Error != nil:
-		return nil, false, fmt.Errorf("bus: key %s of %s at the leader: %w", key, bucket, resp.Error)
+		return atLeader{}, resp.Error
 	case resp.Message == nil:
-		return nil, false, fmt.Errorf("bus: key %s of %s at the leader: %w", key, bucket, jetstream.ErrInvalidJetStreamResponse)
+		return atLeader{}, jetstream.ErrInvalidJetStreamResponse
 	}
 	if len(resp.Message.Header) > 0 {
 		h, err := nats.DecodeHeadersMsg(resp.Message.Header)
 		if err != nil {
-			return nil, false, fmt.Errorf("bus: key %s of %s at the leader: %w", key, bucket, err)
+			return atLeader{}, err
 		}
 		if h.Get("KV-Operation") != "" || h.Get(jetstream.MarkerReasonHeader) != "" {
-			return nil, false, nil // a delete or purge marker: the key holds no value
+			return atLeader{}, nil // a delete or purge marker: the key holds no value
 		}
 	}
-	return resp.Message.Data, true, nil
+	return atLeader{value: resp.Message.Data, ok: true}, nil
 }
-
-// leaderReadTimeout bounds KeyAtLeader when its context has no deadline.
-const leaderReadTimeout = 5 * time.Second
 
 // apiPrefix is the subject prefix of o's JetStream API.
 func apiPrefix(o jetstream.JetStreamOptions) string {
 	switch {
-	case o.APIPrefix != "":
+	case o.APIPrefix != "" && strings.HasSuffix(o.APIPrefix, "."):
 		return o.APIPrefix
+	case o.APIPrefix != "":
+		return o.APIPrefix + "." // as jetstream.NewWithAPIPrefix completes it
 	case o.Domain != "":
 		return "$JS." + o.Domain + ".API."
 	}

@@ -332,3 +332,29 @@ func TestAKeyListingTriedAgainAsksForTheSameKeys(t *testing.T) {
 		t.Errorf("listed %v, want %v", keys, want)
 	}
 }
+
+// TestAKeyAtTheLeaderRidesOutAnElection: a key read from the leader of a
+// replicated bucket's stream, as its leader is killed, waits for the new
+// one and reads the value; a key never written reads as absent.
+func TestAKeyAtTheLeaderRidesOutAnElection(t *testing.T) {
+	c := startCluster(t, 3)
+	replicated(t, c, 1)
+	probe, err := jetstream.New(c.connect(c.others("")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := streamLeader(t, probe, "KV_B")
+	js, err := bus.NewJetStream(c.connect(c.others(leader)...), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c.kill(leader)
+	if v, ok, err := bus.KeyAtLeader(ctx, js, "B", "k"); err != nil || !ok || string(v) != "v" {
+		t.Fatalf("key k at the leader, its leader killed: %q, found %v, %v", v, ok, err)
+	}
+	if _, ok, err := bus.KeyAtLeader(ctx, js, "B", "missing"); err != nil || ok {
+		t.Errorf("a key never written: found %v, %v; want absent", ok, err)
+	}
+}
