@@ -389,6 +389,11 @@ func (a *Applier) checkOpen(ctx context.Context, eventID string) error {
 	v, err, _ := a.openReads.reading.Do(eventID, func() (any, error) {
 		read := a.cfg.Clock.Now()
 		c, _, err := a.control.Get(ctx, eventID)
+		if err == nil && !c.Settled.IsZero() {
+			// Refused on the leader's word only: a replica behind it
+			// may still show the mark `kvlive dlq retry` just lifted.
+			c, err = a.control.GetAtLeader(ctx, eventID)
+		}
 		if err == nil && c.Settled.IsZero() {
 			a.openReads.found(eventID, read)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
+	"kvlive/internal/bus"
 )
 
 // Next is the control state machine: the state action leads to from c,
@@ -53,6 +54,7 @@ const maxCASAttempts = 5
 // rollout settles, then age out with it (Keeper).
 type Store struct {
 	kv jetstream.KeyValue
+	js jetstream.JetStream
 }
 
 // Open opens the control bucket (events.Setup creates it).
@@ -61,7 +63,7 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("control: kv %s: %w", events.BucketControl, err)
 	}
-	return &Store{kv: kv}, nil
+	return &Store{kv: kv, js: js}, nil
 }
 
 // write stores rec as key's record at revision rev (0: a new key), with
@@ -91,6 +93,25 @@ func (s *Store) Get(ctx context.Context, eventID string) (events.Control, uint64
 		return events.Control{State: events.StateRunning}, entry.Revision(), fmt.Errorf("%w: %s: %w", ErrUnreadable, eventID, err)
 	}
 	return c, entry.Revision(), nil
+}
+
+// GetAtLeader is Get as the control bucket's leader answers it (a message
+// get, bus.KeyAtLeader), not any replica, one behind it among them: for a
+// mark acted on against the user's latest word, such as a plan refused
+// because its rollout settled, which `kvlive dlq retry` has just reopened.
+func (s *Store) GetAtLeader(ctx context.Context, eventID string) (events.Control, error) {
+	body, ok, err := bus.KeyAtLeader(ctx, s.js, events.BucketControl, events.ControlKey(eventID))
+	switch {
+	case err != nil:
+		return events.Control{}, fmt.Errorf("control: read %s: %w", eventID, err)
+	case !ok:
+		return events.Control{State: events.StateRunning}, nil
+	}
+	c, err := events.UnmarshalControl(body)
+	if err != nil {
+		return events.Control{State: events.StateRunning}, fmt.Errorf("%w: %s: %w", ErrUnreadable, eventID, err)
+	}
+	return c, nil
 }
 
 // ErrUnreadable marks a control record that does not decode. It affects
