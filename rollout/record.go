@@ -27,26 +27,12 @@ func Record(ctx context.Context, js jetstream.JetStream, eventID string) (events
 	if err != nil {
 		return events.Rollout{}, false, fmt.Errorf("rollout: kv %s: %w", events.BucketRollouts, err)
 	}
-	key := events.RolloutKey(eventID)
-	entry, err := kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrInvalidKey) {
-		return events.Rollout{}, false, nil
-	}
-	var body []byte
+	body, ok, err := getAtLeaderIfMissing(ctx, js, kv, events.BucketRollouts, events.RolloutKey(eventID))
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		// The read may have been answered by a replica behind the leader
-		// (a replicated bucket's direct get), and the plan that names the
-		// record published after it was written: absent is the leader's
-		// word, as an applier dead-letters a plan on it.
-		var ok bool
-		if body, ok, err = bus.KeyAtLeader(ctx, js, events.BucketRollouts, key); err != nil || !ok {
-			return events.Rollout{}, false, err
-		}
+	case errors.Is(err, jetstream.ErrInvalidKey) || err == nil && !ok:
+		return events.Rollout{}, false, nil
 	case err != nil:
 		return events.Rollout{}, false, fmt.Errorf("rollout: record of %s: %w", eventID, err)
-	default:
-		body = entry.Value()
 	}
 	r, err := events.UnmarshalRollout(body)
 	if err != nil {
@@ -106,6 +92,22 @@ func Create(ctx context.Context, js jetstream.JetStream, rec events.Rollout, vms
 	return stood, false, err
 }
 
+// getAtLeaderIfMissing reads key of kv (bucket's); a key the read misses is
+// read again at the bucket's leader (bus.KeyAtLeader), since on a
+// replicated bucket the read may have been answered by a replica behind
+// it, and a record and its VM list are read as soon as a plan naming them
+// comes. ok is false when the leader holds no value either.
+func getAtLeaderIfMissing(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, bucket, key string) (body []byte, ok bool, err error) {
+	entry, err := kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return bus.KeyAtLeader(ctx, js, bucket, key)
+	case err != nil:
+		return nil, false, err
+	}
+	return entry.Value(), true, nil
+}
+
 // PlannedVMs reads the VMs rec's rollout planned, in plan order; ok is
 // false for a record written before kvlive kept the list.
 func PlannedVMs(ctx context.Context, js jetstream.JetStream, rec events.Rollout) (vms []events.PlannedVM, ok bool, err error) {
@@ -117,13 +119,15 @@ func PlannedVMs(ctx context.Context, js jetstream.JetStream, rec events.Rollout)
 		return nil, false, fmt.Errorf("rollout: kv %s: %w", events.BucketRollouts, err)
 	}
 	for i := range rec.VMChunks {
-		key := events.VMListKey(rec.EventID, rec.VMList, i)
-		entry, err := kv.Get(ctx, key)
+		body, found, err := getAtLeaderIfMissing(ctx, js, kv, events.BucketRollouts, events.VMListKey(rec.EventID, rec.VMList, i))
+		if err == nil && !found {
+			err = jetstream.ErrKeyNotFound
+		}
 		if err != nil {
 			return nil, false, fmt.Errorf("rollout: the VMs of %s (%d of %d): %w", rec.EventID, i+1, rec.VMChunks, err)
 		}
 		var chunk []events.PlannedVM
-		if err := json.Unmarshal(entry.Value(), &chunk); err != nil {
+		if err := json.Unmarshal(body, &chunk); err != nil {
 			return nil, false, fmt.Errorf("rollout: the VMs of %s (%d of %d): %w", rec.EventID, i+1, rec.VMChunks, err)
 		}
 		vms = append(vms, chunk...)

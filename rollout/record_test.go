@@ -91,15 +91,16 @@ func (behindKV) Get(context.Context, string) (jetstream.KeyValueEntry, error) {
 // a read may be answered by a replica behind the leader, to which a
 // record just written is missing; an applier handed the record's first
 // plan dead-lettered it as no plan of kvlive's (on a three-node NATS
-// cluster, 22 plans of a rollout of 2,000). A record such a read misses is
-// read again from the leader; one the leader holds none of, or deleted,
-// is absent.
+// cluster, 22 plans of a rollout of 2,000). A record such a read misses,
+// and the VM list it names, are read again from the leader; a record the
+// leader holds none of, or deleted, is absent.
 func TestARecordAReplicaBehindMissesIsReadAtTheLeader(t *testing.T) {
 	js := testenv.JetStream(t)
 	ctx := t.Context()
 	const id, gone = "switch/0b8b3d64-1f2f-4a4e-8a7e-2b5c3d9e0f10", "switch/7a1c2e3f-5d6b-4c8a-9e0f-1b2c3d4e5f60"
+	vms := []events.PlannedVM{{VMRef: vmRef("uid-1")}, {VMRef: vmRef("uid-2")}, {VMRef: vmRef("uid-3")}}
 	for _, rec := range []events.Rollout{{EventID: id, Planned: 3}, {EventID: gone, Planned: 1}} {
-		if _, created, err := Create(ctx, js, rec, nil); err != nil || !created {
+		if _, created, err := Create(ctx, js, rec, vms[:rec.Planned]); err != nil || !created {
 			t.Fatalf("record %s: created %v, %v", rec.EventID, created, err)
 		}
 	}
@@ -111,8 +112,12 @@ func TestARecordAReplicaBehindMissesIsReadAtTheLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	behind := behindJS{js}
-	if rec, ok, err := Record(ctx, behind, id); err != nil || !ok || rec.Planned != 3 {
-		t.Errorf("the record a replica behind missed: %+v, found %v, %v; want it read at the leader", rec, ok, err)
+	rec, ok, err := Record(ctx, behind, id)
+	if err != nil || !ok || rec.Planned != 3 {
+		t.Fatalf("the record a replica behind missed: %+v, found %v, %v; want it read at the leader", rec, ok, err)
+	}
+	if got, listed, err := PlannedVMs(ctx, behind, rec); err != nil || !listed || !slices.Equal(got, vms) {
+		t.Errorf("the VMs it planned, which the replica missed too: %v, listed %v, %v; want them read at the leader", got, listed, err)
 	}
 	for _, absent := range []string{gone, "switch/00000000-0000-4000-8000-000000000000"} {
 		if _, ok, err := Record(ctx, behind, absent); err != nil || ok {
