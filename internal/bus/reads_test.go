@@ -104,27 +104,39 @@ func TestScanRidesOutALeaderChange(t *testing.T) {
 	}
 }
 
-// TestReadsRideOutALeaderChange kills the node leading a replicated stream
-// and a bucket, then reads both at once, while the cluster elects new
-// leaders: the reads wait for them instead of failing.
-func TestReadsRideOutALeaderChange(t *testing.T) {
+// killingTheLeaderOf starts a cluster holding n messages in stream S and
+// bucket B (replicated), and returns kvlive's reading JetStream on the
+// nodes that do not lead stream, and the function that kills the one that
+// does.
+func killingTheLeaderOf(t *testing.T, stream string, n int) (jetstream.JetStream, func()) {
+	t.Helper()
 	c := startCluster(t, 3)
-	replicated(t, c, 10)
+	replicated(t, c, n)
 	probe, err := jetstream.New(c.connect(c.others("")...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	leader := streamLeader(t, probe, "S")
-	if l := streamLeader(t, probe, "KV_B"); l != leader {
-		t.Logf("stream S is led by %s, bucket B by %s: killing %s", leader, l, leader)
+	leader := streamLeader(t, probe, stream)
+	for _, other := range []string{"S", "KV_B"} {
+		if l := streamLeader(t, probe, other); l != leader {
+			t.Logf("%s is led by %s, %s by %s: killing %s", stream, leader, other, l, leader)
+		}
 	}
 	js, err := bus.NewJetStream(c.connect(c.others(leader)...), 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js, func() { c.kill(leader) }
+}
+
+// TestReadsRideOutALeaderChange kills the node leading a replicated stream
+// and a bucket, then reads both at once, while the cluster elects new
+// leaders: the reads wait for them instead of failing.
+func TestReadsRideOutALeaderChange(t *testing.T) {
+	js, kill := killingTheLeaderOf(t, "S", 10)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c.kill(leader)
+	kill()
 	s, err := js.Stream(ctx, "S")
 	if err != nil {
 		t.Fatal(err)
@@ -337,20 +349,10 @@ func TestAKeyListingTriedAgainAsksForTheSameKeys(t *testing.T) {
 // replicated bucket's stream, as its leader is killed, waits for the new
 // one and reads the value; a key never written reads as absent.
 func TestAKeyAtTheLeaderRidesOutAnElection(t *testing.T) {
-	c := startCluster(t, 3)
-	replicated(t, c, 1)
-	probe, err := jetstream.New(c.connect(c.others("")...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	leader := streamLeader(t, probe, "KV_B")
-	js, err := bus.NewJetStream(c.connect(c.others(leader)...), 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, kill := killingTheLeaderOf(t, "KV_B", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c.kill(leader)
+	kill()
 	if v, ok, err := bus.KeyAtLeader(ctx, js, "B", "k"); err != nil || !ok || string(v) != "v" {
 		t.Fatalf("key k at the leader, its leader killed: %q, found %v, %v", v, ok, err)
 	}
