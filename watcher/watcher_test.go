@@ -140,28 +140,35 @@ func TestWatcherEmitsOnGenerationChangeOnly(t *testing.T) {
 	}
 }
 
+// editedWhileStopped records every instance type of clients with a
+// watcher, stops it, and edits u1 to generation 2 (3 vCPUs) while no
+// watcher runs.
+func editedWhileStopped(t *testing.T, clients kube.Clients, js jetstream.JetStream, objects int) {
+	t.Helper()
+	stop := startWatcher(t, clients, js)
+	waitRecorded(t, js, objects)
+	stop()
+	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
+	u1, _ := its.Get(t.Context(), "u1", metav1.GetOptions{})
+	u1.Spec.CPU.Guest, u1.Generation = 3, 2
+	if _, err := its.Update(t.Context(), u1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestWatcherCatchesUpAfterRestart(t *testing.T) {
 	js := testenv.JetStream(t)
 	clients := testenv.FakeClients(nil, testenv.ClusterInstancetype("u1", 2, "2Gi"), testenv.ClusterInstancetype("u2", 4, "2Gi"))
-	stop := startWatcher(t, clients, js)
-	waitRecorded(t, js, 2)
-	stop()
-
-	// Edited while no watcher ran.
+	editedWhileStopped(t, clients, js, 2)
 	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
 	ctx := context.Background()
-	u1, _ := its.Get(ctx, "u1", metav1.GetOptions{})
-	u1.Spec.CPU.Guest, u1.Generation = 3, 2
-	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	startWatcher(t, clients, js)
 	got := changes(t, js, 1)
 	if len(got) != 1 || got[0].Object.Name != "u1" || got[0].Generation != 2 || got[0].OldGeneration != 1 {
 		t.Fatalf("events after restart = %+v, want u1 1→2 only", got)
 	}
 	// And a further edit after the restart is seen too, with the right old spec.
-	u1, _ = its.Get(ctx, "u1", metav1.GetOptions{})
+	u1, _ := its.Get(ctx, "u1", metav1.GetOptions{})
 	u1.Spec.CPU.Guest, u1.Generation = 5, 3
 	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -273,17 +280,7 @@ func (kv missesOnce) Get(ctx context.Context, key string) (jetstream.KeyValueEnt
 func TestAnEditAReplicaBehindMissesIsEmitted(t *testing.T) {
 	js := testenv.JetStream(t)
 	clients := testenv.FakeClients(nil, testenv.ClusterInstancetype("u1", 2, "2Gi"))
-	stop := startWatcher(t, clients, js)
-	waitRecorded(t, js, 1)
-	stop()
-
-	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
-	ctx := context.Background()
-	u1, _ := its.Get(ctx, "u1", metav1.GetOptions{})
-	u1.Spec.CPU.Guest, u1.Generation = 3, 2
-	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	editedWhileStopped(t, clients, js, 1)
 	startWatcher(t, clients, &missingOnce{JetStream: js, missed: map[string]bool{}})
 	got := changes(t, js, 1)
 	if len(got) != 1 || got[0].Generation != 2 || got[0].OldGeneration != 1 {
