@@ -102,14 +102,22 @@ func (e *env) notificationsDone() (bool, string) {
 		return false, err.Error()
 	}
 	var left []string
+	receivers := 0
 	consumers := s.ListConsumers(e.ctx)
 	for c := range consumers.Info() {
-		if strings.HasPrefix(c.Name, "notify-") && (c.NumPending > 0 || c.NumAckPending > 0) {
+		if !strings.HasPrefix(c.Name, "notify-") {
+			continue
+		}
+		receivers++
+		if c.NumPending > 0 || c.NumAckPending > 0 {
 			left = append(left, fmt.Sprintf("%s: %d to deliver, %d unacknowledged", c.Name, c.NumPending, c.NumAckPending))
 		}
 	}
 	if err := consumers.Err(); err != nil {
 		return false, err.Error()
+	}
+	if receivers == 0 {
+		return false, "no receiver's consumer on the notifications stream"
 	}
 	return len(left) == 0, strings.Join(left, "; ")
 }
