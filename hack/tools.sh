@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
 # Builds the servers kvlive's integration tests run, kubectl (for
-# `kubectl apply --dry-run=server -k` of deploy/'s overlays) and the linter, into
-# .bin/ at the repository root, from the versions pinned in tools/go.mod and
-# tools/lint/go.mod. Needs only Go; modules come through the Go module proxy.
+# `kubectl apply --dry-run=server -k` of deploy/'s overlays), the linter and
+# rulecheck (deploy/monitoring's rules through Prometheus's rule parser),
+# into .bin/ at the repository root, from the versions pinned in tools/go.mod
+# and the other tools modules. Needs only Go; modules come through the Go
+# module proxy.
 #
 #   hack/tools.sh                   build whatever is missing or outdated
 #   hack/tools.sh nats-server       build only the named tools
 #   hack/tools.sh virt-controller   KubeVirt's virt-controller and its CRDs
-#   hack/tools.sh promtool prometheus-operator-crds   deploy/monitoring's checkers
+#   hack/tools.sh rulecheck prometheus-operator-crds   deploy/monitoring's checkers
 #
 # A tool is rebuilt only when its stamp (.bin/.stamp-<name>) no longer matches
 # the pinned module version, the tools module's go.mod and the Go version, so
 # a rerun is instant. Built binaries are also kept in a cache outside the
 # clone, keyed by that stamp ($KVLIVE_TOOLS_CACHE, default
 # ~/.cache/kvlive/tools), so a later clean clone on the same machine copies
-# them instead of building. Cold on 2 cores (empty module and build caches,
-# measured 2026-12-04; docs/testing.md) kube-apiserver takes about 3.5
-# minutes with its downloads, jaeger and promtool about 3.5 each,
-# virt-controller from KubeVirt's tarball about 2, golangci-lint 1,
-# kubectl, etcd and nats-server under half a minute each: 14 minutes in all.
+# them instead of building. Builds run side by side, KVLIVE_TOOLS_JOBS at
+# once (default: one a core), longest first; docs/testing.md gives what each
+# costs cold.
 #
 # virt-controller (KubeVirt v1.9.0) builds from, in this order: a KubeVirt
 # v1.9.0 source tree (which vendors its dependencies) named by
@@ -44,7 +44,7 @@ tools=(
   "nats-server|tools|github.com/nats-io/nats-server/v2|github.com/nats-io/nats-server/v2|"
   "golangci-lint|tools/lint|github.com/golangci/golangci-lint/v2|github.com/golangci/golangci-lint/v2/cmd/golangci-lint|"
   "jaeger|tools/jaeger|github.com/jaegertracing/jaeger|github.com/jaegertracing/jaeger/cmd/jaeger|"
-  "promtool|tools/prometheus|github.com/prometheus/prometheus|github.com/prometheus/prometheus/cmd/promtool|"
+  "rulecheck|tools/prometheus|github.com/prometheus/prometheus|./rulecheck|"
   "virt-controller|tools/kubevirt|kubevirt.io/kubevirt||kubevirt"
 )
 
@@ -210,87 +210,138 @@ build_virt_controller() {
   mv -f "${crds}.tmp" "$crds"
 }
 
+# entry_of prints the tools entry of the tool named.
+entry_of() {
+  local entry
+  for entry in "${tools[@]}"; do
+    [[ "${entry%%|*}" == "$1" ]] && { echo "$entry"; return; }
+  done
+}
+
+# build_tool puts one tool into .bin/ (its tools entry is $1): nothing when
+# .bin/ holds it at its stamp, a copy when the cache does, a build otherwise.
+build_tool() {
+  local name dir mod pkg flavour version stamp key ldflags start
+  IFS='|' read -r name dir mod pkg flavour <<<"$1"
+
+  if [[ "$flavour" == "kubevirt" ]]; then
+    # go list -m would load KubeVirt's whole module graph, which the proxy
+    # here cannot serve; the pin is read from go.mod instead.
+    version="$(awk -v m="$mod" '$1 == m { print $2; exit }' "${root}/${dir}/go.mod")"
+  else
+    version="$(cd "${root}/${dir}" && go list -m -f '{{.Version}}' "$mod")"
+  fi
+  if [[ "$flavour" == "kubevirt" && -z "${KUBEVIRT_SOURCE:-}" && -n "${KUBEVIRT_SOURCE_TARBALL:-}" ]]; then
+    # A wrong tarball is an error even when a build is cached: whoever
+    # named it expects it to be the one the tests are judged by.
+    local bad
+    if ! bad="$(kubevirt_tarball_check "$KUBEVIRT_SOURCE_TARBALL")"; then
+      echo "virt-controller: ${bad}" >&2
+      exit 1
+    fi
+  fi
+  stamp="${mod}@${version} ${goversion} go.mod:$(sha256sum "${root}/${dir}/go.mod" | cut -c1-16)"
+  [[ "$flavour" == "kubevirt" ]] && stamp+=" crds:$(sha256sum "${root}/tools/kubevirt/kubevirt-crds/main.go" | cut -c1-16)"
+  # A tool of kvlive's own source is rebuilt when its source changes.
+  [[ "$pkg" == ./* ]] && stamp+=" src:$(cat "${root}/${dir}/${pkg#./}"/*.go | sha256sum | cut -c1-16)"
+  if [[ -x "${bin}/${name}" && -f "${bin}/.stamp-${name}" && "$(cat "${bin}/.stamp-${name}")" == "$stamp" ]]; then
+    echo "${name}: up to date (${mod}@${version})"
+    return 0
+  fi
+  key="$(echo "$stamp" | sha256sum | cut -c1-16)"
+
+  if [[ "$flavour" == "kubevirt" ]]; then
+    rm -f "${bin}/virt-controller.skipped"
+    if [[ ! -x "${cache}/${name}-${key}" || ! -s "${cache}/kubevirt-crds-${key}.yaml" ]]; then
+      start=$SECONDS
+      local why
+      if ! why="$(build_virt_controller "${cache}/${name}-${key}" "${cache}/kubevirt-crds-${key}.yaml" "$version")"; then
+        echo "virt-controller: NOT BUILT: ${why##*$'\n'}" >&2
+        if [[ "${CI:-}" == "true" ]]; then
+          echo "virt-controller: CI=true, where the real-KubeVirt tests must run: failing" >&2
+          exit 1
+        fi
+        echo "virt-controller: the tests that run KubeVirt's real virt-controller will be skipped" >&2
+        echo "${why##*$'\n'}" >"${bin}/virt-controller.skipped"
+        rm -f "${bin}/${name}" "${bin}/.stamp-${name}"
+        return 0
+      fi
+      echo "virt-controller: built in $((SECONDS - start))s"
+    fi
+    cp -f "${cache}/kubevirt-crds-${key}.yaml" "${bin}/kubevirt-crds.yaml"
+    install "$name" "${cache}/${name}-${key}" "$stamp"
+    echo "${name}: installed ${mod}@${version} and .bin/kubevirt-crds.yaml"
+    return 0
+  fi
+
+  if [[ -x "${cache}/${name}-${key}" ]]; then
+    install "$name" "${cache}/${name}-${key}" "$stamp"
+    echo "${name}: from the cache (${mod}@${version})"
+    return 0
+  fi
+  # No symbol table or DWARF: nothing debugs these binaries, and leaving
+  # them out shortens the links of the large ones.
+  ldflags="-s -w"
+  [[ "$flavour" == "k8s" ]] && ldflags+=" $(k8s_ldflags "$version")"
+  echo "${name}: building ${pkg}@${version} ..."
+  start=$SECONDS
+  # Build next to the target and rename, so an interrupted build never
+  # leaves a binary that looks current.
+  (cd "${root}/${dir}" && go build -ldflags "$ldflags" -o "${cache}/.${name}-${key}.tmp" "$pkg")
+  mv -f "${cache}/.${name}-${key}.tmp" "${cache}/${name}-${key}"
+  install "$name" "${cache}/${name}-${key}" "$stamp"
+  echo "${name}: built in $((SECONDS - start))s"
+}
+
+# jobs are the builds that may run at once, longest first; the tools of one
+# job are built one after the other. kube-apiserver and kubectl share most of
+# their packages, so they go in one job: run side by side, both would compile
+# the same packages at once.
+jobs=(
+  "kube-apiserver kubectl"
+  "jaeger"
+  "virt-controller"
+  "golangci-lint"
+  "etcd nats-server rulecheck"
+)
+
 main() {
   command -v go >/dev/null || { echo "tools.sh: go is not on PATH" >&2; exit 1; }
   mkdir -p "$bin" "$cache"
-  local goversion entry name dir mod pkg flavour version stamp key ldflags start
   goversion="$(go env GOVERSION)"
 
+  local w entry known
   for w in "$@"; do
-    local known=false
+    known=false
     [[ "$w" == prometheus-operator-crds ]] && known=true
     for entry in "${tools[@]}"; do [[ "${entry%%|*}" == "$w" ]] && known=true; done
     $known || { echo "tools.sh: unknown tool ${w}" >&2; exit 2; }
   done
 
-  for entry in "${tools[@]}"; do
-    IFS='|' read -r name dir mod pkg flavour <<<"$entry"
-    wanted "$name" "$@" || continue
-
-    if [[ "$flavour" == "kubevirt" ]]; then
-      # go list -m would load KubeVirt's whole module graph, which the proxy
-      # here cannot serve; the pin is read from go.mod instead.
-      version="$(awk -v m="$mod" '$1 == m { print $2; exit }' "${root}/${dir}/go.mod")"
-    else
-      version="$(cd "${root}/${dir}" && go list -m -f '{{.Version}}' "$mod")"
-    fi
-    if [[ "$flavour" == "kubevirt" && -z "${KUBEVIRT_SOURCE:-}" && -n "${KUBEVIRT_SOURCE_TARBALL:-}" ]]; then
-      # A wrong tarball is an error even when a build is cached: whoever
-      # named it expects it to be the one the tests are judged by.
-      local bad
-      if ! bad="$(kubevirt_tarball_check "$KUBEVIRT_SOURCE_TARBALL")"; then
-        echo "virt-controller: ${bad}" >&2
-        exit 1
-      fi
-    fi
-    stamp="${mod}@${version} ${goversion} go.mod:$(sha256sum "${root}/${dir}/go.mod" | cut -c1-16)"
-    [[ "$flavour" == "kubevirt" ]] && stamp+=" crds:$(sha256sum "${root}/tools/kubevirt/kubevirt-crds/main.go" | cut -c1-16)"
-    if [[ -x "${bin}/${name}" && -f "${bin}/.stamp-${name}" && "$(cat "${bin}/.stamp-${name}")" == "$stamp" ]]; then
-      echo "${name}: up to date (${mod}@${version})"
-      continue
-    fi
-    key="$(echo "$stamp" | sha256sum | cut -c1-16)"
-
-    if [[ "$flavour" == "kubevirt" ]]; then
-      rm -f "${bin}/virt-controller.skipped"
-      if [[ ! -x "${cache}/${name}-${key}" || ! -s "${cache}/kubevirt-crds-${key}.yaml" ]]; then
-        start=$SECONDS
-        local why
-        if ! why="$(build_virt_controller "${cache}/${name}-${key}" "${cache}/kubevirt-crds-${key}.yaml" "$version")"; then
-          echo "virt-controller: NOT BUILT: ${why##*$'\n'}" >&2
-          if [[ "${CI:-}" == "true" ]]; then
-            echo "virt-controller: CI=true, where the real-KubeVirt tests must run: failing" >&2
-            exit 1
-          fi
-          echo "virt-controller: the tests that run KubeVirt's real virt-controller will be skipped" >&2
-          echo "${why##*$'\n'}" >"${bin}/virt-controller.skipped"
-          rm -f "${bin}/${name}" "${bin}/.stamp-${name}"
-          continue
-        fi
-        echo "virt-controller: built in $((SECONDS - start))s"
-      fi
-      cp -f "${cache}/kubevirt-crds-${key}.yaml" "${bin}/kubevirt-crds.yaml"
-      install "$name" "${cache}/${name}-${key}" "$stamp"
-      echo "${name}: installed ${mod}@${version} and .bin/kubevirt-crds.yaml"
-      continue
-    fi
-
-    if [[ -x "${cache}/${name}-${key}" ]]; then
-      install "$name" "${cache}/${name}-${key}" "$stamp"
-      echo "${name}: from the cache (${mod}@${version})"
-      continue
-    fi
-    ldflags=""
-    [[ "$flavour" == "k8s" ]] && ldflags="$(k8s_ldflags "$version")"
-    echo "${name}: building ${pkg}@${version} ..."
-    start=$SECONDS
-    # Build next to the target and rename, so an interrupted build never
-    # leaves a binary that looks current.
-    (cd "${root}/${dir}" && go build -ldflags "$ldflags" -o "${cache}/.${name}-${key}.tmp" "$pkg")
-    mv -f "${cache}/.${name}-${key}.tmp" "${cache}/${name}-${key}"
-    install "$name" "${cache}/${name}-${key}" "$stamp"
-    echo "${name}: built in $((SECONDS - start))s"
+  # At most KVLIVE_TOOLS_JOBS builds at once (default: one a core); each
+  # job's output is printed whole when it ends.
+  local max="${KVLIVE_TOOLS_JOBS:-$(nproc)}" logs job name failed=0 done_pid rc
+  local -A running=()
+  logs="$(mktemp -d)"
+  reap() {
+    rc=0
+    wait -n -p done_pid "${!running[@]}" || rc=$?
+    cat "${logs}/${running[$done_pid]}.log"
+    [[ $rc -eq 0 ]] || { echo "tools.sh: building ${running[$done_pid]} failed" >&2; failed=1; }
+    unset "running[$done_pid]"
+  }
+  for job in "${jobs[@]}"; do
+    local names=()
+    for name in $job; do wanted "$name" "$@" && names+=("$name"); done
+    [[ ${#names[@]} -gt 0 ]] || continue
+    while [[ ${#running[@]} -ge $max ]]; do reap; done
+    echo "tools: ${names[*]} ..."
+    (for name in "${names[@]}"; do build_tool "$(entry_of "$name")"; done) >"${logs}/${names[*]}.log" 2>&1 &
+    running[$!]="${names[*]}"
   done
+  while [[ ${#running[@]} -gt 0 ]]; do reap; done
+  rm -rf "$logs"
+  [[ $failed -eq 0 ]] || exit 1
   if wanted prometheus-operator-crds "$@"; then
     fetch_prometheus_operator_crds
   fi
