@@ -1,59 +1,126 @@
 #!/usr/bin/env bash
 # The test command: everything CI runs, on a fresh clone with only Go installed.
 #
-#   1. builds kube-apiserver, etcd, nats-server, kubectl, golangci-lint and
-#      promtool into .bin/, with the Prometheus Operator's CRDs
-#      (hack/tools.sh; reused when already built at the pinned versions),
-#      and installs Debian's chromium for the dashboard's browser tests
-#      where it is missing (hack/chromium.sh);
-#   2. gofmt, go vet, golangci-lint, deploy/monitoring's rules with promtool,
+#   1. in the background, while the checks below that need none of them
+#      run: builds kube-apiserver, etcd, nats-server, kubectl, Jaeger,
+#      golangci-lint, rulecheck and KubeVirt's virt-controller into .bin/
+#      (hack/tools.sh, two at once; copied from ~/.cache/kvlive/tools when
+#      built before at the pinned versions), and installs Debian's chromium
+#      for the dashboard's browser tests where it is missing
+#      (hack/chromium.sh);
+#   2. gofmt, go vet (every file: the integration and bench tags too),
 #      go mod tidy;
 #   3. unit tests with the race detector (fake clientsets, embedded NATS);
-#   4. integration tests (build tag `integration`) on a real kube-apiserver +
-#      etcd, real nats-server processes and the kvlive binary, and, where
-#      hack/tools.sh could build it, KubeVirt v1.9.0's own virt-controller
-#      (set KUBEVIRT_SOURCE to a KubeVirt v1.9.0 source tree, or
-#      KUBEVIRT_SOURCE_TARBALL to an xz tar of one, where the module proxy
-#      lacks KubeVirt's modules; .ci/run does); the summary at the end says
-#      how many real-KubeVirt tests ran, and under CI=true none is a failure.
+#   4. golangci-lint, deploy/monitoring's rules through Prometheus's rule
+#      parser (rulecheck), once the tools are there;
+#   5. integration tests (build tag `integration`) on a real kube-apiserver +
+#      etcd, real nats-server processes and the kvlive binary, and KubeVirt
+#      v1.9.0's own virt-controller where hack/tools.sh could build it (set
+#      KUBEVIRT_SOURCE to a KubeVirt v1.9.0 source tree, or
+#      KUBEVIRT_SOURCE_TARBALL to an xz tar of one; .ci/run does): by area,
+#      two areas at once (integration/AREAS, hack/testareas), each within
+#      its budget;
+#   6. a summary: each step's time, and how many real-KubeVirt tests ran
+#      (under CI=true, none is a failure).
+#
+# KVLIVE_TEST_JOBS sets how many integration areas run at once (default 2,
+# for 2 cores); KVLIVE_TEST_AREAS=a,b runs only those areas.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== tools"
-./hack/tools.sh
-./hack/chromium.sh
+# Each step's time, printed at the end, and on a failure with the step that
+# failed: where the time went is the first thing to know of a slow run.
+steps=()
+current=""
+run_started=$SECONDS
+step() {
+  current="$1"
+  step_started=$SECONDS
+  echo "== $1 ($(date -u +%H:%M:%S))"
+}
+step_done() {
+  steps+=("$(printf '  %-26s %5ds' "$current" $((SECONDS - step_started)))")
+  current=""
+}
+finish() {
+  local rc=$?
+  # Whatever still runs in the background (a tools build after a failed
+  # check) ends with the run.
+  jobs -p | xargs -r kill 2>/dev/null || true
+  echo "== step times"
+  printf '%s\n' "${steps[@]}"
+  [[ -n "$current" ]] && printf '  %-26s %5ds  FAILED\n' "$current" $((SECONDS - step_started))
+  printf '  %-26s %5ds\n' "in all" $((SECONDS - run_started))
+  exit "$rc"
+}
+trap finish EXIT
 
-echo "== gofmt"
+work="$(mktemp -d)"
+
+# The tools build in the background: the checks before the lint need none
+# of them, and a cold build waits on downloads and single-threaded links
+# that leave a core to the checks.
+./hack/tools.sh >"${work}/tools.log" 2>&1 &
+tools_pid=$!
+./hack/chromium.sh >"${work}/chromium.log" 2>&1 &
+chromium_pid=$!
+tools_started=$SECONDS
+
+step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
+step_done
 
-echo "== go vet"
-go vet ./...
-go vet -tags integration ./...
-go vet -tags "integration bench" ./integration/
+step "go vet"
+# One run over every file: no file of kvlive's excludes a tag, so the
+# integration and bench tags add their files to the untagged ones.
+go vet -tags "integration bench" ./...
+step_done
 
-echo "== golangci-lint"
-./.bin/golangci-lint run --build-tags integration,bench ./...
-
-echo "== monitoring rules"
-rules="$(mktemp)"
-go run ./deploy/monitoring/promrules deploy/monitoring/prometheusrule.yaml >"$rules"
-./.bin/promtool check rules "$rules"
-rm -f "$rules"
-
-echo "== go mod tidy"
-cp go.mod /tmp/kvlive-go.mod.$$; cp go.sum /tmp/kvlive-go.sum.$$
+step "go mod tidy"
+cp go.mod "${work}/go.mod"; cp go.sum "${work}/go.sum"
 go mod tidy
-if ! diff -q go.mod /tmp/kvlive-go.mod.$$ >/dev/null || ! diff -q go.sum /tmp/kvlive-go.sum.$$ >/dev/null; then
+if ! diff -q go.mod "${work}/go.mod" >/dev/null || ! diff -q go.sum "${work}/go.sum" >/dev/null; then
   echo "go.mod/go.sum are not tidy"; git --no-pager diff go.mod go.sum; exit 1
 fi
+step_done
 
-echo "== unit tests"
-go test -race -count=1 ./...
+step "unit tests"
+# As JSON, kept, so the report names what failed and where the time went;
+# a package past its 10-minute timeout fails naming its test.
+unit_rc=0
+go test -race -count=1 -timeout 10m -json ./... >"${work}/unit.json" || unit_rc=$?
+go run ./hack/testareas -report "${work}/unit.json" -slowest 10
+[[ $unit_rc -eq 0 ]] || { echo "unit tests failed"; exit 1; }
+step_done
 
-echo "== integration tests"
-real_log="$(mktemp)"
-KVLIVE_REAL_KUBEVIRT_LOG="$real_log" go test -count=1 -tags integration -timeout 60m -p 1 ./integration/...
+step "tools (waited for)"
+tools_rc=0
+wait "$tools_pid" || tools_rc=$?
+cat "${work}/tools.log"
+echo "tools: ready $((SECONDS - tools_started))s after the run started"
+[[ $tools_rc -eq 0 ]] || { echo "hack/tools.sh failed"; exit 1; }
+chromium_rc=0
+wait "$chromium_pid" || chromium_rc=$?
+cat "${work}/chromium.log"
+[[ $chromium_rc -eq 0 ]] || { echo "hack/chromium.sh failed"; exit 1; }
+step_done
+
+step "golangci-lint"
+./.bin/golangci-lint run --build-tags integration,bench ./...
+step_done
+
+step "monitoring rules"
+go run ./deploy/monitoring/promrules deploy/monitoring/prometheusrule.yaml >"${work}/rules.yaml"
+./.bin/rulecheck "${work}/rules.yaml"
+step_done
+
+step "integration tests"
+real_log="${work}/real-kubevirt.log"
+touch "$real_log"
+KVLIVE_REAL_KUBEVIRT_LOG="$real_log" go run ./hack/testareas -areas integration/AREAS -tags integration \
+  -jobs "${KVLIVE_TEST_JOBS:-2}" -out "${work}/areas" ${KVLIVE_TEST_AREAS:+-only "$KVLIVE_TEST_AREAS"}
+step_done
 
 echo "== summary"
 echo "all checks passed"
@@ -67,4 +134,4 @@ else
   [ -f .bin/virt-controller.skipped ] && why="$(cat .bin/virt-controller.skipped)"
   echo "real KubeVirt: SKIPPED, the tests ran on the stand-in only; virt-controller was not built: ${why}"
 fi
-rm -f "$real_log"
+rm -rf "$work"
