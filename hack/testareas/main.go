@@ -148,7 +148,7 @@ func readAreas(path string) ([]*area, error) {
 		}
 		seen[fields[0]] = true
 		a := &area{name: fields[0], budget: budget, pkg: filepath.Join(filepath.Dir(path), fields[2])}
-		if !(len(fields) == 4 && fields[3] == "*") {
+		if len(fields) != 4 || fields[3] != "*" {
 			a.files = fields[3:]
 		}
 		areas = append(areas, a)

@@ -127,6 +127,7 @@ func startAPIServer(t testing.TB, crds string, configure func(*envtest.APIServer
 		configure(api)
 	}
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: paths[1], Out: &etcdLog, Err: &etcdLog}
+	started := time.Now()
 	cfg, err := env.Start()
 	if err != nil {
 		showTail(t, "kube-apiserver", &apiLog)
@@ -135,6 +136,9 @@ func startAPIServer(t testing.TB, crds string, configure func(*envtest.APIServer
 		_ = env.Stop()
 		t.Fatalf("framework: start kube-apiserver and etcd: %v", err)
 	}
+	// What a test's own servers cost it, for docs/testing.md's sums (grep
+	// the areas' events for this line).
+	t.Logf("framework: kube-apiserver and etcd served the CRDs %s after their start", time.Since(started).Round(time.Millisecond))
 	t.Cleanup(func() {
 		showTailIfFailed(t, "kube-apiserver", &apiLog)
 		if err := env.Stop(); err != nil {

@@ -309,8 +309,10 @@ func (s *NATSServer) Start() {
 	if s.cmd != nil {
 		return
 	}
+	started := time.Now()
 	s.launch()
 	s.waitHealthy()
+	s.t.Logf("framework: nats-server %s healthy %s after its start", s.Name, time.Since(started).Round(time.Millisecond))
 }
 
 // MonitorURL is the server's HTTP monitoring endpoint (/varz, /jsz).
