@@ -20,9 +20,12 @@ import (
 type event struct {
 	Action  string
 	Package string
-	Test    string
-	Elapsed float64
-	Output  string
+	// ImportPath names the package of a build-output or build-fail event:
+	// go test -json reports a package that did not compile through them.
+	ImportPath string
+	Test       string
+	Elapsed    float64
+	Output     string
 }
 
 // testResult is how one top-level test of an area (or a package) ended.
@@ -127,6 +130,14 @@ func (r *result) read(in io.Reader) {
 		top, _, _ := strings.Cut(e.Test, "/")
 		key := e.Package + " " + top
 		switch e.Action {
+		case "build-output":
+			outputs["build "+e.ImportPath] = appendTo(outputs["build "+e.ImportPath], e.Output)
+		case "build-fail":
+			r.failed = true
+			if out := outputs["build "+e.ImportPath]; out != nil {
+				r.failures = append(r.failures, out.String())
+			}
+			delete(outputs, "build "+e.ImportPath)
 		case "output":
 			outputs[key] = appendTo(outputs[key], e.Output)
 		case "pass", "fail", "skip":
