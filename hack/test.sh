@@ -44,9 +44,10 @@ step_done() {
 }
 finish() {
   local rc=$?
-  # Whatever still runs in the background (a tools build after a failed
-  # check) ends with the run.
-  jobs -p | xargs -r kill 2>/dev/null || true
+  # A tools build still running after a failed check ends with the run,
+  # its go builds with it (its own process group). chromium.sh is left to
+  # finish: an apt-get cut short leaves dpkg to repair.
+  [[ -z "${tools_pid:-}" ]] || kill -- "-${tools_pid}" 2>/dev/null || true
   echo "== step times"
   printf '%s\n' "${steps[@]}"
   [[ -n "$current" ]] && printf '  %-26s %5ds  FAILED\n' "$current" $((SECONDS - step_started))
@@ -60,9 +61,9 @@ work="$(mktemp -d)"
 # The tools build in the background: the checks before the lint need none
 # of them, and a cold build waits on downloads and single-threaded links
 # that leave a core to the checks.
-(
-  ./hack/tools.sh && echo "tools: ready ${SECONDS}s after the run started"
-) >"${work}/tools.log" 2>&1 &
+started_at=$(date +%s)
+setsid bash -c './hack/tools.sh && echo "tools: ready $(($(date +%s) - $1))s after the run started"' _ "$started_at" \
+  >"${work}/tools.log" 2>&1 &
 tools_pid=$!
 ./hack/chromium.sh >"${work}/chromium.log" 2>&1 &
 chromium_pid=$!
