@@ -49,7 +49,7 @@ finish() {
   # finish: an apt-get cut short leaves dpkg to repair.
   [[ -z "${tools_pid:-}" ]] || kill -- "-${tools_pid}" 2>/dev/null || true
   echo "== step times"
-  printf '%s\n' "${steps[@]}"
+  [[ ${#steps[@]} -eq 0 ]] || printf '%s\n' "${steps[@]}"
   [[ -n "$current" ]] && printf '  %-26s %5ds  FAILED\n' "$current" $((SECONDS - step_started))
   printf '  %-26s %5ds\n' "in all" $((SECONDS - run_started))
   exit "$rc"
