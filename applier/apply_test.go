@@ -365,3 +365,31 @@ func TestAnOutcomePublishedAheadCannotSuppressTheRealOne(t *testing.T) {
 		t.Errorf("last outcome stored: %+v (%v), want the applier's", last, err)
 	}
 }
+
+// TestApplyRecordsWhatTheWriteLeft: the outcome of a move keeps the VM's
+// RestartRequired as the API server answered the write, so the verdict
+// can tell KubeVirt's answer to the move from what stood before it; a
+// write to status records no generation to wait for.
+func TestApplyRecordsWhatTheWriteLeft(t *testing.T) {
+	a, clients, plan := fixture(t)
+	ctx := context.Background()
+	vms := clients.Virt.KubevirtV1().VirtualMachines("ns")
+	vm, err := vms.Get(ctx, "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := metav1.NewTime(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	vm.Status.Conditions = []virtv1.VirtualMachineCondition{{Type: virtv1.VirtualMachineRestartRequired, Status: "True", Message: "earlier", LastTransitionTime: set},
+		{Type: virtv1.VirtualMachineReady, Status: "False"}}
+	if _, err := vms.UpdateStatus(ctx, vm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := a.apply(ctx, plan)
+	if err != nil || !out.Wrote || out.AtMove == nil {
+		t.Fatalf("apply: %+v, %v", out, err)
+	}
+	was, ok := out.AtMove.Condition(string(virtv1.VirtualMachineRestartRequired))
+	if !ok || was.Message != "earlier" || !was.Since.Equal(set.Time) || len(out.AtMove.Conditions) != 1 || out.AtMove.Generation != 0 {
+		t.Errorf("at the move: %+v; want the RestartRequired set at %s alone, no generation", out.AtMove, set)
+	}
+}

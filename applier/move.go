@@ -229,14 +229,16 @@ func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.Virtua
 		return classify(err)
 	}
 	patch, sub := RepinPatch(vm, pin.Field, preference, pin.Revision, want.Name)
-	if _, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, sub...); err != nil {
+	written, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, sub...)
+	if err != nil {
 		return a.patchFailed(ctx, plan, err, func(fresh *virtv1.VirtualMachine) bool {
 			p, perr := instancetype.PinOf(fresh, preference)
 			return perr != nil || p.Revision != pin.Revision || p.Field != pin.Field || !references(fresh, t.Object)
 		})
 	}
 	trace.SpanFromContext(ctx).AddEvent("pin moved", trace.WithAttributes(attribute.String("kvlive.revision", want.Name)))
-	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Revision: want.Name, From: pin.Revision, Wrote: true, Changes: plan.Changes}, false, nil
+	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Revision: want.Name, From: pin.Revision, Wrote: true, Changes: plan.Changes,
+		AtMove: a.atMove(written, pin.Field == events.PinSpecRevisionName)}, false, nil
 }
 
 // revert moves an undo's VM back to the revision it was pinned to before
@@ -272,7 +274,8 @@ func (a *Applier) revert(ctx context.Context, plan events.Plan, vm *virtv1.Virtu
 		return out, err
 	}
 	patch, sub := RepinPatch(vm, pin.Field, preference, pin.Revision, t.Revision)
-	if _, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, sub...); err != nil {
+	written, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, sub...)
+	if err != nil {
 		out, moved, err := a.patchFailed(ctx, plan, err, func(fresh *virtv1.VirtualMachine) bool {
 			p, perr := instancetype.PinOf(fresh, preference)
 			return perr != nil || p.Revision != pin.Revision || p.Field != pin.Field || !references(fresh, t.Object)
@@ -286,7 +289,8 @@ func (a *Applier) revert(ctx context.Context, plan events.Plan, vm *virtv1.Virtu
 		return out, err
 	}
 	trace.SpanFromContext(ctx).AddEvent("pin moved back", trace.WithAttributes(attribute.String("kvlive.revision", t.Revision)))
-	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Revision: t.Revision, From: pin.Revision, Wrote: true, Changes: plan.Changes}, nil
+	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Revision: t.Revision, From: pin.Revision, Wrote: true, Changes: plan.Changes,
+		AtMove: a.atMove(written, pin.Field == events.PinSpecRevisionName)}, nil
 }
 
 // revertFresh reverts the VM as the API server has it.
@@ -378,14 +382,26 @@ func (a *Applier) switchVM(ctx context.Context, plan events.Plan, vm *virtv1.Vir
 	if current.RevisionName != "" {
 		patch, patchType, opts = SwitchPatch(current, preference, t.Object), types.JSONPatchType, metav1.PatchOptions{FieldManager: instancetype.FieldManager}
 	}
-	if _, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, patchType, patch, opts); err != nil {
+	written, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, patchType, patch, opts)
+	if err != nil {
 		return a.patchFailed(ctx, plan, err, func(fresh *virtv1.VirtualMachine) bool {
 			m, ok := MatcherOf(fresh, preference)
 			return !ok || m != current || fresh.ResourceVersion != vm.ResourceVersion
 		})
 	}
 	trace.SpanFromContext(ctx).AddEvent("reference switched", trace.WithAttributes(attribute.String("kvlive.target", t.Object.String())))
-	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Wrote: true, SwitchedTo: &t.Object, Changes: plan.Changes}, false, nil
+	return events.Outcome{Result: plan.Action, Reason: plan.Reason, Wrote: true, SwitchedTo: &t.Object, Changes: plan.Changes, AtMove: a.atMove(written, true)}, false, nil
+}
+
+// atMove records the VM as the move's write left it (written, the API
+// server's answer) and the migration its cached VMI showed, for the
+// verdict to tell KubeVirt's answer to the move from what stood before.
+func (a *Applier) atMove(written *virtv1.VirtualMachine, specWrite bool) *events.AtMove {
+	var vmi *virtv1.VirtualMachineInstance
+	if a.cfg.Migrations != nil && written != nil {
+		vmi = a.cfg.Migrations.VMI(written.Namespace, written.Name)
+	}
+	return instancetype.AtMove(written, vmi, specWrite)
 }
 
 // ownedElsewhere is the skip of a VM whose fields the move writes (pin:

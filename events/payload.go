@@ -278,7 +278,12 @@ type Outcome struct {
 	// earliest that move can have been: when its plan was stored. The
 	// verdict reads KubeVirt's migrations from then, not from FinishedAt.
 	MovedAfter time.Time `json:"movedAfter,omitzero"`
-	Attempt    int       `json:"attempt"`
+	// AtMove, on an outcome that wrote, is what the VM showed as the write
+	// left it (the API server's answer): what KubeVirt had said before it
+	// reacted to the move. Nil on older records and on outcomes that found
+	// their VM already moved.
+	AtMove  *AtMove `json:"atMove,omitempty"`
+	Attempt int     `json:"attempt"`
 	// Batch is the plan's rollout batch, which the batch's gate counts.
 	Batch      int       `json:"batch,omitempty"`
 	TraceID    string    `json:"traceId,omitempty"`
@@ -294,6 +299,45 @@ type Outcome struct {
 	// deadline then runs from the migration's start. Zero: the verdict
 	// deadline alone.
 	QueueDeadline time.Duration `json:"queueDeadline,omitempty"`
+}
+
+// AtMove is a VM as a move's write left it. KubeVirt v1.9's virt-controller
+// writes the VM's status with the resourceVersion it read, so a condition
+// that differs from the one here was written by a look at the moved VM; one
+// that does not differ may be from before the move (KubeVirt rewrites no
+// condition it keeps, and its times are whole seconds), unless
+// status.desiredGeneration has reached Generation.
+type AtMove struct {
+	// Generation is the VM's metadata.generation after a write to its spec
+	// (a switch, a pin in spec.*.revisionName); zero after a write to its
+	// status, which leaves the generation as it was.
+	Generation int64 `json:"generation,omitempty"`
+	// Conditions are the VM's conditions a verdict reads (RestartRequired,
+	// Failure) as they stood.
+	Conditions []Condition `json:"conditions,omitempty"`
+	// Migration is the UID of the migration the VMI showed when the VM
+	// moved, if the cache had one: it began before the move, so it carries
+	// none of the move's change.
+	Migration string `json:"migration,omitempty"`
+}
+
+// Condition is a Kubernetes condition as a record keeps it.
+type Condition struct {
+	Type    string    `json:"type"`
+	Status  string    `json:"status"`
+	Reason  string    `json:"reason,omitempty"`
+	Message string    `json:"message,omitempty"`
+	Since   time.Time `json:"since,omitzero"`
+}
+
+// Condition returns the recorded condition of type typ, if there is one.
+func (a *AtMove) Condition(typ string) (Condition, bool) {
+	for _, c := range a.Conditions {
+		if c.Type == typ {
+			return c, true
+		}
+	}
+	return Condition{}, false
 }
 
 // Validate checks an outcome names its event, VM and a known result.

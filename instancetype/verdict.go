@@ -129,8 +129,12 @@ func judgePinned(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.Virtua
 		return Judgement{Observed: events.ObservedRestart, Reason: "KubeVirt set RestartRequired and evicted no VMI by the queue deadline",
 			Condition: rr.Reason, Message: rr.Message}, true
 	}
-	if flagged && !rr.LastTransitionTime.Before(&since) {
-		return Judgement{Observed: events.ObservedRestart, Reason: "KubeVirt set RestartRequired", Condition: rr.Reason, Message: rr.Message}, true
+	if flagged && answers(o, vm, rr, since) {
+		why := "KubeVirt set RestartRequired"
+		if unchanged(o, rr) {
+			why = fmt.Sprintf("KubeVirt kept RestartRequired when it synced the moved VM (status.desiredGeneration %d)", vm.Status.DesiredGeneration)
+		}
+		return Judgement{Observed: events.ObservedRestart, Reason: why, Condition: rr.Reason, Message: rr.Message}, true
 	}
 	switch {
 	case vmi == nil:
@@ -141,11 +145,11 @@ func judgePinned(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.Virtua
 		return Judgement{Observed: events.ObservedNextBoot, Reason: "the VM booted after the move, on its new pin"}, true
 	}
 	if flagged {
-		// Set before the move. virt-controller recomputes the condition on
-		// every sync but rewrites it only when its status changes, so
+		// As it stood before the move. virt-controller recomputes the
+		// condition on every sync but rewrites it only when it changes, so
 		// nothing tells a sync that kept it from one yet to come: the
-		// move's hotplug done, or the condition gone, decides before the
-		// deadline; what still stands at the deadline holds.
+		// move's hotplug done, the condition gone or rewritten, decides
+		// before the deadline; what still stands at the deadline holds.
 		early := c
 		early.early = true
 		if j, final := judgeRunning(o, vm, vmi, since, early); final && j.Observed == events.ObservedLive {
@@ -154,9 +158,20 @@ func judgePinned(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.Virtua
 		if !due {
 			return Judgement{Due: c.moved.Add(c.deadline)}, false
 		}
-		return Judgement{Observed: events.ObservedRestart, Reason: "RestartRequired, set before the move, still stands at the deadline", Condition: rr.Reason, Message: rr.Message}, true
+		return Judgement{Observed: events.ObservedRestart, Reason: "RestartRequired, set before the move, still stands unchanged at the deadline (KubeVirt rewrites no condition it keeps)",
+			Condition: rr.Reason, Message: rr.Message}, true
 	}
 	return judgeRunning(o, vm, vmi, since, c)
+}
+
+// migrationSince is the VMI's migration since the move: begun no earlier
+// than since, and not the one the VMI showed at the move.
+func migrationSince(o events.Outcome, vmi *virtv1.VirtualMachineInstance, since metav1.Time) Migration {
+	m := MigrationSince(vmi, since.Time)
+	if o.AtMove != nil && m.UID != "" && m.UID == o.AtMove.Migration {
+		return Migration{}
+	}
+	return m
 }
 
 // judgeEvicted reads the verdict on a VM whose VMI KubeVirt's workload
@@ -182,7 +197,7 @@ func judgeEvicted(o events.Outcome, vmi *virtv1.VirtualMachineInstance, c clockA
 // with the VM's migration since the move, if any.
 func judgeRunning(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, since metav1.Time, c clockAt) (Judgement, bool) {
 	j, final := judgeLive(o, vm, vmi, since, c)
-	j.Migration = MigrationSince(vmi, since.Time).Record()
+	j.Migration = migrationSince(o, vmi, since).Record()
 	return j, final
 }
 
@@ -190,14 +205,14 @@ func judgeRunning(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.Virtu
 func judgeLive(o events.Outcome, vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance, since metav1.Time, c clockAt) (Judgement, bool) {
 	want := expectOnVMI(o.Changes)
 	conds := HotplugPending(vmi)
-	m := MigrationSince(vmi, since.Time)
+	m := migrationSince(o, vmi, since)
 	pending := conds
 	if m.Running {
 		pending = append(slices.Clone(conds), "migration "+m.UID)
 	}
 	seen, reached := want.SeenOn(vmi), want.Reached(vmi)
 	refused, isRefused := HotplugRefused(vm)
-	isRefused = isRefused && !refused.LastTransitionTime.Before(&since)
+	isRefused = isRefused && answers(o, vm, refused, since)
 	// A hot-plug waits on the VMI for a migration to start: the workload
 	// updater's turn (or, on a VMI that cannot live-migrate, none ever).
 	held := len(conds) > 0 && !m.Running && (o.Result == events.ResultRestart || !Migratable(vmi))
