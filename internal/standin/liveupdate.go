@@ -109,7 +109,13 @@ func (c *Controller) liveUpdate(ctx context.Context, vm *virtv1.VirtualMachine, 
 		}
 		return c.patchVMI(ctx, vmi, map[string]any{"metadata": annotations(current, current)}, status)
 	}
+	key := vm.Namespace + "/" + vm.Name
 	if vmi.Annotations[AnnotationHandledPins] == current {
+		c.reacted(key)
+		return nil
+	}
+	if wait := c.reactAfter(key, current); wait > 0 {
+		c.queue.AddAfter(key, wait)
 		return nil
 	}
 	if len(hotConditions(vmi)) > 0 || c.migrating(vmi) {
@@ -147,12 +153,23 @@ func (c *Controller) liveUpdate(ctx context.Context, vm *virtv1.VirtualMachine, 
 		}
 	}
 	switch {
+	case blocked && hasRestartRequired(vm):
+		// syncRestartRequired's UpdateCondition keeps a condition whose
+		// status and reason stay: its time and message are the first
+		// change's.
+		if err := c.syncGeneration(ctx, vm); err != nil {
+			return err
+		}
 	case len(restart) > 0:
 		if err := c.setRestartRequired(ctx, vm, strings.Join(restart, "; ")); err != nil {
 			return err
 		}
 	case hasRestartRequired(vm):
 		if err := c.clearRestartRequired(ctx, vm); err != nil {
+			return err
+		}
+	default:
+		if err := c.syncGeneration(ctx, vm); err != nil {
 			return err
 		}
 	}
@@ -254,8 +271,23 @@ func otherConditions(vm *virtv1.VirtualMachine) []virtv1.VirtualMachineCondition
 	return conds
 }
 
+// syncGeneration writes status.desiredGeneration as virt-controller's
+// syncGenerationInfo does on a sync of a VM with a VMI, when it changed.
+func (c *Controller) syncGeneration(ctx context.Context, vm *virtv1.VirtualMachine) error {
+	if vm.Status.DesiredGeneration == vm.Generation {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"desiredGeneration": vm.Generation}})
+	if _, err := c.cfg.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("standin: desiredGeneration of %s/%s: %w", vm.Namespace, vm.Name, err)
+	}
+	return nil
+}
+
+// writeConditions writes the VM's conditions and, as virt-controller's
+// status update does in the same write, its desiredGeneration.
 func (c *Controller) writeConditions(ctx context.Context, vm *virtv1.VirtualMachine, conds []virtv1.VirtualMachineCondition) error {
-	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": conds}})
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": conds, "desiredGeneration": vm.Generation}})
 	if _, err := c.cfg.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		return fmt.Errorf("standin: RestartRequired on %s/%s: %w", vm.Namespace, vm.Name, err)
 	}

@@ -338,6 +338,7 @@ func (c *Controller) forget(key string) {
 		c.release(key)
 	}
 	c.dropWaiting(key)
+	c.reacted(key)
 }
 
 func (c *Controller) dropWaiting(key string) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +33,12 @@ type Config struct {
 	// MigrationDuration is how long each live migration takes, from its
 	// start to its end on the target (zero: it ends at the next look).
 	MigrationDuration time.Duration
+	// ReactionDelay is how long the stand-in takes to react to a running
+	// VM whose pins moved. KubeVirt's virt-controller looks at a VM when
+	// its work queue gets to it; until then the VM shows what it said
+	// before (an earlier change's RestartRequired, say), which kvlive must
+	// not take for the answer. Zero reacts at the next look.
+	ReactionDelay time.Duration
 }
 
 // Controller is the virt-controller stand-in.
@@ -45,6 +52,19 @@ type Controller struct {
 	busy atomic.Int32
 	last atomic.Int64
 	mig  migrations
+	lag  lag
+}
+
+// lag is when the stand-in first saw each VM's moved pins, while its
+// reaction waits out Config.ReactionDelay.
+type lag struct {
+	mu   sync.Mutex
+	seen map[string]seenPins
+}
+
+type seenPins struct {
+	pins string
+	at   time.Time
 }
 
 // New builds the stand-in; Run starts it.
@@ -55,6 +75,7 @@ func New(cfg Config) *Controller {
 	cfg.Workers = max(cfg.Workers, 1)
 	c := &Controller{
 		mig:  migrations{running: map[string]*migration{}, evicted: map[string]bool{}},
+		lag:  lag{seen: map[string]seenPins{}},
 		cfg:  cfg,
 		vms:  cfg.VMs,
 		vmis: cfg.VMIs,
@@ -123,10 +144,36 @@ func (c *Controller) processNext(ctx context.Context) bool {
 // Settled reports when the stand-in last finished reconciling a VM and
 // whether it has nothing queued or in hand now, so a test (or the bench)
 // can tell when KubeVirt's reaction to a rollout is over. A VM waiting out
-// a retry's backoff is not counted as queued.
+// a retry's backoff is not counted as queued; one whose reaction waits out
+// the ReactionDelay is.
 func (c *Controller) Settled() (last time.Time, idle bool) {
-	idle = c.queue.Len() == 0 && c.busy.Load() == 0
+	c.lag.mu.Lock()
+	lagging := len(c.lag.seen)
+	c.lag.mu.Unlock()
+	idle = c.queue.Len() == 0 && c.busy.Load() == 0 && lagging == 0
 	return time.Unix(0, c.last.Load()), idle
+}
+
+// reactAfter is how long the reaction to key's moved pins still waits
+// (zero: react now); reacted forgets the wait once the pins are handled.
+func (c *Controller) reactAfter(key, pins string) time.Duration {
+	if c.cfg.ReactionDelay <= 0 {
+		return 0
+	}
+	c.lag.mu.Lock()
+	defer c.lag.mu.Unlock()
+	p, ok := c.lag.seen[key]
+	if !ok || p.pins != pins {
+		p = seenPins{pins: pins, at: time.Now()}
+		c.lag.seen[key] = p
+	}
+	return time.Until(p.at.Add(c.cfg.ReactionDelay))
+}
+
+func (c *Controller) reacted(key string) {
+	c.lag.mu.Lock()
+	delete(c.lag.seen, key)
+	c.lag.mu.Unlock()
 }
 
 func (c *Controller) sync(ctx context.Context, key string) error {
