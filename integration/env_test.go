@@ -234,6 +234,11 @@ func connect(t *testing.T, url string, extra ...nats.Option) jetstream.JetStream
 	return js
 }
 
+// standinReaction is how long the stand-in takes to react to a moved pin:
+// virt-controller reacts when its queue gets to the VM, and until then the
+// VM shows what it said before, which no verdict may take for the answer.
+const standinReaction = 300 * time.Millisecond
+
 // startStandin runs the virt-controller stand-in, its migrations taking
 // migration each, until the test ends; its log is shown if the test fails.
 func (e *env) startStandin(migration time.Duration) {
@@ -247,6 +252,7 @@ func (e *env) startStandin(migration time.Duration) {
 	c := standin.New(standin.Config{
 		Kube: fleet.Clients.Kube, Virt: fleet.Clients.Virt,
 		VMs: fleet.VMInformer(), VMIs: fleet.VMIInformer(), KubeVirts: fleet.KubeVirtInformer(), Workers: 16, MigrationDuration: migration,
+		ReactionDelay: standinReaction,
 		Log: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	e.standin = c
