@@ -253,7 +253,7 @@ func (e *env) startStandin(migration time.Duration) {
 		Kube: fleet.Clients.Kube, Virt: fleet.Clients.Virt,
 		VMs: fleet.VMInformer(), VMIs: fleet.VMIInformer(), KubeVirts: fleet.KubeVirtInformer(), Workers: 16, MigrationDuration: migration,
 		ReactionDelay: standinReaction,
-		Log: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Log:           slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	e.standin = c
 	fleet.Start(ctx)
