@@ -84,6 +84,23 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Errorf("%d pin writes before promote, want the first batch's 10", before)
 	}
 
+	// A page of another site whose name its DNS rebound to 127.0.0.1 is
+	// same-origin to the browser: its promote carries that site's Host and
+	// Origin, and the tokenless loopback dashboard refuses it (421).
+	rebound, _ := http.NewRequestWithContext(e.ctx, http.MethodPost, operator+"/act/promote/"+id, strings.NewReader(url.Values{"reason": {"rebound"}}.Encode()))
+	rebound.Host = "rebind.attacker.example:" + operator[strings.LastIndex(operator, ":")+1:]
+	rebound.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	rebound.Header.Set("Origin", "http://"+rebound.Host)
+	rebound.Header.Set("Sec-Fetch-Site", "same-origin")
+	resp, err := http.DefaultClient.Do(rebound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Errorf("a rebound page's promote answered %d, want 421", resp.StatusCode)
+	}
+
 	act := b.tab()
 	act.open(operator + "/rollouts/" + id)
 	act.click("#action-promote")
@@ -113,7 +130,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	if n := ro.count("#actions a.button, form button"); n != 0 {
 		t.Errorf("the reader's page has %d buttons, want none", n)
 	}
-	resp, err := http.PostForm(reader+"/act/abort/"+id, url.Values{"reason": {"a reader tries"}})
+	resp, err = http.PostForm(reader+"/act/abort/"+id, url.Values{"reason": {"a reader tries"}})
 	if err != nil {
 		t.Fatal(err)
 	}

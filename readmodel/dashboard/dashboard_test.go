@@ -89,6 +89,10 @@ func get(t *testing.T, c *http.Client, u string, header ...string) (int, string)
 		t.Fatal(err)
 	}
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" { // Go sends req.Host, never a Host header
+			req.Host = header[i+1]
+			continue
+		}
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := c.Do(req)
@@ -297,5 +301,44 @@ func TestSubjectPermissions(t *testing.T) {
 		if got := allowed(c.allow, c.deny, controlSubject); got != c.want {
 			t.Errorf("allow %v deny %v: %v, want %v", c.allow, c.deny, got, c.want)
 		}
+	}
+}
+
+// TestWithoutATokenOnlyLoopbackHostsAreAnswered: a dashboard without a
+// token answers requests for localhost and loopback addresses, and refuses
+// (421) those for any other host, as a page of another site would send
+// after its DNS rebound to 127.0.0.1: neither its pages nor its actions,
+// with the rollout left as it was. Issue 59, item 3.
+func TestWithoutATokenOnlyLoopbackHostsAreAnswered(t *testing.T) {
+	js := testenv.JetStream(t)
+	id := recorded(t, js)
+	base := serve(t, js, Config{By: "tester"})
+	port := base[strings.LastIndex(base, ":")+1:]
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "LOCALHOST", "[::1]:" + port, "127.0.0.2", "localhost."} {
+		if code, _ := get(t, http.DefaultClient, base+"/", "Host", host); code != http.StatusOK {
+			t.Errorf("GET / for host %q: %d, want 200", host, code)
+		}
+	}
+	for _, host := range []string{"attacker.example:" + port, "attacker.example", "127.0.0.1.nip.io", "localhost.attacker.example", "10.0.0.1"} {
+		code, body := get(t, http.DefaultClient, base+"/rollouts/"+id, "Host", host)
+		if code != http.StatusMisdirectedRequest || strings.Contains(body, "shop/vm-a") || !strings.Contains(body, "only requests for localhost") {
+			t.Errorf("GET the rollout for host %q: %d, want 421 without the rollout\n%s", host, code, body)
+		}
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/act/pause/"+id, strings.NewReader(url.Values{"reason": {"rebound"}}.Encode()))
+		req.Host = host
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", "http://"+host)
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusMisdirectedRequest {
+			t.Errorf("POST pause for host %q: %d, want 421", host, resp.StatusCode)
+		}
+	}
+	if a, err := rollout.AccountOf(t.Context(), js, id); err != nil || a.Control.State == events.StatePaused {
+		t.Errorf("a rebound page paused the rollout: %+v, %v", a.Control, err)
 	}
 }

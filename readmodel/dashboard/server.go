@@ -8,7 +8,10 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -119,7 +122,42 @@ func (s *Server) routes() http.Handler {
 	})
 	var h http.Handler = mux
 	h = http.NewCrossOriginProtection().Handler(h)
+	if s.cfg.Token == "" {
+		return s.loopbackHostsOnly(h)
+	}
 	return s.authenticate(h)
+}
+
+// loopbackHostsOnly answers, on a dashboard without a token, only requests
+// addressed to a loopback host (localhost, 127.0.0.0/8, [::1]): a page of
+// another site whose name its DNS rebinds to 127.0.0.1 is same-origin to
+// the browser, so only the Host header it must carry tells it apart (421
+// Misdirected Request). A page of another loopback port is cross-origin,
+// and Go's cross-origin protection refuses its actions.
+func (s *Server) loopbackHostsOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !loopbackHost(r.Host) {
+			s.cfg.Log.Warn("dashboard: refused a request for another host", "host", r.Host, "remote", r.RemoteAddr, "path", r.URL.Path)
+			s.fail(w, r, http.StatusMisdirectedRequest, "this dashboard has no token, so it answers only requests for localhost or a loopback address, not "+strconv.Quote(r.Host)+
+				"; to reach it by another name, give it a bearer token (--token-file) and TLS")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// loopbackHost reports whether the Host header host (with or without a
+// port) names the local machine: localhost or a loopback IP address.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), ".")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // cached lets browsers keep the embedded assets for a day.
