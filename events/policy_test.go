@@ -52,4 +52,9 @@ restart: skip
 	if _, err := ParsePolicy(`{batchSize: 0, canary: nope}`); err == nil || !strings.Contains(err.Error(), "canary") {
 		t.Errorf("every wrong field named: %v", err)
 	}
+	// A hook's URL may carry its secret: the error, which the rollout's
+	// record keeps for the reader role, names the field, not the value.
+	if _, err := ParsePolicy(`confirmWebhook: hooks.slack.com/services/T0/B0/s3cret`); err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "confirmWebhook") {
+		t.Errorf("a webhook URL without a scheme: %v, want an error naming the field without the URL", err)
+	}
 }

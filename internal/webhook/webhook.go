@@ -184,7 +184,7 @@ func (c *Client) Post(ctx context.Context, hook string, timeout time.Duration, c
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, hook, bytes.NewReader(body))
 	if err != nil {
-		a.Error = err.Error()
+		a.Error = withoutURL(err)
 		return a
 	}
 	for k, vs := range header {
@@ -204,37 +204,47 @@ func (c *Client) Post(ctx context.Context, hook string, timeout time.Duration, c
 		a.Error = "not waited for: the call was cancelled (" + context.Cause(ctx).Error() + ")"
 		return a
 	case err != nil:
-		a.Error = err.Error()
+		a.Error = withoutURL(err)
 		return a
 	}
 	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	a.Status, a.Body = resp.StatusCode, string(b)
 	if a.Status >= 300 && a.Status < 400 {
-		a.Location = resp.Header.Get("Location")
+		a.Location = Redact(resp.Header.Get("Location"))
 		if u, err := resp.Location(); err == nil {
-			a.Location = u.String()
+			a.Location = Redact(u.String())
 		}
 	}
 	return a
 }
 
-// Redact is rawURL with what may be a credential hidden: the password of
-// its user info and the value of every query parameter (a token in
-// `?token=…`, a signature in `?sig=…`). What does not parse is hidden
+// Redact names a webhook URL for whoever reads logs, consumer
+// descriptions, dead letters and rollout status (the reader role too): its
+// scheme and host only. A Slack, Mattermost or Discord incoming-webhook URL
+// carries its secret in the path, a signed URL in the query, so both are
+// shown as "/…", and user info is dropped. What does not parse is hidden
 // whole.
 func Redact(rawURL string) string {
 	u, err := url.Parse(rawURL)
-	if err != nil {
+	if err != nil || u.Host == "" {
 		return "(a webhook URL that does not parse)"
 	}
-	if q := u.Query(); len(q) > 0 {
-		for k := range q {
-			q[k] = []string{"REDACTED"}
-		}
-		u.RawQuery = q.Encode()
+	s := u.Scheme + "://" + u.Host
+	if strings.Trim(u.EscapedPath(), "/") != "" || u.RawQuery != "" || u.Fragment != "" {
+		s += "/…"
 	}
-	return u.Redacted()
+	return s
+}
+
+// withoutURL is err's text without the URL it may carry: the HTTP
+// client's errors quote the whole URL ("Post \"https://…\": …").
+func withoutURL(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return "the request could not be made"
 }
 
 // noRedirects makes the client hand a redirect back as the answer.

@@ -245,3 +245,44 @@ func TestARolloutThatCannotBeReadIsRetriedAndCounted(t *testing.T) {
 	record(t, js, "switch/c")
 	testenv.Eventually(t, 30*time.Second, "the start told", func() bool { return len(r.Kinds()) == 1 })
 }
+
+// TestAChatHooksSecretStaysWithTheOperator: a chat hook's URL carries its
+// secret in the path. Whether the hook answers 503, redirects or cannot be
+// reached, the secret is in no log line, in no consumer description and in
+// no dead letter's reason, which the reader role reads (issue 59, item 2).
+func TestAChatHooksSecretStaysWithTheOperator(t *testing.T) {
+	const secret = "T0AAAAAAA/B0BBBBBBB/s3cretXXXXXXXXXXXXXXXX"
+	for mode, base := range map[string]string{testenv.ReceiverDown: "", testenv.ReceiverRedirect: "", "unreachable": "http://127.0.0.1:1"} {
+		t.Run(mode, func(t *testing.T) {
+			js := testenv.JetStream(t)
+			if base == "" {
+				base = testenv.NewNotifyReceiver(t, mode).URL()
+			}
+			var logs testenv.LogBuffer
+			hook := Receiver{URL: base + "/services/" + secret + "?token=s3cretquery", Format: FormatSlack}
+			stop := run(t, js, Config{Receivers: []Receiver{hook}, MaxDeliver: 2, Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+				Backoff: consumer.Backoff{Min: 10 * time.Millisecond, Max: 10 * time.Millisecond}})
+			defer stop()
+			record(t, js, "switch/b")
+			store := inspect.Store{JetStream: js}
+			var letters []inspect.Letter
+			testenv.Eventually(t, 30*time.Second, "a dead letter", func() bool {
+				letters, _ = store.List(t.Context())
+				return len(letters) > 0
+			})
+			c, err := js.Consumer(t.Context(), events.StreamNotify, hook.consumerName())
+			if err != nil {
+				t.Fatal(err)
+			}
+			read := map[string]string{"the dead letter's reason": letters[0].Reason, "the consumer's description": c.CachedInfo().Config.Description, "the log": logs.String()}
+			for what, text := range read {
+				if strings.Contains(text, "s3cret") || strings.Contains(text, "/services/") {
+					t.Errorf("%s shows the hook's secret:\n%s", what, text)
+				}
+			}
+			if !strings.Contains(letters[0].Reason, strings.TrimPrefix(base, "http://")) {
+				t.Errorf("the dead letter's reason %q does not name the receiver's host", letters[0].Reason)
+			}
+		})
+	}
+}
