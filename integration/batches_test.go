@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"kvlive/events"
+	"kvlive/internal/testenv"
 	"kvlive/rollout"
 )
 
@@ -158,8 +160,34 @@ func TestRealKubeVirtGateHoldsOnAPendingHotplug(t *testing.T) {
 	}
 
 	e.kv.Handler.Release()
-	if out := e.rolloutCommand("promote", id); !strings.Contains(out, "batch 2 of 3 released (1 VMs)") {
-		t.Errorf("promote said %q", out)
+	// Two operators promote at once: each command reads the record itself,
+	// one releases batch 2, the other is told it went meanwhile (the
+	// second's read may come after the first's write: batch 2 was promoted
+	// and has not passed its gate), and batch 3 waits for its gate.
+	var wg sync.WaitGroup
+	outs, errs := make([]string, 2), make([]error, 2)
+	for i := range 2 {
+		wg.Go(func() {
+			var stderr *testenv.LogBuffer
+			outs[i], stderr, errs[i] = e.kvliveOnce(time.Minute, "rollout", "promote", id, "--nats-url", e.natsURL)
+			outs[i] += stderr.String()
+		})
+	}
+	wg.Wait()
+	released := 0
+	for i := range 2 {
+		switch {
+		case errs[i] == nil && strings.Contains(outs[i], "batch 2 of 3 released (1 VMs)"):
+			released++
+		case errs[i] == nil || !strings.Contains(outs[i], "released meanwhile"):
+			t.Errorf("promote %d: %v, said %q; want batch 2 released or told it was released meanwhile", i+1, errs[i], outs[i])
+		}
+	}
+	if released != 1 {
+		t.Errorf("two promotes at once released batch 2 %d times, want once: %q", released, outs)
+	}
+	if st := e.status(id); st.Batch != 1 {
+		t.Errorf("after two promotes the last released batch is %d, want 2", st.Batch+1)
 	}
 	p := e.follow(id)
 	e.checkResults(p, map[string]events.Result{names[0]: events.ResultLive, names[1]: events.ResultLive, names[2]: events.ResultLive})

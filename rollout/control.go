@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -363,12 +364,19 @@ var ErrNothingToPromote = errors.New("nothing to promote")
 // release one batch, not two.
 var ErrPromotedMeanwhile = errors.New("released meanwhile")
 
+// promotedBy starts the Gate of a batch a promote released, until the
+// batch passes its gate.
+const promotedBy = "promoted by "
+
 // Promote releases batch seen+1 now, whatever its gate and pause say, and
 // resumes the rollout if it was paused: seen is the last released batch
 // the operator saw, last the rollout's last batch. A record that has moved
-// past seen since (another promote, the gate) is ErrPromotedMeanwhile. It
-// returns the batch it released.
-func (s *Store) Promote(ctx context.Context, eventID string, seen, last int, by string, now time.Time) (int, error) {
+// past seen since (another promote, the gate) is ErrPromotedMeanwhile. So
+// is, unless named says the operator named the batch to release, a batch
+// seen that a promote released and that has not passed its gate yet: two
+// promotes read one after the other would otherwise release two batches.
+// It returns the batch it released.
+func (s *Store) Promote(ctx context.Context, eventID string, seen, last int, named bool, by string, now time.Time) (int, error) {
 	c, _, err := s.Update(ctx, eventID, false, func(c *events.Control) (bool, error) {
 		switch {
 		case c.State == events.StateAborted:
@@ -378,9 +386,12 @@ func (s *Store) Promote(ctx context.Context, eventID string, seen, last int, by 
 		case c.Batch != seen:
 			return false, fmt.Errorf("%w: batch %d of %d was released since batch %d was seen (%s); nothing more is",
 				ErrPromotedMeanwhile, c.Batch+1, last+1, seen+1, cmp.Or(c.Gate, "by its gate"))
+		case !named && strings.HasPrefix(c.Gate, promotedBy) && c.GateAt.IsZero():
+			return false, fmt.Errorf("%w: batch %d of %d was %s at %s and has not passed its gate; nothing more is (to release batch %d now anyway, name it: --batch %d)",
+				ErrPromotedMeanwhile, c.Batch+1, last+1, c.Gate, c.BatchAt.Format(time.RFC3339), c.Batch+2, c.Batch+2)
 		}
 		c.Batch, c.BatchAt, c.GateAt = c.Batch+1, now.UTC(), time.Time{}
-		c.Gate = fmt.Sprintf("promoted by %s", by)
+		c.Gate = promotedBy + by
 		c.State, c.Reason, c.By, c.At, c.ResumeAt, c.Awaiting = events.StateRunning, "promoted", by, now.UTC(), time.Time{}, ""
 		return true, nil
 	})

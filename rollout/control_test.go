@@ -151,7 +151,7 @@ func TestBatchStepsAreCompareAndSet(t *testing.T) {
 	if c.State != events.StatePaused || c.Batch != 1 || c.GateAt.IsZero() || c.Gate != "all 3 VMs in their planned state" {
 		t.Fatalf("a pause lost the batch: %+v", c)
 	}
-	batch, err := s.Promote(ctx, id, 1, 2, "bob", now.Add(time.Minute))
+	batch, err := s.Promote(ctx, id, 1, 2, false, "bob", now.Add(time.Minute))
 	if err != nil || batch != 2 {
 		t.Fatalf("Promote = %d, %v", batch, err)
 	}
@@ -159,7 +159,7 @@ func TestBatchStepsAreCompareAndSet(t *testing.T) {
 	if c.State != events.StateRunning || c.Batch != 2 || !c.GateAt.IsZero() || c.By != "bob" {
 		t.Errorf("after promote: %+v", c)
 	}
-	if _, err := s.Promote(ctx, id, 2, 2, "bob", now); !errors.Is(err, ErrNothingToPromote) {
+	if _, err := s.Promote(ctx, id, 2, 2, false, "bob", now); !errors.Is(err, ErrNothingToPromote) {
 		t.Errorf("promote past the last batch: %v", err)
 	}
 }
@@ -182,7 +182,7 @@ func TestConcurrentPromotesReleaseOneBatch(t *testing.T) {
 	var released, meanwhile atomic.Int32
 	for range 20 {
 		wg.Go(func() {
-			batch, err := s.Promote(ctx, id, 0, 3, "op", now)
+			batch, err := s.Promote(ctx, id, 0, 3, false, "op", now)
 			switch {
 			case err == nil && batch == 1:
 				released.Add(1)

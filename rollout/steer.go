@@ -106,10 +106,12 @@ type Promoted struct {
 	Batches []int
 }
 
-// PromoteNext releases the batch after the last one released of eventID's
-// batched rollout now (Store.Promote: a compare-and-set on the batch it
-// read), by by. eventID may be a unique prefix of a recorded event id.
-func PromoteNext(ctx context.Context, js jetstream.JetStream, eventID, by string, now time.Time) (Promoted, error) {
+// PromoteNext releases a batch of eventID's batched rollout now
+// (Store.Promote: a compare-and-set on the batch before it), by by:
+// batch, counted from 1, or, when zero, the one after the last released,
+// unless a promote released that one and it has not passed its gate.
+// eventID may be a unique prefix of a recorded event id.
+func PromoteNext(ctx context.Context, js jetstream.JetStream, eventID string, batch int, by string, now time.Time) (Promoted, error) {
 	eventID, err := ResolveEventID(ctx, js, eventID)
 	if err != nil {
 		return Promoted{EventID: eventID}, err
@@ -123,17 +125,23 @@ func PromoteNext(ctx context.Context, js jetstream.JetStream, eventID, by string
 		return p, noRollout(eventID)
 	case len(rec.Batches) < 2:
 		return p, fmt.Errorf("%s is not a batched rollout: nothing to promote", eventID)
+	case batch == 1 || batch < 0 || batch > len(rec.Batches):
+		return p, fmt.Errorf("%s has batches 2 to %d to promote (batch 1 goes first by itself), not %d", eventID, len(rec.Batches), batch)
 	}
 	p.Batches = rec.Batches
 	s, err := Open(ctx, js)
 	if err != nil {
 		return p, err
 	}
-	seen, _, err := s.Get(ctx, eventID)
-	if err != nil {
-		return p, fmt.Errorf("promote %s: %w", eventID, err)
+	seen := batch - 2
+	if batch == 0 {
+		c, _, err := s.Get(ctx, eventID)
+		if err != nil {
+			return p, fmt.Errorf("promote %s: %w", eventID, err)
+		}
+		seen = c.Batch
 	}
-	if p.Batch, err = s.Promote(ctx, eventID, seen.Batch, len(rec.Batches)-1, by, now); err != nil {
+	if p.Batch, err = s.Promote(ctx, eventID, seen, len(rec.Batches)-1, batch > 0, by, now); err != nil {
 		return p, fmt.Errorf("promote %s: %w", eventID, err)
 	}
 	return p, nil

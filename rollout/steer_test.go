@@ -3,6 +3,8 @@ package rollout
 import (
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,11 +60,11 @@ func TestPromoteNext(t *testing.T) {
 	js := testenv.JetStream(t)
 	ctx := t.Context()
 	now := time.Now()
-	if _, err := PromoteNext(ctx, js, "typo", "alice", now); !errors.Is(err, ErrNoRollout) {
+	if _, err := PromoteNext(ctx, js, "typo", 0, "alice", now); !errors.Is(err, ErrNoRollout) {
 		t.Errorf("promote of an unknown event: %v", err)
 	}
 	recordRollout(t, js, 3) // acctEvent, one batch
-	if _, err := PromoteNext(ctx, js, acctEvent, "alice", now); err == nil || !strings.Contains(err.Error(), "not a batched rollout") {
+	if _, err := PromoteNext(ctx, js, acctEvent, 0, "alice", now); err == nil || !strings.Contains(err.Error(), "not a batched rollout") {
 		t.Errorf("promote of a rollout in one batch: %v", err)
 	}
 	kv, err := js.KeyValue(ctx, events.BucketRollouts)
@@ -73,11 +75,66 @@ func TestPromoteNext(t *testing.T) {
 	if _, err := kv.Put(ctx, events.RolloutKey(acctEvent), rec); err != nil {
 		t.Fatal(err)
 	}
-	p, err := PromoteNext(ctx, js, acctEvent[:20], "alice", now)
+	p, err := PromoteNext(ctx, js, acctEvent[:20], 0, "alice", now)
 	if err != nil || p.EventID != acctEvent || p.Batch != 1 || len(p.Batches) != 2 {
 		t.Fatalf("promote by a prefix: %+v %v, want batch 2 of 2 of %s", p, err, acctEvent)
 	}
-	if _, err := PromoteNext(ctx, js, acctEvent, "alice", now); !errors.Is(err, ErrNothingToPromote) {
+	if _, err := PromoteNext(ctx, js, acctEvent, 0, "alice", now); !errors.Is(err, ErrNothingToPromote) {
 		t.Errorf("promote past the last batch: %v", err)
+	}
+}
+
+// TestPromotesOneAfterAnotherReleaseOneBatch: twenty operators run
+// `rollout promote` at once, each reading the record itself, so some read
+// it after another's promote landed: batch 2 is released once, and every
+// other promote is told it was released meanwhile (issue 59, item 7: 15
+// VMs moved where 10 were due). Naming batch 3 releases it; naming it
+// again is refused.
+func TestPromotesOneAfterAnotherReleaseOneBatch(t *testing.T) {
+	js := testenv.JetStream(t)
+	ctx := t.Context()
+	now := time.Now()
+	recordRollout(t, js, 3)
+	kv, err := js.KeyValue(ctx, events.BucketRollouts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := events.MarshalRollout(events.Rollout{EventID: acctEvent, Planned: 3, PlannedAt: now, Batches: []int{1, 1, 1}})
+	if _, err := kv.Put(ctx, events.RolloutKey(acctEvent), rec); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var released, meanwhile atomic.Int32
+	for i := range 20 {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * 5 * time.Millisecond) // some read after the first promote landed
+			p, err := PromoteNext(ctx, js, acctEvent, 0, "op", now)
+			switch {
+			case err == nil && p.Batch == 1:
+				released.Add(1)
+			case errors.Is(err, ErrPromotedMeanwhile):
+				meanwhile.Add(1)
+			default:
+				t.Errorf("PromoteNext = %+v, %v", p, err)
+			}
+		})
+	}
+	wg.Wait()
+	s, err := Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _, _ := s.Get(ctx, acctEvent)
+	if released.Load() != 1 || meanwhile.Load() != 19 || c.Batch != 1 {
+		t.Fatalf("20 promotes: %d released, %d told meanwhile; the record is at batch %d, want 2 released once", released.Load(), meanwhile.Load(), c.Batch+1)
+	}
+	if p, err := PromoteNext(ctx, js, acctEvent, 3, "op", now); err != nil || p.Batch != 2 {
+		t.Errorf("promote --batch 3: %+v, %v", p, err)
+	}
+	if _, err := PromoteNext(ctx, js, acctEvent, 3, "op", now); !errors.Is(err, ErrNothingToPromote) {
+		t.Errorf("promote --batch 3 again: %v, want nothing to promote", err)
+	}
+	if _, err := PromoteNext(ctx, js, acctEvent, 1, "op", now); err == nil || !strings.Contains(err.Error(), "batch 1 goes first") {
+		t.Errorf("promote --batch 1: %v", err)
 	}
 }

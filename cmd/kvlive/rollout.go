@@ -146,7 +146,8 @@ func retryRollout(ctx context.Context, out io.Writer, js jetstream.JetStream, cl
 // rolloutPromoteOptions are kvlive rollout promote's flags and argument.
 type rolloutPromoteOptions struct {
 	storeOptions
-	id string
+	id    string
+	batch int
 }
 
 func rolloutPromoteCmd(g *globals) *cobra.Command {
@@ -157,12 +158,16 @@ func rolloutPromoteCmd(g *globals) *cobra.Command {
 		Long: `promote releases the batch after the last released one at once, whatever the
 gate of the released batch says and however long the policy's pause has to
 run, and resumes the rollout if it was paused (a pause: manual waits for
-this). The decision is a compare-and-set on the batch the command saw
+this). The decision is a compare-and-set on the batch before the one
 released: of two operators promoting at once, one releases the next batch
-and the other is told it was released meanwhile; never two batches.`,
+and the other is told it was released meanwhile; never two batches. A batch
+a promote released stops further promotes until it passes its gate, so a
+second promote a moment after the first is refused too; to release the
+batch after it anyway, name it with --batch.`,
 		Args: cobra.ExactArgs(1),
 		RunE: runE(o),
 	}
+	cmd.Flags().IntVar(&o.batch, "batch", 0, "the batch to release, counted from 1 (the one after the last released; default: that one, unless a promote released the last and it has not passed its gate)")
 	o.store.bind(cmd)
 	cmd.ValidArgsFunction = o.store.completeEventIDs
 	return cmd
@@ -174,12 +179,17 @@ func (o *rolloutPromoteOptions) Complete(cmd *cobra.Command, args []string) erro
 	return nil
 }
 
-func (o *rolloutPromoteOptions) Validate() error { return nil }
+func (o *rolloutPromoteOptions) Validate() error {
+	if o.batch < 0 || o.batch == 1 {
+		return fmt.Errorf("%w: --batch %d: batches 2 and later are promoted (batch 1 goes first by itself)", errUsage, o.batch)
+	}
+	return nil
+}
 
 // Run releases the next batch and says which.
 func (o *rolloutPromoteOptions) Run(ctx context.Context) error {
 	return o.store.with(ctx, o.log, func(ctx context.Context, js jetstream.JetStream) error {
-		p, err := rollout.PromoteNext(ctx, js, o.id, whoAmI(), time.Now())
+		p, err := rollout.PromoteNext(ctx, js, o.id, o.batch, whoAmI(), time.Now())
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 
 	"kvlive/events"
 	"kvlive/readmodel/inspect"
@@ -27,6 +28,9 @@ var actionWords = map[string]string{
 // confirmView is an action's confirmation page.
 type confirmView struct {
 	Action, ID, Words, Progress string
+	// Batch, on a promote's page, is the batch it releases (counted from
+	// 1): the form names it, so two pages confirmed at once release one.
+	Batch int
 }
 
 // confirm asks before an action: nothing is sent until the form it serves
@@ -47,7 +51,13 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	page(w, http.StatusOK, confirmView{Action: action, ID: a.EventID, Words: actionWords[action], Progress: inspect.ProgressLine(a)}.page)
+	v := confirmView{Action: action, ID: a.EventID, Words: actionWords[action], Progress: inspect.ProgressLine(a)}
+	if action == "promote" && a.Batch+1 < len(a.Batches) {
+		v.Batch = a.Batch + 2
+		v.Words = fmt.Sprintf("Release batch %d of %d (%d VMs) now, whatever batch %d's gate says and however long its pause has to run.",
+			v.Batch, len(a.Batches), a.Batches[a.Batch+1], a.Batch+1)
+	}
+	page(w, http.StatusOK, v.page)
 }
 
 // act carries a confirmed action out as the CLI does, under the
@@ -61,7 +71,16 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 	by := s.cfg.By + " from " + r.RemoteAddr
 	ctx, cancel := context.WithTimeout(r.Context(), readBound)
 	defer cancel()
-	done, to, err := s.carryOut(ctx, action, id, r.PostFormValue("reason"), by)
+	batch := 0
+	if b := r.PostFormValue("batch"); b != "" {
+		n, err := strconv.Atoi(b)
+		if err != nil || n < 2 {
+			s.fail(w, r, http.StatusBadRequest, "promote: batch "+strconv.Quote(b)+" is no batch to release (2 or later)")
+			return
+		}
+		batch = n
+	}
+	done, to, err := s.carryOut(ctx, action, id, r.PostFormValue("reason"), batch, by)
 	switch {
 	case errors.Is(err, rollout.ErrNoRollout) || errors.Is(err, rollout.ErrBadEventID):
 		s.fail(w, r, http.StatusNotFound, "no rollout "+id+" is recorded")
@@ -77,7 +96,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 
 // carryOut sends one action and says what it did, and which rollout's page
 // shows it (an undo's own).
-func (s *Server) carryOut(ctx context.Context, action, id, reason, by string) (done, to string, err error) {
+func (s *Server) carryOut(ctx context.Context, action, id, reason string, batch int, by string) (done, to string, err error) {
 	js, now := s.cfg.JetStream, s.cfg.Now()
 	switch action {
 	case "pause", "resume", "abort":
@@ -90,7 +109,7 @@ func (s *Server) carryOut(ctx context.Context, action, id, reason, by string) (d
 		}
 		return fmt.Sprintf("%s %s by %s", st.EventID, st.Control.State, by), st.EventID, nil
 	case "promote":
-		p, err := rollout.PromoteNext(ctx, js, id, by, now)
+		p, err := rollout.PromoteNext(ctx, js, id, batch, by, now)
 		if err != nil {
 			return "", id, err
 		}

@@ -342,3 +342,32 @@ func TestWithoutATokenOnlyLoopbackHostsAreAnswered(t *testing.T) {
 		t.Errorf("a rebound page paused the rollout: %+v, %v", a.Control, err)
 	}
 }
+
+// TestTwoPromotePagesReleaseOneBatch: a promote's confirmation page names
+// the batch it releases; two such pages confirmed one after the other
+// release it once, and the second is told it was released meanwhile.
+func TestTwoPromotePagesReleaseOneBatch(t *testing.T) {
+	js := testenv.JetStream(t)
+	id := recorded(t, js)
+	base := serve(t, js, Config{By: "tester"})
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	code, body := get(t, noRedirect, base+"/act/promote/"+id)
+	if code != http.StatusOK || !strings.Contains(body, `name="batch" value="2"`) || !strings.Contains(body, "Release batch 2 of 2") {
+		t.Fatalf("the promote's confirmation: %d\n%s", code, body)
+	}
+	var codes []int
+	for range 2 {
+		resp, err := noRedirect.PostForm(base+"/act/promote/"+id, url.Values{"batch": {"2"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+	}
+	if codes[0] != http.StatusSeeOther || codes[1] != http.StatusConflict {
+		t.Errorf("two promotes of batch 2 answered %v, want [303 409]", codes)
+	}
+	if a, err := rollout.AccountOf(t.Context(), js, id); err != nil || a.Batch != 1 {
+		t.Errorf("after two promotes the last released batch is %d, %v; want 2", a.Batch+1, err)
+	}
+}

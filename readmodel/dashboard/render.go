@@ -371,6 +371,11 @@ func (v confirmView) page(m *markup) {
 	if v.Action != "undo" && v.Action != "promote" {
 		m.raw("<label>Reason (recorded with the change): <input type=\"text\" name=\"reason\" size=\"60\"></label>")
 	}
+	if v.Batch > 0 {
+		m.raw("<input type=\"hidden\" name=\"batch\" value=\"")
+		m.text(strconv.Itoa(v.Batch))
+		m.raw("\">")
+	}
 	m.wrap("\n<p><button type=\"submit\" id=\"confirm\" class=\"danger\">", title(v.Action), "</button> <a href=\"/rollouts/")
 	m.text(inspect.EventPath(v.ID))
 	m.raw("\" id=\"cancel\">Cancel</a></p>\n</form>\n")

@@ -157,7 +157,7 @@ func TestAHungCheckWebhookHoldsItsRolloutAlone(t *testing.T) {
 		t.Errorf("the held switch: batch %d, gate %q; want batch 1, saying it asks its check webhook", c.Batch+1, c.Gate)
 	}
 
-	if _, err := rollout.PromoteNext(ctx, js, held, "ops", time.Now()); err != nil {
+	if _, err := rollout.PromoteNext(ctx, js, held, 0, "ops", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, time.Minute, "the promoted batch moved", func() bool {
