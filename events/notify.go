@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,6 +43,22 @@ var NotifyKinds = []string{NotifyStarted, NotifyHeld, NotifyPaused, NotifyDiffer
 // the same change, or a restarted one, cannot send it twice.
 func NotifySubject(eventID, kind, occurrence string) string {
 	return subjectNotify + "." + EventToken(eventID) + "." + kind + "." + EventToken(occurrence)
+}
+
+// NotificationsOf filters the notifications of eventID's rollout.
+func NotificationsOf(eventID string) string {
+	return subjectNotify + "." + EventToken(eventID) + ".>"
+}
+
+// EventOfNotifySubject is the event whose rollout a notification's subject
+// (NotifySubject) tells of.
+func EventOfNotifySubject(subject string) (string, error) {
+	rest, ok := strings.CutPrefix(subject, subjectNotify+".")
+	token, _, found := strings.Cut(rest, ".")
+	if !ok || !found {
+		return "", fmt.Errorf("%q is not a notification's subject", subject)
+	}
+	return EventOfToken(token)
 }
 
 // NotifyID is a notification's Nats-Msg-Id and CloudEvents id: the same

@@ -165,10 +165,12 @@ func StreamConfigs(o StreamOptions) []jetstream.StreamConfig {
 
 // NotifyStreamConfig is the notifications stream's configuration: made by
 // the first notifier (kvlive run --notify), not by every kvlive run, since
-// each stream more is seconds more of a start on a NATS cluster. Its
-// messages age out with the replay horizon.
+// each stream more is seconds more of a start on a NATS cluster. It has no
+// age limit: a stored notification is what says it was told, so it must
+// last as long as its rollout's records (a rollout paused past the replay
+// horizon would be told again on resume); the keeper removes it with them.
 func NotifyStreamConfig(o StreamOptions) jetstream.StreamConfig {
-	return agedStream(o, recordStream(o, StreamNotify, subjectNotify, "kvlive: notifications of rollouts' state changes, for kvlive run --notify's receivers"))
+	return recordStream(o, StreamNotify, subjectNotify, "kvlive: notifications of rollouts' state changes, for kvlive run --notify's receivers")
 }
 
 // recordStream is a record stream's configuration: limits, the operator's

@@ -174,7 +174,7 @@ func (k *Keeper) Sweep(ctx context.Context) (Swept, error) {
 	// Old messages first, then the records: a rollout recorded meanwhile
 	// is seen, so its messages are never taken for a rollout's of none.
 	var old []oldMsg
-	for _, stream := range []string{events.StreamEvents, events.StreamOutcomes, events.StreamDLQ} {
+	for _, stream := range []string{events.StreamEvents, events.StreamOutcomes, events.StreamDLQ, events.StreamNotify} {
 		msgs, err := oldMessages(ctx, k.JS, stream, cutoff)
 		if err != nil {
 			return sw, err
@@ -454,10 +454,14 @@ func removeRollout(ctx context.Context, js jetstream.JetStream, rec events.Rollo
 		{events.StreamOutcomes, events.VerdictsOf(id)},
 		{events.StreamOutcomes, events.ReobservedIn("", id)},
 		{events.StreamDLQ, events.DeadLettersOf(id)},
+		{events.StreamNotify, events.NotificationsOf(id)},
 	} {
 		st, err := js.Stream(ctx, s.stream)
 		if err == nil {
 			err = st.Purge(ctx, jetstream.WithPurgeSubject(s.filter))
+		}
+		if s.stream == events.StreamNotify && errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue // made by the first notifier: none has run
 		}
 		if err != nil {
 			return fmt.Errorf("keep: purge %s of %s: %w", s.stream, id, err)
@@ -601,6 +605,9 @@ func recordTimes(ctx context.Context, js jetstream.JetStream) (map[string]time.T
 func oldMessages(ctx context.Context, js jetstream.JetStream, stream string, cutoff time.Time) ([]oldMsg, error) {
 	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{HeadersOnly: true, MaxResetAttempts: 1,
 		InactiveThreshold: bus.ReadInactive})
+	if stream == events.StreamNotify && errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil // made by the first notifier: none has run
+	}
 	if err != nil {
 		return nil, fmt.Errorf("keep: read %s: %w", stream, err)
 	}
@@ -638,6 +645,10 @@ func eventOf(stream string, msg jetstream.Msg) string {
 		return msg.Headers().Get(jetstream.MsgIDHeader)
 	}
 	subject := msg.Subject()
+	if stream == events.StreamNotify {
+		id, _ := events.EventOfNotifySubject(subject)
+		return id
+	}
 	if stream == events.StreamDLQ && !strings.Contains(subject, ".plans.") && !strings.Contains(subject, ".held.") && !strings.Contains(subject, ".staged.") {
 		return "" // a dead event's subject names its kind, not its id
 	}

@@ -393,3 +393,37 @@ func TestNextSweepComesWhenAGraceEnds(t *testing.T) {
 		}
 	}
 }
+
+// TestKeeperRemovesNotificationsWithTheirRollout: the notifications stream
+// has no age limit of its own (a stored notification is what says it was
+// told, issue 59 item 1); a horizon after the settled rollout's last
+// change its notifications go with its records, the paused rollout's stay,
+// and a notification of no rollout goes once older than the horizon.
+func TestKeeperRemovesNotificationsWithTheirRollout(t *testing.T) {
+	ctx := context.Background()
+	js := keepFixture(t)
+	const horizon = time.Hour
+	o := events.DefaultStreamOptions()
+	o.MaxAge = horizon
+	cfg := events.NotifyStreamConfig(o)
+	if cfg.MaxAge != 0 {
+		t.Fatalf("the notifications stream ages its messages out after %s; want no age limit", cfg.MaxAge)
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"complete", "paused", "gone"} {
+		if _, err := js.Publish(ctx, events.NotifySubject(id, events.NotifyStarted, "1"), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := &Keeper{JS: js, Horizon: horizon, Now: func() time.Time { return time.Now().Add(2 * horizon) }}
+	if _, err := k.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]int{"complete": 0, "paused": 1, "gone": 0} {
+		if n, err := CountSubjects(ctx, js, events.StreamNotify, events.NotificationsOf(id)); err != nil || n != want {
+			t.Errorf("notifications of %s left: %d (%v), want %d", id, n, err, want)
+		}
+	}
+}

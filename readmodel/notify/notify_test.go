@@ -286,3 +286,26 @@ func TestAChatHooksSecretStaysWithTheOperator(t *testing.T) {
 		})
 	}
 }
+
+// TestWhatWasToldOutlivesTheReplayHorizon: a notification stays stored for
+// as long as its rollout's records, however short the replay horizon, so
+// a notifier started again after the horizon tells nothing twice (issue
+// 59, item 1: the stream used to age it out).
+func TestWhatWasToldOutlivesTheReplayHorizon(t *testing.T) {
+	js := testenv.JetStream(t)
+	r := testenv.NewNotifyReceiver(t, testenv.ReceiverOK)
+	streams := events.DefaultStreamOptions()
+	streams.MaxAge = time.Second
+	cfg := Config{Receivers: []Receiver{{URL: r.URL(), Format: FormatCloudEvents}}, Streams: streams}
+	stop := run(t, js, cfg)
+	record(t, js, "switch/c")
+	testenv.Eventually(t, 30*time.Second, "the start told", func() bool { return len(r.Kinds()) == 1 })
+	stop()
+	time.Sleep(3 * streams.MaxAge) // past the horizon: an aged stream would have dropped it
+	stop = run(t, js, cfg)
+	time.Sleep(3 * checkEvery) // a second notice would come by now
+	stop()
+	if got := r.Kinds(); !slices.Equal(got, []string{events.NotifyStarted}) {
+		t.Errorf("told %v, want started once", got)
+	}
+}
