@@ -125,6 +125,14 @@ func TestCorruptControlRecordConcernsOneEvent(t *testing.T) {
 	e.follow(medium)
 	_, small := e.editInstancetype(itSmall, 2, "3Gi")
 	e.follow(small)
+	// Every VM has its outcome; KubeVirt's verdicts come a moment later
+	// (the stand-in reacts as virt-controller does, after the move).
+	for _, id := range []string{medium, small} {
+		e.waitFor("the rollout complete, every verdict in", rolloutTimeout, func() (bool, string) {
+			st := e.status(id)
+			return st.Phase == rollout.PhaseComplete, string(st.Phase)
+		})
+	}
 	kv, err := e.js.KeyValue(e.ctx, events.BucketControl)
 	if err != nil {
 		t.Fatal(err)
