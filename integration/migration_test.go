@@ -199,8 +199,9 @@ func playersRan(ms []framework.Migration) []ranMigration {
 // the migration after the move ends, not through KubeVirt's later ones.
 func movesToTheirMigrations(t *testing.T, writes []auditEvent, ran []ranMigration, counted func(vm string) bool) (committed, carried []span) {
 	t.Helper()
-	byVMI := map[string][]ranMigration{}
+	byVMI, all := map[string][]ranMigration{}, map[string][]ranMigration{}
 	for _, m := range ran {
+		all[m.vm] = append(all[m.vm], m)
 		if !m.started.IsZero() && !m.ended.IsZero() {
 			byVMI[m.vm] = append(byVMI[m.vm], m)
 		}
@@ -216,7 +217,7 @@ func movesToTheirMigrations(t *testing.T, writes []auditEvent, ran []ranMigratio
 		// The players' migration timestamps are whole seconds (metav1.Time).
 		i := slices.IndexFunc(byVMI[vm], func(m ranMigration) bool { return !m.started.Before(ev.Received.Truncate(time.Second)) })
 		if i < 0 {
-			t.Errorf("%s: moved at %s, and no migration of it started since", vm, ev.Received.Format(time.RFC3339Nano))
+			t.Errorf("%s: moved at %s, and no migration of it started since; the players ran %+v", vm, ev.Received.Format(time.RFC3339Nano), all[vm])
 			continue
 		}
 		m := byVMI[vm][i]
