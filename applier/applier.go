@@ -284,12 +284,8 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg, d consumer.Deli
 	if held != nil {
 		return *held
 	}
-	tookSlot := false
-	if a.budget != nil && aborted == nil && needsMigration(plan) {
-		if tookSlot, err = a.takeSlot(ctx, plan, known.migrationBudget); err != nil {
-			return consumer.Retry(fmt.Errorf("waiting for a slot of the migration budget: %w", err))
-		}
-	}
+	t := &turn{budget: known.migrationBudget}
+	ctx = withTurn(ctx, t)
 	started := a.cfg.Clock.Now()
 	ctx, span := a.startSpan(ctx, msg, plan, d.Attempt)
 	out, retry := a.carryOut(ctx, msg, plan, d, span, aborted)
@@ -298,7 +294,7 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg, d consumer.Deli
 		return *retry
 	}
 	a.complete(&out, plan, d, span)
-	if tookSlot && !out.Wrote {
+	if t.tookSlot && !out.Wrote {
 		a.giveBack(ctx, plan) // nothing moved: no migration of kvlive's doing comes
 	}
 	if err := a.publishOutcome(ctx, out); err != nil {

@@ -42,19 +42,56 @@ func (a *Applier) controlled(ctx context.Context, msg jetstream.Msg, plan events
 // running again by the time handle looks, the plan is simply retried.
 var errSteered = fmt.Errorf("%w: rollout paused or aborted while the VM waited its turn", errTransient)
 
-// takeTurn waits for the rate limiter, then makes sure the rollout was not
-// paused or aborted meanwhile, so a pause stops moves already queued. A
-// move KubeVirt answers with an eviction (a restart of its own) goes only
-// inside the rollout's restart window, as a restart does.
+// turn is what a plan's move took on its way to the write: the rollout's
+// migration budget it takes a slot of, and whether it took one, which
+// handle gives back when the move wrote nothing.
+type turn struct {
+	budget   int
+	tookSlot bool
+}
+
+type turnKey struct{}
+
+func withTurn(ctx context.Context, t *turn) context.Context { return context.WithValue(ctx, turnKey{}, t) }
+
+func turnOf(ctx context.Context) *turn {
+	t, _ := ctx.Value(turnKey{}).(*turn)
+	return t
+}
+
+// takeTurn makes every check a move's write waits on, in one place and in
+// this order, right before the write: its turn under --rate; for a move
+// KubeVirt answers with an eviction (a restart of its own), the rollout's
+// restart window, as for a restart; for a live move a migration carries, a
+// slot of the migration budget, taken at the write (a slot taken before the
+// rate's wait would count from the take, not the move, how long KubeVirt
+// takes to react); last, that the rollout was not paused or aborted
+// meanwhile, so a pause stops moves already queued (a slot just taken is
+// then given back).
 func (a *Applier) takeTurn(ctx context.Context, plan events.Plan) error {
 	if err := a.limiter.Wait(ctx); err != nil {
 		return err
 	}
-	if a.watch != nil && a.watch.Of(plan.EventID).State != events.StateRunning {
-		return errSteered
-	}
 	if plan.Action == events.ResultEvict {
-		return a.withinWindow(ctx, plan)
+		if err := a.withinWindow(ctx, plan); err != nil {
+			return err
+		}
+	}
+	t := turnOf(ctx)
+	took := false
+	if t != nil && a.budget != nil && needsMigration(plan) {
+		var err error
+		if took, err = a.takeSlot(ctx, plan, t.budget); err != nil {
+			return fmt.Errorf("waiting for a slot of the migration budget: %w", err)
+		}
+		t.tookSlot = t.tookSlot || took
+	}
+	if a.watch != nil && a.watch.Of(plan.EventID).State != events.StateRunning {
+		if took {
+			a.giveBack(ctx, plan)
+			t.tookSlot = false
+		}
+		return errSteered
 	}
 	return nil
 }

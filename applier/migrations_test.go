@@ -268,3 +268,90 @@ func TestAFreedSlotWakesTheWaitingMoves(t *testing.T) {
 		t.Fatal("no wake after the slot's delete")
 	}
 }
+
+// gate is a rate limiter that lets a move through once opened.
+type gate chan struct{}
+
+func (g gate) Wait(ctx context.Context) error {
+	select {
+	case <-g:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestASlotIsTakenAtTheWriteNotBeforeTheRatesWait: a live move waiting
+// its turn under --rate holds no slot of the migration budget (another
+// move may take it meanwhile); it takes one when its turn comes, right
+// before the write, so KubeVirt's reaction is timed from the move. A move
+// whose rollout was paused while it waited takes its slot and gives it
+// back. Issue 59, item 4: a slot taken before a long wait was freed as
+// "KubeVirt asked for no migration" before its VM moved.
+func TestASlotIsTakenAtTheWriteNotBeforeTheRatesWait(t *testing.T) {
+	ctx := t.Context()
+	fleet := &budgetFleet{vms: map[string]*virtv1.VirtualMachine{}, vmis: map[string]*virtv1.VirtualMachineInstance{}}
+	for _, n := range []string{"a", "b"} {
+		fleet.vms[n] = &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: n, UID: types.UID("uid-" + n)}}
+		fleet.vmis[n] = testenv.RunningVMI("ns", n)
+	}
+	a, _ := budgetApplier(t, fleet, Config{QueueTimeout: time.Hour})
+	store, err := rollout.Open(ctx, a.cfg.JetStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.control = store
+	if a.watch, err = store.StartWatch(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	turnGate := make(gate)
+	a.limiter = turnGate
+	live := func(n string) events.Plan {
+		return events.Plan{EventID: "E", VM: events.VMRef{Namespace: "ns", Name: n, UID: "uid-" + n}, Action: events.ResultLive,
+			Changes: []events.Change{{Field: "cpu.sockets", From: "2", To: "3", Class: "live"}}}
+	}
+	held := func() []string {
+		slots, err := a.budget.slots(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var vms []string
+		for _, s := range slots {
+			vms = append(vms, s.MS.VM.Name)
+		}
+		return vms
+	}
+	ta := &turn{budget: 1}
+	done := make(chan error, 1)
+	go func() { done <- a.takeTurn(withTurn(ctx, ta), live("a")) }()
+	time.Sleep(200 * time.Millisecond) // a waits its turn
+	if vms := held(); len(vms) != 0 {
+		t.Fatalf("slots held by %v while a waits its turn; want none", vms)
+	}
+	opened := time.Now()
+	turnGate <- struct{}{}
+	if err := <-done; err != nil || !ta.tookSlot {
+		t.Fatalf("a's turn: %v, took a slot %t", err, ta.tookSlot)
+	}
+	slots, _ := a.budget.slots(ctx)
+	if len(slots) != 1 || slots[0].MS.VM.Name != "a" || slots[0].MS.At.Before(opened.Add(-time.Millisecond)) {
+		t.Fatalf("slots %+v; want a's, taken once its turn came (%s)", slots, opened)
+	}
+	a.giveBack(ctx, live("a"))
+
+	// b waits its turn; the rollout is paused meanwhile: b takes no slot
+	// that outlives its turn.
+	tb := &turn{budget: 1}
+	go func() { done <- a.takeTurn(withTurn(ctx, tb), live("b")) }()
+	if _, _, err := store.Apply(ctx, "E", events.ActionPause, "look first", "alice", time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the pause seen", func() bool { return a.watch.Of("E").State == events.StatePaused })
+	turnGate <- struct{}{}
+	if err := <-done; !errors.Is(err, errSteered) || tb.tookSlot {
+		t.Fatalf("b's turn in a paused rollout: %v, took a slot %t; want steered, no slot", err, tb.tookSlot)
+	}
+	if vms := held(); len(vms) != 0 {
+		t.Errorf("slots held by %v after b's turn in a paused rollout; want none", vms)
+	}
+}
