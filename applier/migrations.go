@@ -428,7 +428,7 @@ func (a *Applier) giveBack(ctx context.Context, plan events.Plan) {
 		return
 	}
 	for _, s := range slots {
-		if s.MS.VM.UID == plan.VM.UID {
+		if s.MS.VM.UID == plan.VM.UID && s.MS.EventID == plan.EventID {
 			a.free(ctx, s, "the move wrote nothing")
 		}
 	}
@@ -438,10 +438,14 @@ func (a *Applier) giveBack(ctx context.Context, plan events.Plan) {
 // longer come, acts on a failed one, and marks the slot of a VM whose
 // migration runs; it reports whether it freed it.
 func (a *Applier) freeIfEnded(ctx context.Context, s slot) bool {
+	if s.MS.FailedMigration != "" {
+		// Marked failed, and the slot not freed: a crash came between the
+		// mark and the pause, or between the pause and the free.
+		return a.stopForFailure(ctx, s, "")
+	}
 	why, m := a.slotState(s)
-	if m.Failed && m.UID != s.MS.FailedMigration {
-		a.migrationFailed(ctx, s, m)
-		return false // read again next time, its failure recorded
+	if m.Failed {
+		return a.migrationFailed(ctx, s, m)
 	}
 	if why == "" {
 		if running := m.Running && m.Started != nil; running != (s.MS.Migrating != nil) {
@@ -456,6 +460,14 @@ func (a *Applier) freeIfEnded(ctx context.Context, s slot) bool {
 // slotState says why a slot's VM needs it no more ("" while it does), and
 // the VM's migration since the move, if one showed.
 func (a *Applier) slotState(s slot) (string, instancetype.Migration) {
+	if a.watch != nil {
+		switch st := a.watch.Of(s.MS.EventID); {
+		case st.State == events.StateAborted:
+			return "its rollout was aborted", instancetype.Migration{}
+		case !st.Settled.IsZero():
+			return "its rollout settled", instancetype.Migration{}
+		}
+	}
 	vm := a.budget.fleet.VM(s.MS.VM.Namespace, s.MS.VM.Name)
 	if vm == nil || string(vm.UID) != s.MS.VM.UID {
 		return "the VM is gone", instancetype.Migration{}
@@ -526,30 +538,58 @@ func (a *Applier) free(ctx context.Context, s slot, why string) {
 }
 
 // migrationFailed pauses (or, by its policy, aborts) the rollout of a VM
-// whose live migration failed, once per failed migration: the budget's
-// other VMs are all that rollout committed.
-func (a *Applier) migrationFailed(ctx context.Context, s slot, m instancetype.Migration) {
-	s.MS.FailedMigration, s.MS.Migrating = m.UID, nil
+// whose live migration failed, and frees the VM's slot: the decision is
+// the operator's now, and KubeVirt's retries of that migration (after a
+// backoff, until it succeeds or six hours pass) must not hold the budget
+// of every rollout meanwhile. The slot is marked first (a compare-and-set:
+// of replicas sweeping at once, one acts), so a crash before the free is
+// finished by the next look (stopForFailure). It reports whether the slot
+// was freed.
+func (a *Applier) migrationFailed(ctx context.Context, s slot, m instancetype.Migration) bool {
+	s.MS.FailedMigration, s.MS.FailedAt, s.MS.Migrating = m.UID, a.cfg.Clock.Now().UTC(), nil
 	body, err := json.Marshal(s.MS)
 	if err != nil {
-		return
+		return false
 	}
-	if _, err := a.budget.kv.Update(ctx, s.key, body, s.rev); err != nil {
-		return // another replica acts on it
+	rev, err := a.budget.kv.Update(ctx, s.key, body, s.rev)
+	if err != nil {
+		return false // another replica acts on it
 	}
+	s.rev = rev
 	a.cfg.Metrics.MigrationFailed()
-	action := events.ActionPause
-	if r, err := a.knownRollout(ctx, s.MS.EventID); err == nil && r.abortOnFailure {
-		action = events.ActionAbort
+	a.cfg.Log.Warn("applier: a live migration failed; the rollout stops taking more VMs", "event", s.MS.EventID, "vm", s.MS.VM.String(),
+		"migration", m.UID, "reason", m.FailureReason)
+	return a.stopForFailure(ctx, s, m.FailureReason)
+}
+
+// stopForFailure pauses (or aborts) the rollout of a slot marked failed,
+// unless its control record changed since the mark (the pause made before
+// a crash, or an operator's step, which stands), and then frees the slot.
+// why is the migration's failure reason, where known.
+func (a *Applier) stopForFailure(ctx context.Context, s slot, why string) bool {
+	if a.control != nil {
+		c, _, err := a.control.Get(ctx, s.MS.EventID)
+		if err != nil {
+			a.cfg.Log.Warn("applier: could not read the rollout of a failed migration; looked at again", "event", s.MS.EventID, "err", err)
+			return false
+		}
+		if c.State == events.StateRunning && c.At.Before(s.MS.FailedAt) {
+			action := events.ActionPause
+			if r, err := a.knownRollout(ctx, s.MS.EventID); err == nil && r.abortOnFailure {
+				action = events.ActionAbort
+			}
+			reason := fmt.Sprintf("KubeVirt's live migration %s of %s failed", s.MS.FailedMigration, s.MS.VM)
+			if why != "" {
+				reason += ": " + why
+			}
+			if _, _, err := a.control.Apply(ctx, s.MS.EventID, action, reason, "kvlive applier", a.cfg.Clock.Now(), false); err != nil {
+				a.cfg.Log.Warn("applier: could not stop the rollout after a failed migration; tried again", "event", s.MS.EventID, "err", err)
+				return false
+			}
+		}
 	}
-	reason := fmt.Sprintf("KubeVirt's live migration %s of %s failed: %s", m.UID, s.MS.VM, m.FailureReason)
-	a.cfg.Log.Warn("applier: a live migration failed; the rollout stops taking more VMs", "event", s.MS.EventID, "vm", s.MS.VM.String(), "migration", m.UID, "reason", m.FailureReason, "action", action)
-	if a.control == nil {
-		return
-	}
-	if _, _, err := a.control.Apply(ctx, s.MS.EventID, action, reason, "kvlive applier", a.cfg.Clock.Now(), false); err != nil {
-		a.cfg.Log.Warn("applier: could not stop the rollout after a failed migration", "event", s.MS.EventID, "err", err)
-	}
+	a.free(ctx, s, "its migration failed and its rollout was stopped")
+	return true
 }
 
 // sayWait records why live moves wait, for rollout status.

@@ -2,8 +2,10 @@ package applier
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -122,28 +124,36 @@ func TestTheMigrationBudgetHoldsLiveMovesToItsSlots(t *testing.T) {
 	if !take("c") {
 		t.Fatal("c found no slot once b's migration ended")
 	}
-	// a's migration fails: its rollout is paused, once, and a keeps its slot
-	// (KubeVirt migrates it again).
+	// a's migration fails: its rollout is paused, once, and a's slot is
+	// freed (KubeVirt migrates it again, but the rollout's decision is the
+	// operator's now: issue 59, item 6), so b takes it.
 	fleet.vmis["a"].Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m-a", StartTimestamp: &started, EndTimestamp: &ended, Completed: true, Failed: true, FailureReason: "did not converge"}
-	if take("b") {
-		t.Fatal("b took a slot while a (failed, retried) and c hold both")
+	if !take("b") {
+		t.Fatal("b found no slot once a's migration failed and its rollout was paused")
 	}
 	c, _, err := store.Get(ctx, "E")
-	if err != nil || c.State != events.StatePaused {
+	if err != nil || c.State != events.StatePaused || !strings.Contains(c.Reason, "m-a of ns/a failed: did not converge") {
 		t.Fatalf("rollout E: %+v, %v; want paused by a's failed migration", c, err)
+	}
+	if _, _, err := store.Apply(ctx, "E", events.ActionResume, "", "alice", time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	if take("a") {
+		t.Fatal("a took a third slot of a budget of two")
+	}
+	if c, _, _ := store.Get(ctx, "E"); c.State != events.StateRunning {
+		t.Errorf("rollout E paused again for the failure it was paused for: %+v", c)
 	}
 	slots, err = a.budget.slots(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	failed := 0
+	var holders []string
 	for _, s := range slots {
-		if s.MS.FailedMigration == "m-a" {
-			failed++
-		}
+		holders = append(holders, s.MS.VM.Name)
 	}
-	if len(slots) != 2 || failed != 1 {
-		t.Errorf("slots %+v; want a's (its failure recorded) and c's", slots)
+	if slices.Sort(holders); !slices.Equal(holders, []string{"b", "c"}) {
+		t.Errorf("slots held by %v; want b's and c's", holders)
 	}
 }
 
@@ -353,5 +363,93 @@ func TestASlotIsTakenAtTheWriteNotBeforeTheRatesWait(t *testing.T) {
 	}
 	if vms := held(); len(vms) != 0 {
 		t.Errorf("slots held by %v after b's turn in a paused rollout; want none", vms)
+	}
+}
+
+// TestASlotDoesNotOutliveItsRolloutsDecision: an abort frees every slot
+// its rollout holds, and so does a settled rollout; a slot marked failed
+// (a crash came after the mark) is finished by the next look: the rollout
+// paused if nothing steered it since the mark, the slot freed either way;
+// giving a slot back frees the plan's rollout's slot of the VM, never
+// another rollout's. Issue 59, items 6 and 10.
+func TestASlotDoesNotOutliveItsRolloutsDecision(t *testing.T) {
+	ctx := t.Context()
+	fleet := &budgetFleet{vms: map[string]*virtv1.VirtualMachine{}, vmis: map[string]*virtv1.VirtualMachineInstance{}}
+	hot := virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceVCPUChange, Status: corev1.ConditionTrue}
+	for _, n := range []string{"a", "b", "c", "d"} {
+		fleet.vms[n] = &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: n, UID: types.UID("uid-" + n)}}
+		vmi := testenv.RunningVMI("ns", n)
+		vmi.Status.Conditions = append(vmi.Status.Conditions, hot) // each waits for its migration
+		fleet.vmis[n] = vmi
+	}
+	a, kv := budgetApplier(t, fleet, Config{QueueTimeout: time.Hour})
+	store, err := rollout.Open(ctx, a.cfg.JetStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.control = store
+	if a.watch, err = store.StartWatch(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	plan := func(event, n string) events.Plan {
+		return events.Plan{EventID: event, VM: events.VMRef{Namespace: "ns", Name: n, UID: "uid-" + n}, Action: events.ResultLive}
+	}
+	for _, p := range []events.Plan{plan("A", "a"), plan("A", "b"), plan("S", "c"), plan("F", "d")} {
+		if took, err := a.tryTake(ctx, p, 5); err != nil || took == nil {
+			t.Fatalf("take %s: %v", p.VM, err)
+		}
+	}
+	holders := func() []string {
+		slots, err := a.budget.slots(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, s := range slots {
+			if !a.freeIfEnded(ctx, s) {
+				out = append(out, s.MS.EventID+"/"+s.MS.VM.Name)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := holders(); !slices.Equal(got, []string{"A/a", "A/b", "F/d", "S/c"}) {
+		t.Fatalf("slots held by %v before anything was decided", got)
+	}
+	// A is aborted, S settles: their slots go.
+	if _, _, err := store.Apply(ctx, "A", events.ActionAbort, "bad type", "alice", time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	seen, _, _ := store.Get(ctx, "S")
+	if ok, err := store.MarkSettled(ctx, "S", seen, time.Now()); err != nil || !ok {
+		t.Fatalf("MarkSettled S: %v, %v", ok, err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the abort and the settling seen", func() bool {
+		return a.watch.Of("A").State == events.StateAborted && !a.watch.Of("S").Settled.IsZero()
+	})
+	if got := holders(); !slices.Equal(got, []string{"F/d"}) {
+		t.Fatalf("slots held by %v after A's abort and S's settling; want F's alone", got)
+	}
+	// d's slot marked failed, then a crash: the next look pauses F and frees it.
+	slots, _ := a.budget.slots(ctx)
+	s := slots[0]
+	s.MS.FailedMigration, s.MS.FailedAt = "m-d", time.Now().UTC()
+	body, _ := json.Marshal(s.MS)
+	if _, err := kv.Update(ctx, s.key, body, s.rev); err != nil {
+		t.Fatal(err)
+	}
+	if got := holders(); len(got) != 0 {
+		t.Fatalf("slots held by %v after the look that finishes d's failure", got)
+	}
+	if c, _, _ := store.Get(ctx, "F"); c.State != events.StatePaused || !strings.Contains(c.Reason, "m-d of ns/d failed") {
+		t.Errorf("rollout F: %+v; want paused for d's failed migration", c)
+	}
+	// A slot given back is the plan's rollout's alone.
+	if took, err := a.tryTake(ctx, plan("G", "d"), 5); err != nil || took == nil {
+		t.Fatalf("take d for G: %v", err)
+	}
+	a.giveBack(ctx, plan("H", "d"))
+	if slots, _ := a.budget.slots(ctx); len(slots) != 1 || slots[0].MS.EventID != "G" {
+		t.Errorf("slots %+v after H gave d's back; want G's kept", slots)
 	}
 }

@@ -38,6 +38,10 @@ type MigrationSlot struct {
 	// FailedMigration is the latest failed migration of the VM kvlive
 	// acted on (paused its rollout for), so it acts once per failure.
 	FailedMigration string `json:"failedMigration,omitempty"`
+	// FailedAt is when the applier marked FailedMigration, before it
+	// paused (or aborted) the rollout and freed the slot: a slot found
+	// marked was left between those writes by a crash.
+	FailedAt time.Time `json:"failedAt,omitzero"`
 	// Migrating is when KubeVirt's migration of the VM started, as an
 	// applier saw it: the VM migrates, no longer waits in KubeVirt's
 	// queue. A failed migration clears it (the VM waits again).

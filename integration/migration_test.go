@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
 
@@ -170,6 +172,25 @@ func TestRealKubeVirtLiveMovesKeepToTheMigrationBudget(t *testing.T) {
 	if len(moved) > 2 {
 		t.Errorf("VMs %v moved once a migration failed; at most the budget's 2 were to be committed", slices.Sorted(maps.Keys(moved)))
 	}
+	// The pause is the operator's decision now: the failed VMs' slots do
+	// not outlive it, while KubeVirt retries their migrations.
+	e.waitFor("the paused rollout's slots freed", 3*time.Minute, func() (bool, string) {
+		kv, err := e.js.KeyValue(e.ctx, events.BucketBus)
+		if err != nil {
+			return false, err.Error()
+		}
+		keys, err := kv.ListKeysFiltered(e.ctx, events.MigrationKeys)
+		if err != nil {
+			return errors.Is(err, jetstream.ErrNoKeysFound), err.Error()
+		}
+		var held []string
+		for k := range keys.Keys() {
+			if k != events.MigrationWaitKey {
+				held = append(held, k)
+			}
+		}
+		return len(held) == 0, strings.Join(held, ", ")
+	})
 }
 
 // ranMigration is one migration as the players (framework.Migration) or

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,6 +28,9 @@ type Migrations struct {
 	Queued     int    `json:"queued"`
 	ToMove     int    `json:"toMove"`
 	InUse      int    `json:"inUse"`
+	// Holders name the VM holding each slot in use, with the rollout it
+	// was moved by when that is another.
+	Holders []string `json:"holders,omitempty"`
 	Waiting    string `json:"waiting,omitempty"`
 	// Failed names the latest failed migration of the rollout's VMs the
 	// applier acted on.
@@ -75,6 +79,11 @@ func CountMigrations(ctx context.Context, js jetstream.JetStream, a *Account, no
 			continue
 		}
 		m.InUse++
+		holder := s.VM.String()
+		if s.EventID != a.EventID {
+			holder += " (" + events.ShortEventID(s.EventID) + ")"
+		}
+		m.Holders = append(m.Holders, holder)
 		if s.EventID == a.EventID {
 			m.Unfinished++
 			if s.Migrating != nil {
@@ -86,6 +95,7 @@ func CountMigrations(ctx context.Context, js jetstream.JetStream, a *Account, no
 		}
 	}
 	m.Queued = m.Unfinished - m.Running
+	slices.Sort(m.Holders)
 	m.estimate(a, now)
 	a.Migrations = m
 	return nil

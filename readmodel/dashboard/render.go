@@ -195,7 +195,7 @@ func (v rolloutView) live(m *markup) {
 	}
 	if g := a.Migrations; g != nil && (g.Unfinished != 0 || g.Waiting != "" || g.ToMove != 0 || len(g.Failed) > 0) {
 		m.raw("<dt>Migrations</dt><dd id=\"migrations\">")
-		m.textf("%d running, %d queued in KubeVirt, %d live moves to come (%d of the budget's slots in use)", g.Running, g.Queued, g.ToMove, g.InUse)
+		m.textf("%d running, %d queued in KubeVirt, %d live moves to come (%d of the budget's slots in use%s)", g.Running, g.Queued, g.ToMove, g.InUse, inspect.SlotHolders(g.Holders))
 		if len(g.Failed) > 0 {
 			m.wrap("; <span class=\"error\">failed: ", strings.Join(g.Failed, ", "), "</span>")
 		}

@@ -15,7 +15,8 @@ import (
 // TestStatusShowsTheMigrationBudget: rollout status counts the rollout's
 // VMs holding a slot of the migration budget (moved, their migration not
 // ended) as running or queued in KubeVirt, the live moves to come, names
-// a failed migration, says why live moves wait, and estimates the time
+// a failed migration and who holds each slot, says why live moves wait,
+// and estimates the time
 // left at the pace of the migrations ended so far.
 func TestStatusShowsTheMigrationBudget(t *testing.T) {
 	js := testenv.JetStream(t)
@@ -50,7 +51,7 @@ func TestStatusShowsTheMigrationBudget(t *testing.T) {
 	if err := WriteStatus(&out, a, printer.FormatTable); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"migrations:   1 running, 1 queued in KubeVirt", "10 live moves to come", "3 of the migration budget's slots in use", "ns/b (m-9)",
+	for _, want := range []string{"migrations:   1 running, 1 queued in KubeVirt", "10 live moves to come", "3 of the migration budget's slots in use: ns/a, ns/b, ns/c (other)", "ns/b (m-9)",
 		"live moves wait: the KubeVirt CR is \"Deploying\"", "about 6m0s left at the pace so far (8 live in 4m0s)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status %q lacks %q", out.String(), want)

@@ -99,8 +99,8 @@ func WriteStatus(w io.Writer, a rollout.Account, f printer.Format) error {
 			VerdictList(verdictCounts(a)), a.Differ, map[bool]string{true: "differs", false: "differ"}[a.Differ == 1])
 	}
 	if m := a.Migrations; err == nil && m != nil && (m.Unfinished > 0 || m.Waiting != "" || m.ToMove > 0) {
-		line := fmt.Sprintf("%d running, %d queued in KubeVirt (moved, their migration not started), %d live moves to come (%d of the migration budget's slots in use)",
-			m.Running, m.Queued, m.ToMove, m.InUse)
+		line := fmt.Sprintf("%d running, %d queued in KubeVirt (moved, their migration not started), %d live moves to come (%d of the migration budget's slots in use%s)",
+			m.Running, m.Queued, m.ToMove, m.InUse, SlotHolders(m.Holders))
 		if len(m.Failed) > 0 {
 			line += "; failed: " + strings.Join(m.Failed, ", ")
 		}
@@ -183,4 +183,17 @@ func verdictCounts(a rollout.Account) map[string]int {
 		counts[string(v)] = n
 	}
 	return counts
+}
+
+// SlotHolders names the VMs holding the migration budget's slots, the
+// first ten of them, after a colon ("" when none holds one).
+func SlotHolders(vms []string) string {
+	const shown = 10
+	switch {
+	case len(vms) == 0:
+		return ""
+	case len(vms) > shown:
+		return fmt.Sprintf(": %s and %d more", strings.Join(vms[:shown], ", "), len(vms)-shown)
+	}
+	return ": " + strings.Join(vms, ", ")
 }
