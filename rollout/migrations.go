@@ -23,15 +23,15 @@ import (
 // of the unfinished migrations ends, at the pace of the migrations ended
 // so far (Pace says which), zero before one ended.
 type Migrations struct {
-	Unfinished int    `json:"unfinished"`
-	Running    int    `json:"running"`
-	Queued     int    `json:"queued"`
-	ToMove     int    `json:"toMove"`
-	InUse      int    `json:"inUse"`
+	Unfinished int `json:"unfinished"`
+	Running    int `json:"running"`
+	Queued     int `json:"queued"`
+	ToMove     int `json:"toMove"`
+	InUse      int `json:"inUse"`
 	// Holders name the VM holding each slot in use, with the rollout it
 	// was moved by when that is another.
 	Holders []string `json:"holders,omitempty"`
-	Waiting    string `json:"waiting,omitempty"`
+	Waiting string   `json:"waiting,omitempty"`
 	// Failed names the latest failed migration of the rollout's VMs the
 	// applier acted on.
 	Failed []string      `json:"failed,omitempty"`
