@@ -76,6 +76,11 @@ type Watcher struct {
 	// for /readyz and the backlog metric.
 	mu      sync.Mutex
 	failing map[objectKey]error
+	// added holds, by UID, each object as its add event (the informer's
+	// list, or a creation) carried it, until a sync compared it with its
+	// record: an object edited before its first sync is recorded as it was
+	// added and the edit emitted, not taken for a first sighting.
+	added map[string]seen
 }
 
 // New builds a Watcher; nothing runs until Run.
@@ -99,6 +104,7 @@ func New(cfg Config) (*Watcher, error) {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[objectKey](cmp.Or(cfg.RetryMin, retryMin), cmp.Or(cfg.RetryMax, retryMax)),
 			workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "kvlive-watcher"}),
 		failing: map[objectKey]error{},
+		added:   map[string]seen{},
 		tracer:  cfg.Tracer.Tracer(tracerName),
 		prop:    propagation.TraceContext{},
 	}
@@ -140,7 +146,10 @@ func (w *Watcher) handler(kind string) cache.ResourceEventHandler {
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { enqueue(obj) },
+		AddFunc: func(obj any) {
+			w.rememberAdded(obj)
+			enqueue(obj)
+		},
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
@@ -157,6 +166,43 @@ func (w *Watcher) handler(kind string) cache.ResourceEventHandler {
 			}
 		},
 	}
+}
+
+// rememberAdded keeps obj's generation and spec as its add event carried
+// them, unless an earlier add of it waits for its sync already.
+func (w *Watcher) rememberAdded(obj any) {
+	m, err := metaOf(obj)
+	if err != nil {
+		return
+	}
+	spec, err := specOf(obj)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.added[string(m.GetUID())]; !ok {
+		w.added[string(m.GetUID())] = seen{Generation: m.GetGeneration(), Spec: spec}
+	}
+}
+
+// rememberAddedSeen puts back an added object a failed sync took.
+func (w *Watcher) rememberAddedSeen(uid string, a seen) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.added[uid]; !ok {
+		w.added[uid] = a
+	}
+}
+
+// takeAdded returns, and forgets, the object of uid as its add event
+// carried it.
+func (w *Watcher) takeAdded(uid string) (seen, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	a, ok := w.added[uid]
+	delete(w.added, uid)
+	return a, ok
 }
 
 func metaOf(obj any) (metav1.Object, error) {
@@ -277,6 +323,7 @@ type seen struct {
 // sync compares the object with its KV record and emits when it moved on.
 func (w *Watcher) sync(ctx context.Context, key objectKey) error {
 	if key.deletedUID != "" {
+		w.takeAdded(key.deletedUID)
 		return w.forget(ctx, key.deletedUID)
 	}
 	obj, ok, err := w.informers[key.kind].GetIndexer().GetByKey(cacheKey(key))
@@ -301,23 +348,46 @@ func (w *Watcher) sync(ctx context.Context, key objectKey) error {
 			last = &seen{}
 		}
 	}
+	var rev uint64
+	if entry != nil {
+		rev = entry.Revision()
+	}
+	added, wasAdded := w.takeAdded(uid)
 	switch decide(last, m.GetGeneration()) {
 	case skip:
 		return nil
 	case record:
-		rec, _ := json.Marshal(seen{Generation: m.GetGeneration(), Spec: spec})
-		_, err := w.kv.Create(ctx, uid, rec)
+		// A first sighting is the object as its add event carried it: one
+		// edited since (before this sync) is recorded as added, and the
+		// edit emitted below.
+		first := seen{Generation: m.GetGeneration(), Spec: spec}
+		if wasAdded && added.Generation < first.Generation {
+			first = added
+		}
+		rec, _ := json.Marshal(first)
+		rev, err = w.kv.Create(ctx, uid, rec)
 		switch {
 		case events.Conflict(err):
 			// The object has a record the read missed: a replicated
 			// bucket's read answered by a replica behind the leader.
 			// Compared again (the queue's backoff), not taken as seen: the
 			// object may have moved on from that record.
+			if wasAdded {
+				w.rememberAddedSeen(uid, added)
+			}
 			return fmt.Errorf("watcher: %s has a record the read of it missed; reading it again", uid)
 		case err != nil:
+			if wasAdded {
+				w.rememberAddedSeen(uid, added)
+			}
 			return fmt.Errorf("watcher: record %s: %w", uid, err)
 		}
-		return nil
+		if first.Generation == m.GetGeneration() {
+			return nil
+		}
+		w.cfg.Log.Info("watcher: an object changed between its add and its first look; its change is emitted",
+			"kind", key.kind, "name", cacheKey(key), "added", first.Generation, "generation", m.GetGeneration())
+		last = &first
 	}
 	ref := events.Ref{Kind: key.kind, Namespace: key.namespace, Name: key.name}
 	change := events.Changed{
@@ -329,7 +399,7 @@ func (w *Watcher) sync(ctx context.Context, key objectKey) error {
 		return err
 	}
 	rec, _ := json.Marshal(seen{Generation: m.GetGeneration(), Spec: spec})
-	if _, err := w.kv.Update(ctx, uid, rec, entry.Revision()); err != nil {
+	if _, err := w.kv.Update(ctx, uid, rec, rev); err != nil {
 		return fmt.Errorf("watcher: record %s generation %d: %w", uid, m.GetGeneration(), err)
 	}
 	return nil

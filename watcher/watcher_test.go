@@ -287,3 +287,48 @@ func TestAnEditAReplicaBehindMissesIsEmitted(t *testing.T) {
 		t.Fatalf("events = %+v, want u1 1→2", got)
 	}
 }
+
+// TestAnEditBeforeTheFirstLookIsEmitted: an instance type edited after
+// the informer listed it but before the watcher's first look at it (a
+// fresh start, its queue still full of the list) is recorded as listed
+// and its edit emitted, not taken for a first sighting at the new
+// generation. Issue 59, item 8: an edit 1.4 s after "watcher started"
+// never became an event.
+func TestAnEditBeforeTheFirstLookIsEmitted(t *testing.T) {
+	js := testenv.JetStream(t)
+	clients := testenv.FakeClients(nil, testenv.ClusterInstancetype("u1", 2, "2Gi"))
+	fleet, err := kube.NewCache(clients, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := watcher.New(watcher.Config{Informers: fleet.ObjectInformers(), JetStream: js, Tracer: sdktrace.NewTracerProvider()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fleet.Start(ctx)
+	testenv.Eventually(t, 10*time.Second, "u1 listed and queued", func() bool { return w.QueueDepth() == 1 })
+	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
+	u1, _ := its.Get(ctx, "u1", metav1.GetOptions{})
+	u1.Spec.CPU.Guest, u1.Generation = 4, 2
+	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	inf := fleet.ObjectInformers()[events.KindClusterInstancetype]
+	testenv.Eventually(t, 10*time.Second, "the edit in the cache", func() bool {
+		obj, ok, _ := inf.GetIndexer().GetByKey("u1")
+		return ok && obj.(metav1.Object).GetGeneration() == 2
+	})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	got := changes(t, js, 1)
+	cancel()
+	if err := <-done; err != nil {
+		t.Error(err)
+	}
+	fleet.Shutdown()
+	if len(got) != 1 || got[0].OldGeneration != 1 || got[0].Generation != 2 {
+		t.Fatalf("events %+v; want u1's edit from generation 1 to 2", got)
+	}
+}
