@@ -60,6 +60,41 @@ func budgetApplier(t *testing.T, fleet *budgetFleet, cfg Config) (*Applier, jets
 	return a, kv
 }
 
+// waitingFleet is a budget fleet of running VMs named names, each VMI's
+// CPU hot-plug waiting for its migration when waiting says so.
+func waitingFleet(waiting bool, names ...string) *budgetFleet {
+	fleet := &budgetFleet{vms: map[string]*virtv1.VirtualMachine{}, vmis: map[string]*virtv1.VirtualMachineInstance{}}
+	hot := virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceVCPUChange, Status: corev1.ConditionTrue}
+	for _, n := range names {
+		fleet.vms[n] = &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: n, UID: types.UID("uid-" + n)}}
+		vmi := testenv.RunningVMI("ns", n)
+		if waiting {
+			vmi.Status.Conditions = append(vmi.Status.Conditions, hot)
+		}
+		fleet.vmis[n] = vmi
+	}
+	return fleet
+}
+
+// steered gives a its rollout control store and a watch of it.
+func steered(t *testing.T, a *Applier) *rollout.Store {
+	t.Helper()
+	store, err := rollout.Open(t.Context(), a.cfg.JetStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.control = store
+	if a.watch, err = store.StartWatch(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
+// livePlan is the live plan of event for VM ns/name.
+func livePlan(event, name string) events.Plan {
+	return events.Plan{EventID: event, VM: events.VMRef{Namespace: "ns", Name: name, UID: "uid-" + name}, Action: events.ResultLive}
+}
+
 // TestTheMigrationBudgetHoldsLiveMovesToItsSlots: with a budget of two, a
 // third live move finds no slot until one VM's migration ended; a VM whose
 // hot-plug waits for its migration keeps its slot, and so does one whose
@@ -302,25 +337,14 @@ func (g gate) Wait(ctx context.Context) error {
 // "KubeVirt asked for no migration" before its VM moved.
 func TestASlotIsTakenAtTheWriteNotBeforeTheRatesWait(t *testing.T) {
 	ctx := t.Context()
-	fleet := &budgetFleet{vms: map[string]*virtv1.VirtualMachine{}, vmis: map[string]*virtv1.VirtualMachineInstance{}}
-	for _, n := range []string{"a", "b"} {
-		fleet.vms[n] = &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: n, UID: types.UID("uid-" + n)}}
-		fleet.vmis[n] = testenv.RunningVMI("ns", n)
-	}
-	a, _ := budgetApplier(t, fleet, Config{QueueTimeout: time.Hour})
-	store, err := rollout.Open(ctx, a.cfg.JetStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.control = store
-	if a.watch, err = store.StartWatch(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	a, _ := budgetApplier(t, waitingFleet(false, "a", "b"), Config{QueueTimeout: time.Hour})
+	store := steered(t, a)
 	turnGate := make(gate)
 	a.limiter = turnGate
 	live := func(n string) events.Plan {
-		return events.Plan{EventID: "E", VM: events.VMRef{Namespace: "ns", Name: n, UID: "uid-" + n}, Action: events.ResultLive,
-			Changes: []events.Change{{Field: "cpu.sockets", From: "2", To: "3", Class: "live"}}}
+		p := livePlan("E", n)
+		p.Changes = []events.Change{{Field: "cpu.sockets", From: "2", To: "3", Class: "live"}}
+		return p
 	}
 	held := func() []string {
 		slots, _, err := a.budget.slots(ctx)
@@ -376,26 +400,9 @@ func TestASlotIsTakenAtTheWriteNotBeforeTheRatesWait(t *testing.T) {
 // another rollout's. Issue 59, items 6 and 10.
 func TestASlotDoesNotOutliveItsRolloutsDecision(t *testing.T) {
 	ctx := t.Context()
-	fleet := &budgetFleet{vms: map[string]*virtv1.VirtualMachine{}, vmis: map[string]*virtv1.VirtualMachineInstance{}}
-	hot := virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceVCPUChange, Status: corev1.ConditionTrue}
-	for _, n := range []string{"a", "b", "c", "d"} {
-		fleet.vms[n] = &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: n, UID: types.UID("uid-" + n)}}
-		vmi := testenv.RunningVMI("ns", n)
-		vmi.Status.Conditions = append(vmi.Status.Conditions, hot) // each waits for its migration
-		fleet.vmis[n] = vmi
-	}
-	a, kv := budgetApplier(t, fleet, Config{QueueTimeout: time.Hour})
-	store, err := rollout.Open(ctx, a.cfg.JetStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.control = store
-	if a.watch, err = store.StartWatch(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	plan := func(event, n string) events.Plan {
-		return events.Plan{EventID: event, VM: events.VMRef{Namespace: "ns", Name: n, UID: "uid-" + n}, Action: events.ResultLive}
-	}
+	a, kv := budgetApplier(t, waitingFleet(true, "a", "b", "c", "d"), Config{QueueTimeout: time.Hour})
+	store := steered(t, a)
+	plan := livePlan
 	for _, p := range []events.Plan{plan("A", "a"), plan("A", "b"), plan("S", "c"), plan("F", "d")} {
 		if took, err := a.tryTake(ctx, p, 5); err != nil || took == nil {
 			t.Fatalf("take %s: %v", p.VM, err)
@@ -464,27 +471,18 @@ func TestASlotDoesNotOutliveItsRolloutsDecision(t *testing.T) {
 // compare-and-set guarded only keys 0..n-1, so four were held.
 func TestTheBudgetHoldsUnderAnyInterleaving(t *testing.T) {
 	ctx := t.Context()
-	fleet := &budgetFleet{vms: map[string]*virtv1.VirtualMachine{}, vmis: map[string]*virtv1.VirtualMachineInstance{}}
-	hot := virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceVCPUChange, Status: corev1.ConditionTrue}
 	names := []string{"other"}
 	for i := range 20 {
 		names = append(names, fmt.Sprintf("vm-%02d", i))
 	}
-	for _, n := range names {
-		fleet.vms[n] = &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: n, UID: types.UID("uid-" + n)}}
-		vmi := testenv.RunningVMI("ns", n)
-		vmi.Status.Conditions = append(vmi.Status.Conditions, hot) // each waits for its migration
-		fleet.vmis[n] = vmi
-	}
+	fleet := waitingFleet(true, names...)
 	one, kv := budgetApplier(t, fleet, Config{QueueTimeout: time.Hour})
 	two, err := New(one.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	two.budget = newBudget(kv, fleet)
-	plan := func(event, n string) events.Plan {
-		return events.Plan{EventID: event, VM: events.VMRef{Namespace: "ns", Name: n, UID: "uid-" + n}, Action: events.ResultLive}
-	}
+	plan := livePlan
 	held, _ := json.Marshal(events.MigrationSlot{EventID: "wide", VM: plan("wide", "other").VM, At: time.Now().UTC()})
 	if _, err := kv.Create(ctx, events.MigrationSlotKey(3), held); err != nil {
 		t.Fatal(err)

@@ -142,21 +142,29 @@ func TestAReceiverThatStaysDownEndsInADeadLetter(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			js := testenv.JetStream(t)
 			r := testenv.NewNotifyReceiver(t, mode)
-			stop := run(t, js, Config{Receivers: []Receiver{{URL: r.URL(), Format: FormatSlack}}, MaxDeliver: 2, Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
-				Backoff: consumer.Backoff{Min: 10 * time.Millisecond, Max: 10 * time.Millisecond}})
-			defer stop()
-			record(t, js, "switch/b")
-			store := inspect.Store{JetStream: js}
-			var letters []inspect.Letter
-			testenv.Eventually(t, 30*time.Second, "a dead letter", func() bool {
-				letters, _ = store.List(t.Context())
-				return len(letters) > 0
-			})
+			letters := deadLettersOf(t, js, Receiver{URL: r.URL(), Format: FormatSlack}, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
 			if l := letters[0]; l.Stage != Stage || !strings.Contains(l.Reason, "gave up after 2 deliveries") || !strings.Contains(l.Reason, want) {
 				t.Errorf("dead letter: stage %s, reason %q", l.Stage, l.Reason)
 			}
 		})
 	}
+}
+
+// deadLettersOf runs a notifier of receiver r, giving up after two
+// deliveries, over a recorded rollout until a notification of it is
+// dead-lettered, and returns the dead letters.
+func deadLettersOf(t *testing.T, js jetstream.JetStream, r Receiver, log *slog.Logger) []inspect.Letter {
+	t.Helper()
+	stop := run(t, js, Config{Receivers: []Receiver{r}, MaxDeliver: 2, Log: log, Backoff: consumer.Backoff{Min: 10 * time.Millisecond, Max: 10 * time.Millisecond}})
+	defer stop()
+	record(t, js, "switch/b")
+	store := inspect.Store{JetStream: js}
+	var letters []inspect.Letter
+	testenv.Eventually(t, 30*time.Second, "a dead letter", func() bool {
+		letters, _ = store.List(t.Context())
+		return len(letters) > 0
+	})
+	return letters
 }
 
 type testWriter struct{ t *testing.T }
@@ -260,16 +268,7 @@ func TestAChatHooksSecretStaysWithTheOperator(t *testing.T) {
 			}
 			var logs testenv.LogBuffer
 			hook := Receiver{URL: base + "/services/" + secret + "?token=s3cretquery", Format: FormatSlack}
-			stop := run(t, js, Config{Receivers: []Receiver{hook}, MaxDeliver: 2, Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-				Backoff: consumer.Backoff{Min: 10 * time.Millisecond, Max: 10 * time.Millisecond}})
-			defer stop()
-			record(t, js, "switch/b")
-			store := inspect.Store{JetStream: js}
-			var letters []inspect.Letter
-			testenv.Eventually(t, 30*time.Second, "a dead letter", func() bool {
-				letters, _ = store.List(t.Context())
-				return len(letters) > 0
-			})
+			letters := deadLettersOf(t, js, hook, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 			c, err := js.Consumer(t.Context(), events.StreamNotify, hook.consumerName())
 			if err != nil {
 				t.Fatal(err)
