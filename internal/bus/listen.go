@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats-server/v2/conf"
 	"github.com/nats-io/nats-server/v2/server"
@@ -21,6 +23,28 @@ const embeddedUser = "kvlive-embedded"
 // from a listen configuration; the rest is kvlive's (JetStream, the store,
 // the address from --listen).
 var listenKeys = []string{"authorization", "tls"}
+
+// kvliveRole is the name of a role deploy/nats/kvlive-permissions.conf
+// defines (KVLIVE_WATCHER, KVLIVE_READER, …).
+var kvliveRole = regexp.MustCompile(`^KVLIVE_[A-Z_]+$`)
+
+// processConfig reads path as nats-server does. With unusedRoles (the
+// file defines kvlive roles no user has, and nothing else it does not
+// use, as LoadListenAuth checked), nats-server is told to let unknown
+// top-level fields be for that one read: its switch is process-wide, so
+// reads take turns.
+func processConfig(path string, unusedRoles bool) (*server.Options, error) {
+	if !unusedRoles {
+		return server.ProcessConfigFile(path)
+	}
+	configRead.Lock()
+	defer configRead.Unlock()
+	server.NoErrOnUnknownFields(true)
+	defer server.NoErrOnUnknownFields(false)
+	return server.ProcessConfigFile(path)
+}
+
+var configRead sync.Mutex
 
 // ListenAuth is how the embedded server lets in the processes that reach
 // it over the network: the authorization and tls blocks of a nats-server
@@ -38,20 +62,15 @@ type ListenAuth struct {
 }
 
 // LoadListenAuth reads a listen configuration. A file with anything beside
-// authorization and tls (and variables those use, such as
-// deploy/nats/kvlive-permissions.conf's roles; nats-server refuses unused
-// ones), or without any authorization, is refused, naming what is wrong.
+// authorization and tls (and variables those use, and
+// deploy/nats/kvlive-permissions.conf's roles, given to users or not), or
+// without any authorization, is refused, naming what is wrong.
 func LoadListenAuth(path string) (*ListenAuth, error) {
-	// nats-server's own reading first: it refuses what it does not know,
-	// variables nothing uses included.
-	o, err := server.ProcessConfigFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("nats: listen configuration: %w", err)
-	}
 	m, err := conf.ParseFileWithChecks(path)
 	if err != nil {
 		return nil, fmt.Errorf("nats: listen configuration: %w", err)
 	}
+	unusedRoles := false
 	for key, v := range m {
 		if slices.Contains(listenKeys, strings.ToLower(key)) {
 			continue
@@ -59,8 +78,21 @@ func LoadListenAuth(path string) (*ListenAuth, error) {
 		if tk, ok := v.(interface{ IsUsedVariable() bool }); ok && tk.IsUsedVariable() {
 			continue
 		}
+		if kvliveRole.MatchString(key) {
+			// A role of deploy/nats/kvlive-permissions.conf no user has:
+			// nats-server refuses a variable nothing references, so a file
+			// that includes every role and gives users some of them would
+			// not load.
+			unusedRoles = true
+			continue
+		}
 		return nil, fmt.Errorf("nats: listen configuration %s: %q is not for the embedded server, which takes only %s "+
 			"(run a nats-server and point --nats-url at it for more)", path, key, strings.Join(listenKeys, " and "))
+	}
+	// nats-server's own reading: it refuses what it does not know.
+	o, err := processConfig(path, unusedRoles)
+	if err != nil {
+		return nil, fmt.Errorf("nats: listen configuration: %w", err)
 	}
 	a := &ListenAuth{Path: path, opts: o}
 	switch {

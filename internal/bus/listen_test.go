@@ -30,7 +30,7 @@ func TestListenConfigTakesOnlyAuthorizationAndTLS(t *testing.T) {
 		{"listen: 0.0.0.0:4222\nauthorization { token: abc }", `"listen" is not for the embedded server`},
 		{"tls { cert_file: a, key_file: b }", "no such file"},
 		{"# nothing", "sets no authorization"},
-		{"UNUSED = { publish: { deny: \">\" } }\nauthorization { token: abc }", `unknown field "UNUSED"`},
+		{"UNUSED = { publish: { deny: \">\" } }\nauthorization { token: abc }", `"UNUSED" is not for the embedded server`},
 		{`authorization { token: "$2a$11$W2zko751KUvVy59mUTWmpOdWjpEm5qhcCZRd05GjI/sSOT.xtiHyG" }`, "bcrypt-hashed token"},
 		{`authorization { users: [{user: kvlive-embedded, password: x}] }`, "kvlive's own"},
 		{"READER = { publish: { deny: \">\" } }\nauthorization { users: [{user: r, password: p, permissions: $READER}] }", ""},
@@ -102,3 +102,37 @@ func TestEmbeddedServerWithAuthorization(t *testing.T) {
 		})
 	}
 }
+
+// TestListenConfigWithSomeOfKvlivesRoles: a listen configuration that
+// includes deploy/nats/kvlive-permissions.conf and gives users only some
+// of its roles loads (nats-server alone refuses the roles nothing
+// references: issue 59, item 11), and a variable of another name that
+// nothing uses is still refused.
+func TestListenConfigWithSomeOfKvlivesRoles(t *testing.T) {
+	roles, err := os.ReadFile(filepath.Join("..", "..", "deploy", "nats", "kvlive-permissions.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "kvlive-permissions.conf"), roles, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	write := func(text string) string {
+		path := filepath.Join(dir, "listen.conf")
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	auth, err := LoadListenAuth(write("include ./kvlive-permissions.conf\nauthorization { users: [{user: r, password: p, permissions: $KVLIVE_READER}] }"))
+	if err != nil {
+		t.Fatalf("a reader alone of kvlive's roles: %v", err)
+	}
+	if users := auth.opts.Users; len(users) != 2 || users[0].Username != "r" || users[0].Permissions == nil {
+		t.Errorf("users %+v; want r with the reader's permissions, and kvlive's own", users)
+	}
+	if _, err := LoadListenAuth(write("include ./kvlive-permissions.conf\nUNUSED = { publish: { deny: \">\" } }\nauthorization { token: abc }")); err == nil || !strings.Contains(err.Error(), `"UNUSED" is not for the embedded server`) {
+		t.Errorf("an unused variable not of kvlive's roles: %v", err)
+	}
+}
+
