@@ -135,4 +135,3 @@ func TestListenConfigWithSomeOfKvlivesRoles(t *testing.T) {
 		t.Errorf("an unused variable not of kvlive's roles: %v", err)
 	}
 }
-
