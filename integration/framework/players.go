@@ -147,6 +147,20 @@ func (h *VirtHandler) runLauncherPod(ctx context.Context, pod *corev1.Pod) error
 		return nil
 	}
 	if pod.DeletionTimestamp != nil {
+		if vmi := h.runsOn(pod); vmi != nil {
+			// The launcher asked to stop (an eviction) shuts its domain
+			// down first: virt-handler reports the VMI final, and only then
+			// do its containers exit and the kubelet delete the pod. A
+			// running VMI without its pod is no state a cluster shows
+			// (KubeVirt v1.9.0's workload updater dereferences the missing
+			// pod of an eviction candidate: workload-updater.go:617).
+			vmi = vmi.DeepCopy()
+			setPhase(vmi, virtv1.Succeeded)
+			if err := h.update(ctx, vmi); err != nil {
+				return err
+			}
+			return requeueAfter(250 * time.Millisecond)
+		}
 		return finishLauncherPod(ctx, c, pod)
 	}
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
@@ -186,6 +200,24 @@ func (h *VirtHandler) runLauncherPod(ctx context.Context, pod *corev1.Pod) error
 	}
 	_, err := c.Kube.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 	return ignoreGone(err)
+}
+
+// runsOn is the VMI owning pod when it runs in that pod (on its node) and
+// is not final yet, or nil.
+func (h *VirtHandler) runsOn(pod *corev1.Pod) *virtv1.VirtualMachineInstance {
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil {
+		return nil
+	}
+	obj, ok, _ := h.vmis.GetStore().GetByKey(pod.Namespace + "/" + owner.Name)
+	if !ok {
+		return nil
+	}
+	vmi := obj.(*virtv1.VirtualMachineInstance)
+	if vmi.UID != owner.UID || vmi.IsFinal() || vmi.Status.NodeName != pod.Spec.NodeName || vmi.Status.Phase != virtv1.Running {
+		return nil
+	}
+	return vmi
 }
 
 // vmiNode is the node the VMI owning pod runs on, "" while unknown.
