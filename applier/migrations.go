@@ -266,63 +266,33 @@ type slot struct {
 	MS  events.MigrationSlot
 }
 
-// slots reads the budget's slots in use; unread are the keys listed whose
-// value could not be read (freed since, or not yet on the replica a read
-// reached), which a take counts as held.
-func (b *budget) slots(ctx context.Context) (out []slot, unread []string, err error) {
+// slots reads the budget's slots in use.
+func (b *budget) slots(ctx context.Context) ([]slot, error) {
 	keys, err := b.kv.ListKeysFiltered(ctx, events.MigrationKeys)
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil, nil
+		return nil, nil
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
+	var out []slot
 	for k := range keys.Keys() {
 		if k == events.MigrationWaitKey {
 			continue
 		}
 		e, err := b.kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			unread = append(unread, k)
 			continue
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		s := slot{key: k, rev: e.Revision()}
 		if json.Unmarshal(e.Value(), &s.MS) == nil {
 			out = append(out, s)
 		}
 	}
-	return out, unread, nil
-}
-
-// takes is the revision of MigrationTakesKey, zero when no take wrote it.
-func (b *budget) takes(ctx context.Context) (uint64, error) {
-	e, err := b.kv.Get(ctx, events.MigrationTakesKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	return e.Revision(), nil
-}
-
-// claim ends a take decided on the view at revision seen of
-// MigrationTakesKey: a compare-and-set that fails (a conflict) when
-// another take ended since.
-func (b *budget) claim(ctx context.Context, seen uint64, ms events.MigrationSlot) error {
-	body, err := json.Marshal(ms)
-	if err != nil {
-		return err
-	}
-	if seen == 0 {
-		_, err = b.kv.Create(ctx, events.MigrationTakesKey, body)
-	} else {
-		_, err = b.kv.Update(ctx, events.MigrationTakesKey, body, seen)
-	}
-	return err
+	return out, nil
 }
 
 // take waits for a slot for the plan's VM and returns whether this call
@@ -370,87 +340,52 @@ func (a *Applier) takeSlot(ctx context.Context, plan events.Plan, policy int) (b
 	}
 }
 
-// takeConflicts bounds how often one look at the budget starts again
-// because another take decided first.
-const takeConflicts = 8
-
 // tryTake frees the slots whose migration ended and takes a free one for
-// the plan's VM; nil means none is free. A take counts the slots, creates
-// its own, and claims the take (budget.claim): one that lost the claim to
-// another take gives its slot back and looks again.
+// the plan's VM; nil means none is free.
 func (a *Applier) tryTake(ctx context.Context, plan events.Plan, n int) (*bool, error) {
-	for range takeConflicts {
-		seen, err := a.budget.takes(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("migration budget: %w", err)
+	slots, err := a.budget.slots(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migration budget: %w", err)
+	}
+	used := map[string]bool{}
+	for _, s := range slots {
+		if a.freeIfEnded(ctx, s) {
+			continue
 		}
-		slots, unread, err := a.budget.slots(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("migration budget: %w", err)
+		if s.MS.VM.UID == plan.VM.UID && s.MS.EventID == plan.EventID {
+			took := false
+			return &took, nil // an earlier delivery of this plan holds it
 		}
-		used := map[string]bool{}
-		for _, k := range unread {
-			used[k] = true
+		used[s.key] = true
+	}
+	if len(used) >= n {
+		return nil, nil
+	}
+	taken := events.MigrationSlot{EventID: plan.EventID, VM: plan.VM, At: a.cfg.Clock.Now().UTC()}
+	if vmi := a.budget.fleet.VMI(plan.VM.Namespace, plan.VM.Name); vmi != nil {
+		taken.VMI = string(vmi.UID)
+		if vmi.Status.MigrationState != nil {
+			taken.Prior = string(vmi.Status.MigrationState.MigrationUID)
 		}
-		for _, s := range slots {
-			if a.freeIfEnded(ctx, s) {
-				continue
-			}
-			if s.MS.VM.UID == plan.VM.UID && s.MS.EventID == plan.EventID {
-				took := false
-				return &took, nil // an earlier delivery of this plan holds it
-			}
-			used[s.key] = true
+	}
+	body, err := json.Marshal(taken)
+	if err != nil {
+		return nil, err
+	}
+	for i := range n {
+		key := events.MigrationSlotKey(i)
+		if used[key] {
+			continue
 		}
-		if len(used) >= n {
-			return nil, nil
-		}
-		taken := events.MigrationSlot{EventID: plan.EventID, VM: plan.VM, At: a.cfg.Clock.Now().UTC()}
-		if vmi := a.budget.fleet.VMI(plan.VM.Namespace, plan.VM.Name); vmi != nil {
-			taken.VMI = string(vmi.UID)
-			if vmi.Status.MigrationState != nil {
-				taken.Prior = string(vmi.Status.MigrationState.MigrationUID)
-			}
-		}
-		key, rev, err := a.createSlot(ctx, taken, n+len(used))
-		if err != nil || key == "" {
-			return nil, err // none free: another replica took them first
-		}
-		switch err := a.budget.claim(ctx, seen, taken); {
-		case err == nil:
+		if _, err := a.budget.kv.Create(ctx, key, body); err == nil {
 			took := true
 			a.cfg.Metrics.MigrationSlots(len(used) + 1)
 			return &took, nil
-		case !events.Conflict(err):
-			_ = a.budget.kv.Delete(ctx, key, jetstream.LastRevision(rev))
-			return nil, fmt.Errorf("migration budget: claim %s: %w", key, err)
-		}
-		// Another take decided on the same view: give the slot back, look again.
-		if err := a.budget.kv.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
-			a.cfg.Log.Warn("applier: a slot taken on a view another take changed could not be given back; the sweep frees it", "key", key, "err", err)
+		} else if !events.Conflict(err) {
+			return nil, fmt.Errorf("migration budget: take %s: %w", key, err)
 		}
 	}
-	return nil, nil
-}
-
-// createSlot creates the first free slot key among the first keys ones
-// for ms, returning the key and its revision ("" when every one is taken).
-func (a *Applier) createSlot(ctx context.Context, ms events.MigrationSlot, keys int) (string, uint64, error) {
-	body, err := json.Marshal(ms)
-	if err != nil {
-		return "", 0, err
-	}
-	for i := range keys {
-		key := events.MigrationSlotKey(i)
-		rev, err := a.budget.kv.Create(ctx, key, body)
-		if err == nil {
-			return key, rev, nil
-		}
-		if !events.Conflict(err) {
-			return "", 0, fmt.Errorf("migration budget: take %s: %w", key, err)
-		}
-	}
-	return "", 0, nil
+	return nil, nil // another replica took the free ones first
 }
 
 // sweepSlots frees the slots whose migration ended, and acts on failed
@@ -467,7 +402,7 @@ func (a *Applier) sweepSlots(ctx context.Context) {
 		case <-t.C:
 		case <-a.budget.look:
 		}
-		slots, _, err := a.budget.slots(ctx)
+		slots, err := a.budget.slots(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				a.cfg.Log.Warn("applier: migration budget unreadable; looked at again", "err", err, "in", slotRecheck)
@@ -487,7 +422,7 @@ func (a *Applier) sweepSlots(ctx context.Context) {
 
 // giveBack frees the slot the plan's VM holds (a move that wrote nothing).
 func (a *Applier) giveBack(ctx context.Context, plan events.Plan) {
-	slots, _, err := a.budget.slots(ctx)
+	slots, err := a.budget.slots(ctx)
 	if err != nil {
 		a.cfg.Log.Warn("applier: migration budget unreadable; the slot is freed once the sweep sees the VM has nothing to migrate", "vm", plan.VM.String(), "err", err)
 		return

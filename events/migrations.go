@@ -17,14 +17,6 @@ const MigrationKeys = "migrations.>"
 // MigrationSlotKey is the key of slot i of the migration budget.
 func MigrationSlotKey(i int) string { return fmt.Sprintf("migrations.slot-%d", i) }
 
-// MigrationTakesKey is the key every take of a slot updates with a
-// compare-and-set on the revision it read before it looked at the slots:
-// of takes that decided on the same view (two workers, two replicas), one
-// keeps the slot it created and the others give theirs back and look
-// again, so the count read and the slot created are one decision, whatever
-// keys other slots hold. Outside MigrationKeys: it is no slot.
-const MigrationTakesKey = "migration-takes"
-
 // MigrationWaitKey is the key where an applier says why live moves wait
 // for something other than a free slot (the KubeVirt CR not fully
 // deployed), for rollout status to show; it is deleted once they go on.
