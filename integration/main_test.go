@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"kvlive/integration/framework"
 )
 
 // kvliveBin is the kvlive binary TestMain builds for every test to run.
@@ -39,6 +41,9 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
+	// The API servers started ahead for tests that never came stop here,
+	// and every test's own stop ends before the binary does.
+	defer framework.Shutdown()
 	return m.Run()
 }
 

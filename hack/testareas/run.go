@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -95,6 +96,12 @@ func runArea(ctx context.Context, o options, a *area, bin string) *result {
 		"-test.v=test2json", "-test.count=1", "-test.timeout="+(2*a.budget).String(),
 		"-test.run", "^("+strings.Join(names, "|")+")$")
 	cmd.Dir = a.pkg
+	// The area runs in a process group of its own, which ends with it: a
+	// test binary cut short by its timeout leaves its servers (kube-apiserver,
+	// etcd, nats-server, kvlive) running, and the next areas would share
+	// the cores with them.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		r.failed, r.exitErr = true, err
@@ -108,6 +115,7 @@ func runArea(ctx context.Context, o options, a *area, bin string) *result {
 	}
 	r.read(io.TeeReader(stdout, log))
 	r.exitErr = cmd.Wait()
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	r.elapsed = time.Since(start)
 	r.failed = r.failed || r.exitErr != nil
 	r.overrun = r.elapsed > a.budget

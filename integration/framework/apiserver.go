@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -65,10 +66,12 @@ rules:
 // KubeVirt CRDs from deploy/crds, and waits until they are served. It returns
 // an admin client config and the path of a kubeconfig file (in t.TempDir())
 // that a separate process, such as the kvlive binary, can use. Both servers
-// stop when the test ends.
+// stop when the test ends. The pair may have been started ahead, while an
+// earlier test ran (see takeServer); it is the test's alone.
 func StartAPIServer(t testing.TB) (*rest.Config, string) {
 	t.Helper()
-	return startAPIServer(t, filepath.Join(RepoRoot(t), crdDir), nil)
+	s := takeServer(t, serverKind{crds: filepath.Join(RepoRoot(t), crdDir)})
+	return s.cfg, s.kubeconfig(t)
 }
 
 // StartAPIServerWithAudit is StartAPIServer with the API server's audit log
@@ -83,35 +86,111 @@ func StartAPIServerWithAudit(t testing.TB) (cfg *rest.Config, kubeconfig, auditL
 
 func startAPIServerWithAudit(t testing.TB, crds string) (cfg *rest.Config, kubeconfig, auditLog string) {
 	t.Helper()
-	dir := t.TempDir()
-	policy := filepath.Join(dir, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
-		t.Fatalf("framework: write audit policy: %v", err)
-	}
-	auditLog = filepath.Join(dir, "audit.log")
-	cfg, kubeconfig = startAPIServer(t, crds, func(api *envtest.APIServer) {
-		api.Configure().
-			Set("audit-policy-file", policy).
-			Set("audit-log-path", auditLog).
-			// Write each event as the request completes, never batched, so
-			// the log is complete once the writes it records have returned.
-			Set("audit-log-mode", "blocking")
-	})
-	return cfg, kubeconfig, auditLog
+	s := takeServer(t, serverKind{crds: crds, audit: true})
+	return s.cfg, s.kubeconfig(t), s.auditLog
 }
 
-// startAPIServer starts the servers and installs the CRDs at crds (a
-// directory or a YAML stream); configure, when set, adjusts the API server's
-// flags before it starts.
-func startAPIServer(t testing.TB, crds string, configure func(*envtest.APIServer)) (*rest.Config, string) {
+// serverKind is what a test asks of its API server: the CRDs installed (a
+// directory or a YAML stream) and whether the audit log is on.
+type serverKind struct {
+	crds  string
+	audit bool
+}
+
+// server is one kube-apiserver + etcd pair, started by startServer in the
+// background.
+type server struct {
+	kind  serverKind
+	ready chan struct{} // closed when the start ended; err tells how
+	err   error
+	took  time.Duration
+
+	env             *envtest.Environment
+	cfg             *rest.Config
+	apiLog, etcdLog testenv.LogBuffer
+	// dir holds the audit policy and log; removed once the servers stop.
+	dir      string
+	auditLog string
+}
+
+// spares holds, for each kind a test asked for, one pair started for the
+// next test of that kind, and counts the stops still running. Starting a
+// pair takes 4 to 10 seconds, most of it waiting (the API server's start
+// hooks, the CRDs becoming established), and stopping one another second
+// or two; a test of an area would otherwise spend them before and after it
+// ran, 66 times in a run. Every test still gets servers of its own, fresh,
+// so what it counts in their audit log is its own.
+var spares struct {
+	sync.Mutex
+	next     map[serverKind]*server
+	stopping sync.WaitGroup
+	closed   bool
+}
+
+// takeServer returns a pair of kind for t, started ahead when one is
+// waiting, and starts the next one for the test after. The pair stops when
+// t ends, in the background (Shutdown waits for it).
+func takeServer(t testing.TB, kind serverKind) *server {
 	t.Helper()
-	silenceOnce.Do(func() { ctrllog.SetLogger(logr.Discard()) })
-	root := RepoRoot(t)
 	paths := binaries(t, "kube-apiserver", "etcd")
-	var apiLog, etcdLog testenv.LogBuffer
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: filepath.Join(root, binDir),
-		CRDDirectoryPaths:     []string{crds},
+	waited := time.Now()
+	spares.Lock()
+	if spares.closed {
+		spares.Unlock()
+		t.Fatal("framework: API servers asked for after Shutdown")
+	}
+	s := spares.next[kind]
+	delete(spares.next, kind)
+	spares.Unlock()
+	if s == nil {
+		s = startServer(kind, paths)
+	}
+	<-s.ready
+	if s.err != nil {
+		showTail(t, "kube-apiserver", &s.apiLog)
+		showTail(t, "etcd", &s.etcdLog)
+		stopServer(s)
+		t.Fatalf("framework: start kube-apiserver and etcd: %v", s.err)
+	}
+	// The next test's pair starts now that this one is up, so the two
+	// starts never compete for the cores.
+	spares.Lock()
+	if !spares.closed && spares.next[kind] == nil {
+		if spares.next == nil {
+			spares.next = map[serverKind]*server{}
+		}
+		spares.next[kind] = startServer(kind, paths)
+	}
+	spares.Unlock()
+	// What a test's own servers cost it, for docs/testing.md's sums (grep
+	// the areas' events for this line).
+	t.Logf("framework: kube-apiserver and etcd served the CRDs %s after their start; this test waited %s for them",
+		s.took.Round(time.Millisecond), time.Since(waited).Round(time.Millisecond))
+	t.Cleanup(func() {
+		showTailIfFailed(t, "kube-apiserver", &s.apiLog)
+		stopServer(s)
+	})
+	return s
+}
+
+// startServer starts a pair of kind in the background; the returned
+// server's ready is closed when the start ended.
+func startServer(kind serverKind, paths []string) *server {
+	s := &server{kind: kind, ready: make(chan struct{})}
+	go func() {
+		defer close(s.ready)
+		started := time.Now()
+		s.err = s.start(paths)
+		s.took = time.Since(started)
+	}()
+	return s
+}
+
+func (s *server) start(paths []string) error {
+	silenceOnce.Do(func() { ctrllog.SetLogger(logr.Discard()) })
+	s.env = &envtest.Environment{
+		BinaryAssetsDirectory: filepath.Dir(paths[0]),
+		CRDDirectoryPaths:     []string{s.kind.crds},
 		ErrorIfCRDPathMissing: true,
 		// The first start on a cold machine (page cache empty, 2 cores)
 		// takes well over envtest's default 20 seconds.
@@ -120,34 +199,73 @@ func startAPIServer(t testing.TB, crds string, configure func(*envtest.APIServer
 	}
 	// Explicit paths, so a KUBEBUILDER_ASSETS set in the environment for
 	// another project cannot swap in binaries of a different version.
-	api := env.ControlPlane.GetAPIServer()
+	api := s.env.ControlPlane.GetAPIServer()
 	api.Path = paths[0]
-	api.Out, api.Err = &apiLog, &apiLog
-	if configure != nil {
-		configure(api)
-	}
-	env.ControlPlane.Etcd = &envtest.Etcd{Path: paths[1], Out: &etcdLog, Err: &etcdLog}
-	started := time.Now()
-	cfg, err := env.Start()
-	if err != nil {
-		showTail(t, "kube-apiserver", &apiLog)
-		showTail(t, "etcd", &etcdLog)
-		// Start can fail after the processes are up (CRD install).
-		_ = env.Stop()
-		t.Fatalf("framework: start kube-apiserver and etcd: %v", err)
-	}
-	// What a test's own servers cost it, for docs/testing.md's sums (grep
-	// the areas' events for this line).
-	t.Logf("framework: kube-apiserver and etcd served the CRDs %s after their start", time.Since(started).Round(time.Millisecond))
-	t.Cleanup(func() {
-		showTailIfFailed(t, "kube-apiserver", &apiLog)
-		if err := env.Stop(); err != nil {
-			t.Errorf("framework: stop kube-apiserver and etcd: %v", err)
+	api.Out, api.Err = &s.apiLog, &s.apiLog
+	if s.kind.audit {
+		dir, err := os.MkdirTemp("", "kvlive-audit-")
+		if err != nil {
+			return err
 		}
-	})
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
+		s.dir = dir
+		policy := filepath.Join(dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+			return fmt.Errorf("write audit policy: %w", err)
+		}
+		s.auditLog = filepath.Join(dir, "audit.log")
+		api.Configure().
+			Set("audit-policy-file", policy).
+			Set("audit-log-path", s.auditLog).
+			// Write each event as the request completes, never batched, so
+			// the log is complete once the writes it records have returned.
+			Set("audit-log-mode", "blocking")
+	}
+	s.env.ControlPlane.Etcd = &envtest.Etcd{Path: paths[1], Out: &s.etcdLog, Err: &s.etcdLog}
+	cfg, err := s.env.Start()
+	s.cfg = cfg
+	return err
+}
+
+// kubeconfig writes the admin kubeconfig into t.TempDir() and returns its
+// path.
+func (s *server) kubeconfig(t testing.TB) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, s.env.KubeConfig, 0o600); err != nil {
 		t.Fatalf("framework: write kubeconfig: %v", err)
 	}
-	return cfg, kubeconfig
+	return path
+}
+
+// stopServer stops the pair in the background. Nothing of a test waits for
+// it; Shutdown does. A stop that fails is printed, since no test is left to
+// fail.
+func stopServer(s *server) {
+	spares.stopping.Add(1)
+	go func() {
+		defer spares.stopping.Done()
+		<-s.ready
+		// Start can fail after the processes are up (CRD install): Stop
+		// ends whatever it started.
+		if err := s.env.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "framework: stop kube-apiserver and etcd: %v\n", err)
+		}
+		if s.dir != "" {
+			_ = os.RemoveAll(s.dir)
+		}
+	}()
+}
+
+// Shutdown stops the pairs started ahead for tests that never came and
+// waits until every pair has stopped. A TestMain of a package that starts
+// API servers calls it after m.Run, or their processes outlive the tests.
+func Shutdown() {
+	spares.Lock()
+	spares.closed = true
+	for kind, s := range spares.next {
+		delete(spares.next, kind)
+		stopServer(s)
+	}
+	spares.Unlock()
+	spares.stopping.Wait()
 }

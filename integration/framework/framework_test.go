@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -295,4 +296,32 @@ func streamInfoEventually(t *testing.T, js jetstream.JetStream, name string) *je
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// TestEachTestHasFreshServers takes two API servers one after the other,
+// as two tests of an area do, the second started ahead while the first
+// was in use: what the first test wrote is not in the second's, and the
+// first's audit log is not the second's.
+func TestEachTestHasFreshServers(t *testing.T) {
+	var firstAudit string
+	t.Run("first", func(t *testing.T) {
+		cfg, _, audit := framework.StartAPIServerWithAudit(t)
+		firstAudit = audit
+		cs := kubernetes.NewForConfigOrDie(cfg)
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "written-by-the-first"}}
+		if _, err := cs.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("second", func(t *testing.T) {
+		cfg, _, audit := framework.StartAPIServerWithAudit(t)
+		if audit == firstAudit {
+			t.Errorf("both tests were given the audit log %s", audit)
+		}
+		cs := kubernetes.NewForConfigOrDie(cfg)
+		_, err := cs.CoreV1().Namespaces().Get(t.Context(), "written-by-the-first", metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("the second test's API server has the first's namespace (err %v): servers are shared", err)
+		}
+	})
 }
