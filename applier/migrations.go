@@ -266,33 +266,41 @@ type slot struct {
 	MS  events.MigrationSlot
 }
 
-// slots reads the budget's slots in use.
+// slots reads the budget's slots in use, from the bucket's stream leader:
+// a watch's first values, never a direct get a follower of a NATS cluster
+// may answer from behind, since the budget's check (tryTake) must see
+// every slot taken before its own.
 func (b *budget) slots(ctx context.Context) ([]slot, error) {
-	keys, err := b.kv.ListKeysFiltered(ctx, events.MigrationKeys)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
+	w, err := b.kv.Watch(ctx, events.MigrationKeys, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, err
 	}
+	defer func() { _ = w.Stop() }()
 	var out []slot
-	for k := range keys.Keys() {
-		if k == events.MigrationWaitKey {
-			continue
-		}
-		e, err := b.kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		s := slot{key: k, rev: e.Revision()}
-		if json.Unmarshal(e.Value(), &s.MS) == nil {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("the watch of the migration budget ended before its first values")
+			}
+			if e == nil {
+				return out, nil // the first values are all in
+			}
+			if e.Key() == events.MigrationWaitKey {
+				continue
+			}
+			s := slot{key: e.Key(), rev: e.Revision()}
+			if json.Unmarshal(e.Value(), &s.MS) != nil {
+				continue
+			}
+			if s.MS.Taken == 0 {
+				s.MS.Taken = s.rev // never updated: its revision is its create's
+			}
 			out = append(out, s)
 		}
 	}
-	return out, nil
 }
 
 // take waits for a slot for the plan's VM and returns whether this call
@@ -377,15 +385,58 @@ func (a *Applier) tryTake(ctx context.Context, plan events.Plan, n int) (*bool, 
 		if used[key] {
 			continue
 		}
-		if _, err := a.budget.kv.Create(ctx, key, body); err == nil {
-			took := true
-			a.cfg.Metrics.MigrationSlots(len(used) + 1)
-			return &took, nil
-		} else if !events.Conflict(err) {
+		rev, err := a.budget.kv.Create(ctx, key, body)
+		if events.Conflict(err) {
+			continue // another worker or replica took it first
+		}
+		if err != nil {
 			return nil, fmt.Errorf("migration budget: take %s: %w", key, err)
 		}
+		return a.checkTake(ctx, plan, n, key, rev)
 	}
-	return nil, nil // another replica took the free ones first
+	return nil, nil // other workers or replicas took the free ones first
+}
+
+// checkTake keeps the slot just created at key (bucket revision rev) only
+// if fewer than n slots taken before it are still held. The count tryTake
+// read came before its create, and the create's compare-and-set guards one
+// key: two takers reading at once, or a slot held at a key past n (taken
+// under a larger budget, another rollout's or before the KubeVirt CR
+// lowered parallelMigrationsPerCluster), would let both keep theirs. Read
+// again after the create, the slots' revisions order every take of every
+// worker and replica, and each keeps its slot only where the order allows
+// it; the later one gives its slot back and waits, so the budget holds
+// under any interleaving. A slot's revision changes with its updates;
+// Taken keeps the create's.
+func (a *Applier) checkTake(ctx context.Context, plan events.Plan, n int, key string, rev uint64) (*bool, error) {
+	slots, err := a.budget.slots(ctx)
+	if err == nil {
+		before := 0
+		for _, s := range slots {
+			if s.key != key && s.MS.Taken < rev {
+				before++
+			}
+		}
+		if before < n {
+			took := true
+			a.cfg.Metrics.MigrationSlots(before + 1)
+			return &took, nil
+		}
+		a.cfg.Metrics.MigrationWait("raced")
+		a.cfg.Log.Debug("applier: a slot of the migration budget taken at once with others given back",
+			"vm", plan.VM.String(), "event", plan.EventID, "takenBefore", before, "budget", n)
+	}
+	// Given back, unless it changed meanwhile (the sweep frees nothing
+	// taken this recently). With the budget unreadable, the slot cannot be
+	// proven within it: given back too, and the move waits.
+	if derr := a.budget.kv.Delete(ctx, key, jetstream.LastRevision(rev)); derr != nil && !events.Conflict(derr) {
+		a.cfg.Log.Warn("applier: a slot of the migration budget could not be given back; the sweep frees it once the VM shows nothing to migrate",
+			"vm", plan.VM.String(), "key", key, "err", derr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("migration budget: check the slot taken: %w", err)
+	}
+	return nil, nil
 }
 
 // sweepSlots frees the slots whose migration ended, and acts on failed

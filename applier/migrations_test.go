@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -458,5 +461,63 @@ func TestASlotDoesNotOutliveItsRolloutsDecision(t *testing.T) {
 	a.giveBack(ctx, plan("H", "d"))
 	if slots, _ := a.budget.slots(ctx); len(slots) != 1 || slots[0].MS.EventID != "G" {
 		t.Errorf("slots %+v after H gave d's back; want G's kept", slots)
+	}
+}
+
+// TestTheBudgetHoldsUnderAnyInterleavingOfTakes (issue 59, item 5): with a
+// slot held at a key past the budget (taken under another rollout's larger
+// budget, or before the KubeVirt CR lowered parallelMigrationsPerCluster),
+// two replicas of eight workers each take slots for sixteen VMs at once
+// under a budget of two. Each take read the count before its create and
+// the create guarded one key, so two takers could both keep theirs: three
+// slots in use of two. The slots in use never pass the budget, and the
+// moves that kept a slot are as many as it had room for.
+func TestTheBudgetHoldsUnderAnyInterleavingOfTakes(t *testing.T) {
+	ctx := t.Context()
+	names := []string{"held"}
+	for i := range 16 {
+		names = append(names, fmt.Sprintf("vm-%02d", i))
+	}
+	for round := range 5 {
+		fleet := waitingFleet(true, names...)
+		a, kv := budgetApplier(t, fleet, Config{QueueTimeout: time.Hour})
+		b, err := New(a.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.budget = newBudget(kv, fleet)
+		held, _ := json.Marshal(events.MigrationSlot{EventID: "OTHER", VM: livePlan("OTHER", "held").VM, At: time.Now().UTC()})
+		if _, err := kv.Create(ctx, events.MigrationSlotKey(3), held); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var kept atomic.Int32
+		for i, name := range names[1:] {
+			replica := a
+			if i%2 == 1 {
+				replica = b
+			}
+			wg.Go(func() {
+				took, err := replica.tryTake(ctx, livePlan("E", name), 2)
+				if err != nil {
+					t.Error(err)
+				}
+				if took != nil && *took {
+					kept.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		slots, err := a.budget.slots(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var holders []string
+		for _, s := range slots {
+			holders = append(holders, s.MS.VM.Name)
+		}
+		if len(slots) > 2 || kept.Load() != 1 {
+			t.Fatalf("round %d: %d slots in use of a budget of two, held by %v; %d takes kept theirs, want 1", round, len(slots), holders, kept.Load())
+		}
 	}
 }

@@ -46,6 +46,11 @@ type MigrationSlot struct {
 	// applier saw it: the VM migrates, no longer waits in KubeVirt's
 	// queue. A failed migration clears it (the VM waits again).
 	Migrating *time.Time `json:"migrating,omitempty"`
+	// Taken is the bucket revision the slot was created at, which orders
+	// the slots by when they were taken. A slot's first update writes it
+	// (its revision until then is its create's); zero in a slot never
+	// updated, whose revision is still its create's.
+	Taken uint64 `json:"taken,omitempty"`
 }
 
 // MigrationWait says why live moves wait, and since when.

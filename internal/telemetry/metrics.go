@@ -128,7 +128,7 @@ func New() *Metrics {
 			Name: "kvlive_verdict_mismatches_total", Help: "Stored verdicts where KubeVirt did other than kvlive predicted (kvlive_verdicts_total with predicted != observed).",
 		}),
 		migrationWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvlive_migration_waits_total", Help: "Times live moves started waiting for something other than a free migration slot, by reason (kubevirt-not-deployed).",
+			Name: "kvlive_migration_waits_total", Help: "Times live moves started waiting for something other than a free migration slot, or gave up, by reason (kubevirt-not-deployed; gave-up: past --migration-queue-timeout; raced: a slot taken at once with others, given back to keep the budget).",
 		}, []string{"reason"}),
 		migrationSlots: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvlive_migration_slots_in_use", Help: "Slots of the migration budget held by moved VMs whose live migration has not ended, as this applier last took one.",
