@@ -2,6 +2,9 @@ package dashboard
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -91,7 +94,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.cfg.Log.Info("dashboard: "+action, "event", id, "by", by, "result", done)
-	http.Redirect(w, r, "/rollouts/"+inspect.EventPath(to)+"?done="+url.QueryEscape(done), http.StatusSeeOther)
+	http.Redirect(w, r, "/rollouts/"+inspect.EventPath(to)+"?"+s.sealDone(done).Encode(), http.StatusSeeOther)
 }
 
 // carryOut sends one action and says what it did, and which rollout's page
@@ -144,4 +147,28 @@ func (s *Server) mayAct(w http.ResponseWriter, r *http.Request, action string) b
 		return false
 	}
 	return true
+}
+
+// sealDone is the query that carries an action's note to the page the
+// action redirects to: the note and its HMAC under a key of this process.
+// The page shows a note only with its seal (doneNote), so a link from
+// elsewhere cannot make the dashboard say an action was taken.
+func (s *Server) sealDone(note string) url.Values {
+	return url.Values{"done": {note}, "seal": {s.seal(note)}}
+}
+
+// doneNote is the note of the query, or "" where it carries none sealed
+// by this process (a forged link, or one from before a restart).
+func (s *Server) doneNote(q url.Values) string {
+	note := q.Get("done")
+	if note == "" || !hmac.Equal([]byte(q.Get("seal")), []byte(s.seal(note))) {
+		return ""
+	}
+	return note
+}
+
+func (s *Server) seal(note string) string {
+	m := hmac.New(sha256.New, s.doneKey)
+	m.Write([]byte(note))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }

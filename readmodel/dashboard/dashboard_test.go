@@ -175,6 +175,16 @@ func TestActionsAfterAConfirmation(t *testing.T) {
 	if err != nil || a.Control.State != events.StatePaused || a.Control.Reason != "looks wrong" || !strings.HasPrefix(a.Control.By, "tester from ") {
 		t.Errorf("after the pause: %+v, %v", a.Control, err)
 	}
+	// The page the pause redirects to says what it did; a link carrying a
+	// note of its own (from another site, say) makes the page say nothing
+	// (issue 59, item 10).
+	if _, body := get(t, http.DefaultClient, base+resp.Header.Get("Location")); !strings.Contains(body, `id="done"`) {
+		t.Errorf("the page after the pause shows no note of it:\n%s", body)
+	}
+	forged := base + "/rollouts/" + id + "?" + url.Values{"done": {"Rollout approved by the platform team"}, "seal": {"x"}}.Encode()
+	if _, body := get(t, http.DefaultClient, forged); strings.Contains(body, "approved by the platform team") {
+		t.Errorf("a link's own note is shown on the rollout's page:\n%s", body)
+	}
 }
 
 // TestReadOnlyHasNoButtons: a read-only dashboard shows no button and

@@ -2,9 +2,11 @@ package dashboard
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	"embed"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -60,6 +62,8 @@ type Server struct {
 	// why says how the dashboard decided whether to show buttons.
 	why string
 	mux http.Handler
+	// doneKey seals the note an action's redirect carries (sealDone).
+	doneKey []byte
 }
 
 // New prepares a dashboard: it asks the NATS server what its user may do
@@ -81,7 +85,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.By == "" {
 		cfg.By = "kvlive dashboard"
 	}
-	s := &Server{cfg: cfg, reader: inspect.NewReader(cfg.JetStream)}
+	s := &Server{cfg: cfg, reader: inspect.NewReader(cfg.JetStream), doneKey: make([]byte, 32)}
+	if _, err := rand.Read(s.doneKey); err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
 	s.writable, s.why = true, "--read-only not set"
 	if cfg.ReadOnly {
 		s.writable, s.why = false, "--read-only"

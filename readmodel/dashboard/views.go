@@ -179,7 +179,7 @@ func (s *Server) rolloutPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	v.Done = r.URL.Query().Get("done")
+	v.Done = s.doneNote(r.URL.Query())
 	page(w, http.StatusOK, v.page)
 }
 
