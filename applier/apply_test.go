@@ -229,7 +229,7 @@ func TestApplyStopsWhenTheRolloutIsPausedBeforeItsTurn(t *testing.T) {
 // redelivery. The VM is recorded as moved, not "aborted before the VM
 // moved", and a VM still on its old pin is recorded as skipped.
 func TestAbortAfterTheVMMovedRecordsItMoved(t *testing.T) {
-	a, _, plan := fixture(t)
+	a, clients, plan := fixture(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	store, err := rollout.Open(ctx, a.cfg.JetStream)
@@ -273,6 +273,51 @@ func TestAbortAfterTheVMMovedRecordsItMoved(t *testing.T) {
 	out, fate := abort()
 	if fate != nil || out.Result != events.ResultNextBoot || out.Revision != gen2 || !strings.Contains(out.Reason, "moved before the rollout was aborted") {
 		t.Fatalf("VM at the target: outcome %+v, fate %v; want it recorded as moved", out, fate)
+	}
+	// It names the pin it moved from, which an undo moves it back to.
+	if out.From != plan.Target.FromRevision {
+		t.Errorf("the moved VM's outcome says it moved from %q, want %q", out.From, plan.Target.FromRevision)
+	}
+	// Once the instance type moved on to a newer generation, the move the
+	// first delivery made is still this rollout's (found by the soak, issue
+	// 59: the redelivery said the VM was skipped).
+	supersede(t, a, clients)
+	if out, fate := abort(); fate != nil || out.Result != events.ResultNextBoot || out.Revision != gen2 || out.From != plan.Target.FromRevision {
+		t.Fatalf("VM at the target of a superseded generation: outcome %+v, fate %v; want it recorded as moved from %s", out, fate, plan.Target.FromRevision)
+	}
+}
+
+// supersede moves u1 on to generation 3 and waits until the cache shows it.
+func supersede(t *testing.T, a *Applier, clients kube.Clients) {
+	t.Helper()
+	ctx := context.Background()
+	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
+	u1, _ := its.Get(ctx, "u1", metav1.GetOptions{})
+	u1.Generation = 3
+	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the cache to catch up", func() bool {
+		o, _ := a.cfg.Fleet.Object(events.Ref{Kind: events.KindClusterInstancetype, Name: "u1"}).(metav1.Object)
+		return o != nil && o.GetGeneration() == 3
+	})
+}
+
+// TestARedeliveryAfterTheObjectMovedOnTellsTheMove: the first delivery
+// moved the VM and lost its outcome (a crash, or a write answered with a
+// timeout); by the redelivery the instance type moved on to a newer
+// generation. The VM did move for this rollout: the outcome says so, with
+// the pin it moved from, not that the plan was superseded.
+func TestARedeliveryAfterTheObjectMovedOnTellsTheMove(t *testing.T) {
+	a, clients, plan := fixture(t)
+	ctx := context.Background()
+	if out, err := a.apply(ctx, plan); err != nil || !out.Wrote {
+		t.Fatalf("first delivery: %+v, %v", out, err)
+	}
+	supersede(t, a, clients)
+	out, err := a.apply(ctx, plan)
+	if err != nil || out.Result != events.ResultNextBoot || out.Wrote || out.Revision != gen2 || out.From != plan.Target.FromRevision {
+		t.Fatalf("redelivery: outcome %+v, err %v; want the move told, from %s", out, err, plan.Target.FromRevision)
 	}
 }
 

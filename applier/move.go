@@ -125,16 +125,12 @@ func (a *Applier) atTarget(ctx context.Context, plan events.Plan) (*events.Outco
 		}
 		return nil, nil
 	}
-	obj, _, err := a.targetObject(t)
-	if obj == nil || err != nil {
-		return nil, err
-	}
-	want, err := instancetype.NewRevision(vm, obj)
-	if err != nil {
-		return nil, nil
-	}
-	if pin, err := instancetype.PinOf(vm, preference); err == nil && pin.Revision == want.Name {
-		return &events.Outcome{Result: plan.Action, Reason: joinReason(note, plan.Reason), Revision: want.Name, Changes: plan.Changes}, nil
+	// By the revision's name, not the live object: one superseded since
+	// (a newer generation) is no longer there to snapshot, and the move
+	// was made all the same.
+	want := targetRevision(vm, t)
+	if pin, err := instancetype.PinOf(vm, preference); err == nil && pin.Revision == want {
+		return &events.Outcome{Result: plan.Action, Reason: joinReason(note, plan.Reason), Revision: want, From: t.FromRevision, Changes: plan.Changes}, nil
 	}
 	return nil, nil
 }
@@ -201,6 +197,12 @@ func (a *Applier) move(ctx context.Context, plan events.Plan, vm *virtv1.Virtual
 func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.VirtualMachine) (events.Outcome, bool, error) {
 	t := plan.Target
 	preference := t.Object.IsPreference()
+	// An earlier attempt's move is told before anything else: the object
+	// may have moved on since (superseded), which says nothing of it.
+	if pin, err := instancetype.PinOf(vm, preference); err == nil && pin.Revision == targetRevision(vm, t) {
+		return events.Outcome{Result: plan.Action, Reason: joinReason("already pinned to the target (an earlier attempt moved it)", plan.Reason),
+			Revision: pin.Revision, From: t.FromRevision, Changes: plan.Changes}, false, nil
+	}
 	obj, skip, err := a.targetObject(t)
 	if obj == nil {
 		return events.Outcome{Result: events.ResultSkip, Reason: skip}, false, err
@@ -444,6 +446,13 @@ func (a *Applier) patchFailed(ctx context.Context, plan events.Plan, err error, 
 		return events.Outcome{}, true, nil
 	}
 	return classify(fmt.Errorf("patch VM %s: %w", plan.VM, err))
+}
+
+// targetRevision is the name of the revision a re-pin moves vm to: its
+// snapshot of the target's generation, whether or not the object is still
+// at that generation.
+func targetRevision(vm *virtv1.VirtualMachine, t events.Target) string {
+	return instancetype.RevisionName(vm.Name, &metav1.ObjectMeta{Name: t.Object.Name, UID: types.UID(t.UID), Generation: t.Generation})
 }
 
 // targetObject returns the live object to snapshot, or why there is none.
