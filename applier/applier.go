@@ -27,6 +27,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/instancetype"
+	"kvlive/internal/bus"
 	"kvlive/internal/consumer"
 	"kvlive/internal/kube"
 	"kvlive/internal/telemetry"
@@ -280,6 +281,21 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg, d consumer.Deli
 		return consumer.Retry(fmt.Errorf("waiting for one of rollout %s's %d slots: %w", plan.EventID, known.maxInFlight, err))
 	}
 	defer release()
+	if d.Attempt > 1 {
+		// An earlier delivery may have stored its outcome and been cut
+		// off before its ack; the world may have moved on since (another
+		// rollout moved the VM), and what this one found would then
+		// stand, latest, over what happened.
+		recorded, err := a.recorded(ctx, plan, d.Attempt)
+		if err != nil {
+			return consumer.Retry(fmt.Errorf("reading whether an earlier delivery recorded %s's outcome: %w", plan.VM.String(), err))
+		}
+		if recorded != nil {
+			a.cfg.Log.Info("applier: plan redelivered after its outcome was stored; the outcome stands", "event", plan.EventID, "vm", plan.VM.String(),
+				"result", recorded.Result, "attempt", recorded.Attempt)
+			return consumer.Done()
+		}
+	}
 	held, aborted := a.controlled(ctx, msg, plan, d)
 	if held != nil {
 		return *held
@@ -311,6 +327,24 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg, d consumer.Deli
 		return consumer.Poison(out.Reason + ": " + out.Error)
 	}
 	return consumer.Done()
+}
+
+// recorded returns the outcome an earlier delivery (before attempt) of
+// the plan stored, or nil. It reads the event's outcomes in the VM's
+// namespace, which only a redelivery pays for.
+func (a *Applier) recorded(ctx context.Context, plan events.Plan, attempt int) (*events.Outcome, error) {
+	var found *events.Outcome
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OutcomeSubject(plan.VM.Namespace, plan.EventID)}}
+	err := bus.Scan(ctx, a.cfg.JetStream, events.StreamOutcomes, cfg, func(m jetstream.Msg) {
+		var o events.Outcome
+		if _, err := events.Decode(m.Data(), events.TypeOutcome, &o); err != nil {
+			return
+		}
+		if o.EventID == plan.EventID && o.VM.UID == plan.VM.UID && o.Attempt < attempt {
+			found = &o
+		}
+	})
+	return found, err
 }
 
 // errNotPlanned marks a plan that kvlive's planner did not make.

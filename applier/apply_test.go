@@ -438,3 +438,32 @@ func TestApplyRecordsWhatTheWriteLeft(t *testing.T) {
 		t.Errorf("at the move: %+v; want the RestartRequired set at %s alone, no generation", out.AtMove, set)
 	}
 }
+
+// TestARedeliveryFindsTheOutcomeAnEarlierDeliveryStored: a delivery that
+// stored its outcome and was cut off before its ack comes again; handle
+// finds that outcome (recorded) and lets it stand, rather than record
+// what the VM shows by then (another rollout may have moved it: the soak
+// found an abort's redelivery saying the VM never moved, over the outcome
+// that said it did).
+func TestARedeliveryFindsTheOutcomeAnEarlierDeliveryStored(t *testing.T) {
+	a, _, plan := fixture(t)
+	ctx := context.Background()
+	if o, err := a.recorded(ctx, plan, 2); err != nil || o != nil {
+		t.Fatalf("before any outcome: %+v, %v", o, err)
+	}
+	out := events.Outcome{EventID: plan.EventID, VM: plan.VM, Result: events.ResultNextBoot, Wrote: true, Revision: gen2, Attempt: 1, FinishedAt: time.Now()}
+	if err := a.publishOutcome(ctx, out); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := a.recorded(ctx, plan, 2); err != nil || o == nil || !o.Wrote || o.Attempt != 1 {
+		t.Fatalf("attempt 2 after attempt 1's outcome: %+v, %v; want attempt 1's", o, err)
+	}
+	if o, err := a.recorded(ctx, plan, 1); err != nil || o != nil {
+		t.Fatalf("attempt 1 itself: %+v, %v; want none", o, err)
+	}
+	other := plan
+	other.VM.UID = "uid-b"
+	if o, err := a.recorded(ctx, other, 2); err != nil || o != nil {
+		t.Fatalf("another VM of the event: %+v, %v; want none", o, err)
+	}
+}
