@@ -504,6 +504,12 @@ func (a *Applier) carryOut(ctx context.Context, msg jetstream.Msg, plan events.P
 	if aborted != nil {
 		return a.abort(ctx, plan, d, *aborted)
 	}
+	if moved, err := a.passedThrough(ctx, plan, d); err != nil {
+		retry := consumer.Retry(fmt.Errorf("%s: reading whether an earlier delivery moved the VM: %w", plan.VM.String(), err))
+		return events.Outcome{}, &retry
+	} else if moved != nil {
+		return *moved, nil
+	}
 	out, err := a.apply(ctx, plan)
 	if errors.Is(err, errOutsideWindow) {
 		// Paused until the window opens: parked like any paused plan.
@@ -549,7 +555,54 @@ func (a *Applier) abort(ctx context.Context, plan events.Plan, d consumer.Delive
 	if moved != nil {
 		return *moved, nil
 	}
+	if moved, err = a.passedThrough(ctx, plan, d); err != nil {
+		retry := consumer.Retry(fmt.Errorf("%s: rollout aborted; reading whether an earlier delivery moved the VM: %w", plan.VM.String(), err))
+		return events.Outcome{}, &retry
+	} else if moved != nil {
+		return *moved, nil
+	}
 	return skipped, nil
+}
+
+// passedThrough tells, on a redelivery, a re-pin an earlier delivery made
+// before it was cut off unrecorded, when another rollout has moved the VM
+// on since: the VM is neither where the plan found it nor at its target,
+// and an outcome of another rollout, stored after this plan, moved it from
+// this plan's target revision (the VM's snapshot of the plan's generation,
+// where only this plan moves it). Nil when there is no such evidence:
+// the usual checks then decide.
+func (a *Applier) passedThrough(ctx context.Context, plan events.Plan, d consumer.Delivery) (*events.Outcome, error) {
+	t := plan.Target
+	if d.Attempt < 2 || !plan.Action.Moves() || t.Move != events.MoveRepin || t.Generation == 0 {
+		return nil, nil
+	}
+	vm := a.cfg.Fleet.VM(plan.VM.Namespace, plan.VM.Name)
+	if vm == nil || string(vm.UID) != plan.VM.UID {
+		return nil, nil
+	}
+	want := targetRevision(vm, t)
+	if pin, err := instancetype.PinOf(vm, t.Object.IsPreference()); err != nil || pin.Revision == want || pin.Revision == t.FromRevision {
+		return nil, nil
+	}
+	var by *events.Outcome
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OutcomesIn(plan.VM.Namespace)}}
+	err := bus.Scan(ctx, a.cfg.JetStream, events.StreamOutcomes, cfg, func(m jetstream.Msg) {
+		var o events.Outcome
+		if by != nil {
+			return
+		}
+		if _, err := events.Decode(m.Data(), events.TypeOutcome, &o); err != nil {
+			return
+		}
+		if o.VM.UID == plan.VM.UID && o.EventID != plan.EventID && o.From == want && !o.FinishedAt.Before(d.Stored) {
+			by = &o
+		}
+	})
+	if err != nil || by == nil {
+		return nil, err
+	}
+	return &events.Outcome{Result: plan.Action, Revision: want, From: t.FromRevision, Changes: plan.Changes,
+		Reason: joinReason(fmt.Sprintf("moved by an earlier attempt, which was cut off before it recorded it; rollout %s has moved it on since, from this rollout's target", by.EventID), plan.Reason)}, nil
 }
 
 // complete fills in the outcome's identity and trace, and marks the span.

@@ -467,3 +467,49 @@ func TestARedeliveryFindsTheOutcomeAnEarlierDeliveryStored(t *testing.T) {
 		t.Fatalf("another VM of the event: %+v, %v; want none", o, err)
 	}
 }
+
+// TestARedeliveryTellsAMoveAnotherRolloutMovedOnFrom: the first delivery
+// moved the VM and was cut off before it recorded anything; before the
+// redelivery, another rollout moved the VM on from this plan's target.
+// The redelivery finds the VM neither where it was planned nor at its
+// target; that rollout's outcome (moved from this target) is the evidence,
+// and the outcome tells the move, whether the rollout runs or was aborted
+// (the soak found both recorded as skips that never moved).
+func TestARedeliveryTellsAMoveAnotherRolloutMovedOnFrom(t *testing.T) {
+	a, clients, plan := fixture(t)
+	ctx := context.Background()
+	stored := time.Now().Add(-time.Minute)
+	if out, err := a.apply(ctx, plan); err != nil || !out.Wrote {
+		t.Fatalf("first delivery: %+v, %v", out, err)
+	}
+	supersede(t, a, clients)
+	const gen3 = "a-u1-v1beta1-uid-u1-3"
+	vms := clients.Virt.KubevirtV1().VirtualMachines("ns")
+	vm, _ := vms.Get(ctx, "a", metav1.GetOptions{})
+	vm.Status.InstancetypeRef.ControllerRevisionRef.Name = gen3
+	if _, err := vms.UpdateStatus(ctx, vm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the cache to see the VM moved on", func() bool {
+		vm := a.cfg.Fleet.VM("ns", "a")
+		return vm != nil && vm.Status.InstancetypeRef.ControllerRevisionRef.Name == gen3
+	})
+	redelivery := consumer.Delivery{Attempt: 2, Stored: stored}
+	if out, fate := a.carryOut(ctx, nil, plan, redelivery, noop.Span{}, nil); fate != nil || out.Result != events.ResultSkip {
+		t.Fatalf("without the evidence: outcome %+v, fate %v; want the usual skip", out, fate)
+	}
+	moved := events.Outcome{EventID: "VirtualMachineClusterInstancetype/uid-u1/3", VM: plan.VM, Result: events.ResultNextBoot, Wrote: true,
+		From: gen2, Revision: gen3, Attempt: 1, FinishedAt: time.Now()}
+	if err := a.publishOutcome(ctx, moved); err != nil {
+		t.Fatal(err)
+	}
+	out, fate := a.carryOut(ctx, nil, plan, redelivery, noop.Span{}, nil)
+	if fate != nil || out.Result != events.ResultNextBoot || out.Revision != gen2 || out.From != plan.Target.FromRevision || !strings.Contains(out.Reason, "earlier attempt") {
+		t.Fatalf("running rollout: outcome %+v, fate %v; want the move told", out, fate)
+	}
+	skipped := events.Outcome{Result: events.ResultSkip, Reason: "rollout aborted before the VM moved"}
+	out, fate = a.carryOut(ctx, nil, plan, redelivery, noop.Span{}, &skipped)
+	if fate != nil || out.Result != events.ResultNextBoot || out.Revision != gen2 || out.From != plan.Target.FromRevision {
+		t.Fatalf("aborted rollout: outcome %+v, fate %v; want the move told", out, fate)
+	}
+}
