@@ -10,7 +10,8 @@
 #      (hack/chromium.sh);
 #   2. gofmt, go vet (every file: the integration and bench tags too),
 #      go mod tidy;
-#   3. unit tests with the race detector (fake clientsets, embedded NATS);
+#   3. unit tests with the race detector (fake clientsets, embedded NATS),
+#      the fault soak's fixed seeds (soak/) among them;
 #   4. golangci-lint, deploy/monitoring's rules through Prometheus's rule
 #      parser (rulecheck), once the tools are there;
 #   5. integration tests (build tag `integration`) on a real kube-apiserver +

@@ -1,0 +1,160 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"kvlive/events"
+)
+
+// check lets the world settle and returns the promises it found broken:
+//
+//   - every VM a rollout planned has its outcome, or a dead letter that
+//     says why it has none; and no dead letter lacks a reason;
+//   - what kvlive says happened is what happened: on each VM, the pin
+//     moves the API server carried out are, one for one, the outcomes
+//     that say the VM moved (wrote, or found moved by an attempt cut
+//     short), so no VM moved twice for one rollout and none moved
+//     without its record;
+//   - no rollout's VM moved after its abort, or while it was paused
+//     (later than grace after the step returned, before its resume).
+func (w *world) check() []string {
+	progress, failed := w.settle()
+	writes := w.api.log()
+	dead, unexplained := w.deadLetters()
+	failed = append(failed, unexplained...)
+
+	type move struct{ vm, from, to string }
+	recorded := map[move][]string{} // the events whose outcome says so
+	for id, p := range progress {
+		if testing.Verbose() {
+			for _, o := range p.Outcomes {
+				w.note("outcome %s %s: %s at %s attempt %d: %s", id, o.VM.Name, o.Result, o.FinishedAt.Format("15:04:05.000"), o.Attempt, o.Reason)
+			}
+		}
+		missing := p.Planned - len(p.Outcomes)
+		if missing > dead[id] {
+			failed = append(failed, fmt.Sprintf("%s: %d VMs planned, %d outcomes and %d dead letters", id, p.Planned, len(p.Outcomes), dead[id]))
+		}
+		for _, o := range p.Outcomes {
+			if o.Wrote || !o.MovedAfter.IsZero() {
+				m := move{o.VM.Namespace + "/" + o.VM.Name, o.From, o.Revision}
+				recorded[m] = append(recorded[m], id)
+			}
+		}
+	}
+	carried := map[move][]write{}
+	for _, wr := range writes {
+		m := move{wr.vm, wr.from, wr.to}
+		carried[m] = append(carried[m], wr)
+	}
+	for m, ws := range carried {
+		ids := recorded[m]
+		if len(ws) != len(ids) {
+			failed = append(failed, fmt.Sprintf("%s moved %s → %s %d times; outcomes say so for %d rollouts %v; its outcomes:\n      %s",
+				m.vm, m.from, m.to, len(ws), len(ids), ids, strings.Join(w.outcomesOf(m.vm), "\n      ")))
+			continue
+		}
+		for i, wr := range ws {
+			if why := w.outOfTurn(ids[i], wr.at); why != "" {
+				failed = append(failed, fmt.Sprintf("%s moved %s → %s at %s for %s, %s", m.vm, m.from, m.to, wr.at.Format("15:04:05.000"), ids[i], why))
+			}
+		}
+	}
+	for m, ids := range recorded {
+		if len(carried[m]) == 0 {
+			failed = append(failed, fmt.Sprintf("outcomes of %v say %s moved %s → %s; the API server carried out no such write", ids, m.vm, m.from, m.to))
+		}
+	}
+	slices.Sort(failed)
+	return failed
+}
+
+// outOfTurn says why a write at for rollout id came when it must not, or "".
+func (w *world) outOfTurn(id string, at time.Time) string {
+	for _, r := range w.rollouts() {
+		if r.id != id {
+			continue
+		}
+		if !r.aborted.IsZero() && at.After(r.aborted.Add(grace)) {
+			return fmt.Sprintf("after its abort at %s", r.aborted.Format("15:04:05.000"))
+		}
+		for i, p := range r.paused {
+			resumed := time.Time{}
+			for _, q := range r.resumed {
+				if q.After(p) {
+					resumed = q
+					break
+				}
+			}
+			if at.After(p.Add(grace)) && (resumed.IsZero() || at.Before(resumed)) {
+				return fmt.Sprintf("while paused (pause %d at %s)", i+1, p.Format("15:04:05.000"))
+			}
+		}
+	}
+	return ""
+}
+
+// deadLetters counts the dead letters of each event, and names those
+// without a reason.
+func (w *world) deadLetters() (map[string]int, []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	count := map[string]int{}
+	s, err := w.js.Stream(ctx, events.StreamDLQ)
+	if err != nil {
+		return count, []string{fmt.Sprintf("dead letters unreadable: %v", err)}
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return count, []string{fmt.Sprintf("dead letters unreadable: %v", err)}
+	}
+	var bad []string
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			continue
+		}
+		var plan events.Plan
+		if _, err := events.Decode(m.Data, events.TypePlan, &plan); err == nil {
+			count[plan.EventID]++
+		}
+		if m.Header.Get(events.HeaderDeadReason) == "" {
+			bad = append(bad, fmt.Sprintf("dead letter %d (%s) has no reason", seq, m.Subject))
+		}
+	}
+	return count, bad
+}
+
+// outcomesOf lists every outcome recorded for VM namespace/name, in the
+// order recorded, for the report of a broken promise.
+func (w *world) outcomesOf(vm string) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := w.js.Stream(ctx, events.StreamOutcomes)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			continue
+		}
+		var o events.Outcome
+		if _, err := events.Decode(m.Data, events.TypeOutcome, &o); err != nil || o.VM.Namespace+"/"+o.VM.Name != vm {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s: %s wrote=%v %s → %s movedAfter=%v attempt %d: %s %s", o.EventID, o.Result, o.Wrote, o.From, o.Revision,
+			!o.MovedAfter.IsZero(), o.Attempt, o.Reason, o.Error))
+	}
+	return out
+}

@@ -1,0 +1,272 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	virtv1 "kubevirt.io/api/core/v1"
+
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"kvlive/events"
+	"kvlive/internal/testenv"
+	"kvlive/readmodel/replay"
+	"kvlive/rollout"
+	"kvlive/undo"
+)
+
+var (
+	seedFlag  = flag.Int64("soak.seed", 0, "run only this seed (the replay of a failing one)")
+	seedsFlag = flag.Int("soak.seeds", 0, "run this many seeds from -soak.first (0: the fixed set CI runs)")
+	firstFlag = flag.Int64("soak.first", 1, "the first seed -soak.seeds runs")
+)
+
+// fixedSeeds are the seeds CI runs.
+var fixedSeeds = []int64{1, 2, 3, 4, 5, 6, 7, 8}
+
+func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
+
+// TestSoak runs the scenario of each seed and checks its invariants (see
+// check). A failing seed prints the command that replays it and the
+// schedule it drew.
+func TestSoak(t *testing.T) {
+	seeds := fixedSeeds
+	switch {
+	case *seedFlag != 0:
+		seeds = []int64{*seedFlag}
+	case *seedsFlag > 0:
+		seeds = nil
+		for i := range *seedsFlag {
+			seeds = append(seeds, *firstFlag+int64(i))
+		}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
+			sc := draw(seed)
+			w := newWorld(t, sc)
+			w.run()
+			ran := time.Now()
+			failed := w.check()
+			t.Logf("%s\nwhat the steps did:\n  %s\nsettled %v after the schedule; %d writes, %d faults injected; the stand-in: %+v",
+				sc, strings.Join(w.steps, "\n  "), time.Since(ran).Round(time.Millisecond), len(w.api.log()), w.api.faults, w.standin.Migrations())
+			if len(failed) > 0 {
+				t.Errorf("seed %d broke %d promises:\n  %s\n\nreplay: go test ./soak/ -run TestSoak -v -soak.seed=%d\n\n%s\nwhat the steps did:\n  %s",
+					seed, len(failed), strings.Join(failed, "\n  "), seed, sc, strings.Join(w.steps, "\n  "))
+			}
+		})
+	}
+}
+
+// rolloutLog is what the schedule did to one rollout: when it was paused,
+// resumed and aborted, as the steps returned (a write the applier checked
+// before the step may land just after it: grace).
+type rolloutLog struct {
+	id      string
+	paused  []time.Time
+	resumed []time.Time
+	aborted time.Time
+}
+
+// grace is how long after a pause or an abort recorded a write checked
+// before it may still land.
+const grace = 500 * time.Millisecond
+
+// run starts the replicas, carries out the schedule, then lets the world
+// settle: faults off, every replica running, every paused rollout resumed,
+// until each rollout has an outcome for every planned VM.
+func (w *world) run() {
+	for i := range w.sc.replicas {
+		w.start(i)
+	}
+	began := time.Now()
+	for _, s := range w.sc.steps {
+		if d := time.Until(began.Add(s.at)); d > 0 {
+			time.Sleep(d)
+		}
+		w.do(s)
+	}
+	w.api.setFaulty(0)
+	for i := range w.sc.replicas {
+		w.start(i)
+	}
+	for _, r := range w.rollouts() {
+		w.steer(r.id, events.ActionResume, "the soak settles")
+	}
+}
+
+// rollouts lists the rollouts the schedule started, oldest first.
+func (w *world) rollouts() []*rolloutLog {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.started)
+}
+
+func (w *world) nth(n int) *rolloutLog {
+	rs := w.rollouts()
+	if len(rs) == 0 {
+		return nil
+	}
+	return rs[n%len(rs)]
+}
+
+// do carries out one step.
+func (w *world) do(s step) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	switch s.do {
+	case doEdit:
+		w.edit(ctx)
+	case doUndo:
+		w.undo(ctx)
+	case doPause, doResume, doAbort:
+		if r := w.nth(s.n); r != nil {
+			w.steer(r.id, events.ControlAction(s.do), "the soak's schedule")
+		}
+	case doPromote:
+		if r := w.nth(s.n); r != nil {
+			_, err := rollout.PromoteNext(ctx, w.js, r.id, 0, "soak", time.Now())
+			w.note("promote %s: %v", r.id, err)
+		}
+	case doKill:
+		w.kill(s.n)
+		w.note("killed replica-%d", s.n)
+	case doStart:
+		w.start(s.n)
+		w.note("started replica-%d", s.n)
+	case doFaults:
+		w.api.setFaulty(float64(s.n) / 100)
+		w.note("API writes fail %d%% of the time", s.n)
+	case doStop:
+		ns, name := vmName(s.n)
+		err := w.update(ctx, ns, name, func(vm *virtv1.VirtualMachine) {
+			halted := virtv1.RunStrategyHalted
+			vm.Spec.RunStrategy = &halted
+		})
+		w.note("stopped %s/%s: %v", ns, name, err)
+	case doDelete:
+		ns, name := vmName(s.n)
+		err := w.clients.Virt.KubevirtV1().VirtualMachines(ns).Delete(ctx, name, metav1.DeleteOptions{})
+		_ = w.clients.Virt.KubevirtV1().VirtualMachineInstances(ns).Delete(ctx, name, metav1.DeleteOptions{})
+		w.note("deleted %s/%s: %v", ns, name, err)
+	case doBudget:
+		err := w.setBudget(ctx, s.n)
+		w.note("budget %d: %v", s.n, err)
+	case doFail:
+		w.standin.FailMigration(s.n)
+		w.note("migration %d from now fails", s.n)
+	}
+}
+
+// edit gives u1 a new generation (its CPUs or its memory changed): a
+// rollout of every VM on it.
+func (w *world) edit(ctx context.Context) {
+	its := w.clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
+	u1, err := its.Get(ctx, "u1", metav1.GetOptions{})
+	if err != nil {
+		w.note("edit: %v", err)
+		return
+	}
+	u1.Generation++
+	if u1.Generation%2 == 0 {
+		u1.Spec.CPU.Guest = 3
+	} else {
+		u1.Spec.CPU.Guest = 2
+	}
+	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
+		w.note("edit: %v", err)
+		return
+	}
+	id := events.EventID(events.KindClusterInstancetype, "uid-u1", u1.Generation)
+	w.began(id)
+	w.note("edit: u1 at generation %d, %d vCPUs: %s", u1.Generation, u1.Spec.CPU.Guest, id)
+}
+
+// undo asks for the undo of the latest rollout, as `kvlive rollout undo`
+// does.
+func (w *world) undo(ctx context.Context) {
+	r := w.nth(-1 + len(w.rollouts()))
+	if r == nil {
+		w.note("undo: no rollout yet")
+		return
+	}
+	orig, err := undo.Read(ctx, w.js, r.id)
+	if err != nil {
+		w.note("undo %s: %v", r.id, err)
+		return
+	}
+	id := events.UndoEventID(events.NewUndoID())
+	if _, err := (replay.Publisher{JetStream: w.js, Tracer: noop.NewTracerProvider()}).Undo(ctx, orig.Event, id, nil); err != nil {
+		w.note("undo %s: %v", r.id, err)
+		return
+	}
+	w.began(id)
+	w.note("undo of %s: %s", r.id, id)
+}
+
+func (w *world) began(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.started = append(w.started, &rolloutLog{id: id})
+}
+
+// steer pauses, resumes or aborts a rollout as `kvlive rollout` does, and
+// logs when it took effect.
+func (w *world) steer(id string, action events.ControlAction, reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	before := time.Now()
+	s, err := rollout.Steer(ctx, w.js, rollout.Steering{EventID: id, Action: action, Reason: reason, By: "soak"}, time.Now())
+	w.note("%s %s: changed %v, %v", action, id, s.Changed, err)
+	if err != nil || !s.Changed {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range w.started {
+		if r.id != id {
+			continue
+		}
+		switch action {
+		case events.ActionPause:
+			r.paused = append(r.paused, time.Now())
+		case events.ActionResume:
+			r.resumed = append(r.resumed, before)
+		case events.ActionAbort:
+			r.aborted = time.Now()
+		}
+	}
+}
+
+// settle waits until every rollout has an outcome, or a dead letter, for
+// each VM it planned, and returns each one's progress.
+func (w *world) settle() (map[string]rollout.Progress, []string) {
+	var failed []string
+	out := map[string]rollout.Progress{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, r := range w.rollouts() {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			p, err := rollout.Follow(ctx, w.js, r.id, nil)
+			mu.Lock()
+			defer mu.Unlock()
+			out[r.id] = p
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				failed = append(failed, fmt.Sprintf("following %s: %v", r.id, err))
+			} else if err != nil {
+				failed = append(failed, fmt.Sprintf("%s never settled: %d planned, %d outcomes after 2 minutes", r.id, p.Planned, len(p.Outcomes)))
+			}
+		})
+	}
+	wg.Wait()
+	return out, failed
+}

@@ -1,0 +1,315 @@
+package soak
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
+	virtv1 "kubevirt.io/api/core/v1"
+	virtfake "kubevirt.io/client-go/kubevirt/fake"
+
+	"kvlive/cmd/kvlive/pipeline"
+	"kvlive/internal/kube"
+	"kvlive/internal/standin"
+	"kvlive/internal/testenv"
+)
+
+// world is one scenario's cluster and bus: an in-memory API server whose
+// VM writes go through apiServer (the write log, and the faults it
+// injects), the stand-in playing virt-controller, and the replicas.
+type world struct {
+	t       *testing.T
+	sc      scenario
+	clients kube.Clients
+	js      jetstream.JetStream
+	api     *apiServer
+	standin *standin.Controller
+
+	mu       sync.Mutex
+	replicas []*replica
+	// steps are what the schedule did, as it did them, for the report.
+	steps []string
+	// started are the rollouts the schedule started, oldest first.
+	started []*rolloutLog
+}
+
+// replica is one `kvlive run` of the scenario, which a fault kills
+// (its context cut) and a later step starts again.
+type replica struct {
+	name    string
+	cancel  context.CancelFunc
+	running *pipeline.Running
+}
+
+// write is one write of kvlive's that the API server carried out: a pin
+// moved (from → to) on a VM, at a time.
+type write struct {
+	vm       string
+	from, to string
+	at       time.Time
+}
+
+// apiServer is the in-memory API server's handling of kvlive's writes to
+// VMs (JSON patches): it logs those it carried out, and injects the
+// faults the scenario draws: refused before the write (a conflict, or the
+// server unavailable), or carried out and answered with a timeout (the
+// client cannot tell it happened).
+type apiServer struct {
+	// next are the reactors it hands a write on to: the in-memory API
+	// server's own, which store it and tell its watchers.
+	next []k8stesting.Reactor
+
+	mu     sync.Mutex
+	rng    *rand.Rand
+	faulty float64 // chance a write meets a fault; 0 turns faults off
+	writes []write
+	faults int
+}
+
+func (s *apiServer) react(a k8stesting.Action) (bool, runtime.Object, error) {
+	p, ok := a.(k8stesting.PatchAction)
+	if !ok || p.GetPatchType() != types.JSONPatchType {
+		return false, nil, nil
+	}
+	from, to, pin := pinOf(p.GetPatch())
+	s.mu.Lock()
+	fault := 0
+	if s.faulty > 0 && s.rng.Float64() < s.faulty {
+		fault = 1 + s.rng.IntN(3)
+		s.faults++
+	}
+	s.mu.Unlock()
+	gr := schema.GroupResource{Group: "kubevirt.io", Resource: "virtualmachines"}
+	switch fault {
+	case 1:
+		return true, nil, apierrors.NewConflict(gr, p.GetName(), fmt.Errorf("injected by the soak"))
+	case 2:
+		return true, nil, apierrors.NewServiceUnavailable("injected by the soak")
+	}
+	obj, err := s.pass(a)
+	if err == nil && pin {
+		s.mu.Lock()
+		s.writes = append(s.writes, write{vm: p.GetNamespace() + "/" + p.GetName(), from: from, to: to, at: time.Now()})
+		s.mu.Unlock()
+	}
+	if fault == 3 && err == nil {
+		return true, nil, apierrors.NewTimeoutError("injected by the soak after the write", 1)
+	}
+	return true, obj, err
+}
+
+// pass hands the action to the next reactor that takes it.
+func (s *apiServer) pass(a k8stesting.Action) (runtime.Object, error) {
+	for _, r := range s.next {
+		if !r.Handles(a) {
+			continue
+		}
+		if handled, obj, err := r.React(a); handled {
+			return obj, err
+		}
+	}
+	return nil, fmt.Errorf("soak: nothing handled %s %s", a.GetVerb(), a.GetResource().Resource)
+}
+
+// pinOf reads a pin move out of a JSON patch: the revision it tests the
+// pin for and the one it replaces it with.
+func pinOf(patch []byte) (from, to string, ok bool) {
+	var ops []struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value"`
+	}
+	if json.Unmarshal(patch, &ops) != nil {
+		return "", "", false
+	}
+	for _, o := range ops {
+		if !strings.HasSuffix(o.Path, "controllerRevisionRef/name") && !strings.HasSuffix(o.Path, "/revisionName") {
+			continue
+		}
+		v, _ := o.Value.(string)
+		switch o.Op {
+		case "test":
+			from = v
+		case "replace", "add":
+			to, ok = v, true
+		}
+	}
+	return from, to, ok
+}
+
+func (s *apiServer) setFaulty(p float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faulty = p
+}
+
+func (s *apiServer) log() []write {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]write(nil), s.writes...)
+}
+
+// newWorld builds the scenario's cluster and bus and starts the stand-in;
+// the replicas start with start.
+func newWorld(t *testing.T, sc scenario) *world {
+	objs := []runtime.Object{kubeVirtCR(sc.budget), testenv.ClusterInstancetype("u1", 2, "4Gi"), testenv.ClusterInstancetype("u2", 4, "8Gi")}
+	for i := range sc.vms {
+		objs = append(objs, sc.vm(i)...)
+	}
+	w := &world{t: t, sc: sc, clients: testenv.FakeClients(nil, objs...), js: testenv.JetStream(t)}
+	virt := w.clients.Virt.(*virtfake.Clientset)
+	w.api = &apiServer{next: slices.Clone(virt.ReactionChain), rng: rand.New(rand.NewPCG(uint64(sc.seed), 7))}
+	virt.PrependReactor("patch", "virtualmachines", w.api.react)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	sr, err := pipeline.Start(ctx, pipeline.Config{Clients: w.clients, JetStream: w.js, StandIn: true,
+		StandInMigration: sc.migration, StandInStarted: func(c *standin.Controller) { w.standin = c }})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		w.stopAll()
+		cancel()
+		if err := sr.Wait(); err != nil {
+			t.Errorf("the stand-in: %v", err)
+		}
+	})
+	testenv.Eventually(t, time.Minute, "the stand-in pinned the fleet and its VMIs", func() bool {
+		vms, _ := w.clients.Virt.KubevirtV1().VirtualMachines("").List(ctx, metav1.ListOptions{})
+		for _, vm := range vms.Items {
+			if vm.Status.InstancetypeRef == nil || vm.Status.InstancetypeRef.ControllerRevisionRef == nil {
+				return false
+			}
+		}
+		vmis, _ := w.clients.Virt.KubevirtV1().VirtualMachineInstances("").List(ctx, metav1.ListOptions{})
+		for _, vmi := range vmis.Items {
+			if vmi.Annotations[standin.AnnotationBootPins] == "" {
+				return false
+			}
+		}
+		return len(vms.Items) == sc.vms
+	})
+	return w
+}
+
+// kubeVirtCR is a deployed KubeVirt CR with LiveUpdate, live migration as
+// the workload update method, and budget migrations at once.
+func kubeVirtCR(budget int) *virtv1.KubeVirt {
+	strategy := virtv1.VMRolloutStrategyLiveUpdate
+	n := uint32(budget)
+	return &virtv1.KubeVirt{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubevirt", Namespace: "kubevirt"},
+		Spec: virtv1.KubeVirtSpec{
+			Configuration: virtv1.KubeVirtConfiguration{
+				VMRolloutStrategy:      &strategy,
+				MigrationConfiguration: &virtv1.MigrationConfiguration{ParallelMigrationsPerCluster: &n},
+			},
+			WorkloadUpdateStrategy: virtv1.KubeVirtWorkloadUpdateStrategy{
+				WorkloadUpdateMethods: []virtv1.WorkloadUpdateMethod{virtv1.WorkloadUpdateMethodLiveMigrate},
+			},
+		},
+		Status: virtv1.KubeVirtStatus{Phase: virtv1.KubeVirtPhaseDeployed},
+	}
+}
+
+// start starts replica i, or starts it again once killed.
+func (w *world) start(i int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for len(w.replicas) <= i {
+		w.replicas = append(w.replicas, &replica{name: fmt.Sprintf("replica-%d", len(w.replicas))})
+	}
+	r := w.replicas[i]
+	if r.running != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	running, err := pipeline.Start(ctx, pipeline.Config{
+		Clients: w.clients, JetStream: w.js, Stages: pipeline.AllStages,
+		ApplierWorkers: 4, PlannerWorkers: 2,
+		// Cut short: a kill ends its writes in flight.
+		ShutdownGrace: time.Millisecond,
+		LeaderElection: &pipeline.LeaderElection{Namespace: "kvlive", Name: "kvlive-watcher", Identity: r.name,
+			LeaseDuration: time.Second, RenewDeadline: 700 * time.Millisecond, RetryPeriod: 200 * time.Millisecond},
+	})
+	if err != nil {
+		cancel()
+		w.t.Errorf("start %s: %v", r.name, err)
+		return
+	}
+	r.cancel, r.running = cancel, running
+}
+
+// kill cuts replica i's context and waits until it stopped.
+func (w *world) kill(i int) {
+	w.mu.Lock()
+	r := (*replica)(nil)
+	if i < len(w.replicas) {
+		r = w.replicas[i]
+	}
+	w.mu.Unlock()
+	if r == nil || r.running == nil {
+		return
+	}
+	r.cancel()
+	if err := r.running.Wait(); err != nil {
+		w.note("%s stopped: %v", r.name, err)
+	}
+	r.running = nil
+}
+
+func (w *world) stopAll() {
+	for i := range w.replicas {
+		w.kill(i)
+	}
+}
+
+// note records what a step did, for the report of a failing seed.
+func (w *world) note(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.steps = append(w.steps, fmt.Sprintf(format, args...))
+}
+
+// update changes VM namespace/name as someone else would, retrying on a
+// conflict.
+func (w *world) update(ctx context.Context, namespace, name string, change func(*virtv1.VirtualMachine)) error {
+	vms := w.clients.Virt.KubevirtV1().VirtualMachines(namespace)
+	for {
+		vm, err := vms.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(vm)
+		if _, err = vms.Update(ctx, vm, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+}
+
+// setBudget sets the KubeVirt CR's parallelMigrationsPerCluster.
+func (w *world) setBudget(ctx context.Context, n int) error {
+	kvs := w.clients.Virt.KubevirtV1().KubeVirts("kubevirt")
+	kv, err := kvs.Get(ctx, "kubevirt", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	m := uint32(n)
+	kv.Spec.Configuration.MigrationConfiguration.ParallelMigrationsPerCluster = &m
+	_, err = kvs.Update(ctx, kv, metav1.UpdateOptions{})
+	return err
+}
