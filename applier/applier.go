@@ -601,7 +601,7 @@ func (a *Applier) passedThrough(ctx context.Context, plan events.Plan, d consume
 	if err != nil || by == nil {
 		return nil, err
 	}
-	return &events.Outcome{Result: plan.Action, Revision: want, From: t.FromRevision, Changes: plan.Changes,
+	return &events.Outcome{Result: plan.Action, Revision: want, From: a.movedFrom(ctx, vm.Namespace, want, t.FromRevision), Changes: plan.Changes,
 		Reason: joinReason(fmt.Sprintf("moved by an earlier attempt, which was cut off before it recorded it; rollout %s has moved it on since, from this rollout's target", by.EventID), plan.Reason)}, nil
 }
 

@@ -319,6 +319,15 @@ func TestARedeliveryAfterTheObjectMovedOnTellsTheMove(t *testing.T) {
 	if err != nil || out.Result != events.ResultNextBoot || out.Wrote || out.Revision != gen2 || out.From != plan.Target.FromRevision {
 		t.Fatalf("redelivery: outcome %+v, err %v; want the move told, from %s", out, err, plan.Target.FromRevision)
 	}
+	// The first attempt may have found the VM moved and planned again,
+	// from another pin than the plan's: the revision it created names the
+	// pin it moved from, and the outcome says that one (the soak found an
+	// outcome naming the plan's, which no write moved from).
+	stale := plan
+	stale.Target.FromRevision = "a-u1-v1beta1-uid-u1-0"
+	if out, err := a.apply(ctx, stale); err != nil || out.From != plan.Target.FromRevision {
+		t.Fatalf("redelivery of a plan the first attempt re-planned: outcome %+v, err %v; want it moved from %s, as the revision says", out, err, plan.Target.FromRevision)
+	}
 }
 
 func TestApplyDeletedVMIsSkipped(t *testing.T) {

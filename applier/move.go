@@ -130,7 +130,7 @@ func (a *Applier) atTarget(ctx context.Context, plan events.Plan) (*events.Outco
 	// was made all the same.
 	want := targetRevision(vm, t)
 	if pin, err := instancetype.PinOf(vm, preference); err == nil && pin.Revision == want {
-		return &events.Outcome{Result: plan.Action, Reason: joinReason(note, plan.Reason), Revision: want, From: t.FromRevision, Changes: plan.Changes}, nil
+		return &events.Outcome{Result: plan.Action, Reason: joinReason(note, plan.Reason), Revision: want, From: a.movedFrom(ctx, vm.Namespace, want, t.FromRevision), Changes: plan.Changes}, nil
 	}
 	return nil, nil
 }
@@ -201,7 +201,7 @@ func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.Virtua
 	// may have moved on since (superseded), which says nothing of it.
 	if pin, err := instancetype.PinOf(vm, preference); err == nil && pin.Revision == targetRevision(vm, t) {
 		return events.Outcome{Result: plan.Action, Reason: joinReason("already pinned to the target (an earlier attempt moved it)", plan.Reason),
-			Revision: pin.Revision, From: t.FromRevision, Changes: plan.Changes}, false, nil
+			Revision: pin.Revision, From: a.movedFrom(ctx, vm.Namespace, pin.Revision, t.FromRevision), Changes: plan.Changes}, false, nil
 	}
 	obj, skip, err := a.targetObject(t)
 	if obj == nil {
@@ -214,9 +214,6 @@ func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.Virtua
 	pin, err := instancetype.PinOf(vm, preference)
 	if err != nil {
 		return events.Outcome{}, true, nil
-	}
-	if pin.Revision == want.Name {
-		return events.Outcome{Result: plan.Action, Reason: joinReason("already pinned to the target (an earlier attempt moved it)", plan.Reason), Revision: want.Name, From: t.FromRevision, Changes: plan.Changes}, false, nil
 	}
 	if pin.Revision != t.FromRevision || pin.Field != t.Pin || !references(vm, t.Object) {
 		return events.Outcome{}, true, nil
@@ -446,6 +443,19 @@ func (a *Applier) patchFailed(ctx context.Context, plan events.Plan, err error, 
 		return events.Outcome{}, true, nil
 	}
 	return classify(fmt.Errorf("patch VM %s: %w", plan.VM, err))
+}
+
+// movedFrom is the pin an earlier attempt moved a VM from to revision,
+// which this attempt did not see: the revision kvlive created for that move
+// names it (instancetype.SupersedesAnnotation), and it differs from the
+// plan's own when that attempt found the VM moved and planned again.
+// planned (the plan's) when the revision names none or cannot be read.
+func (a *Applier) movedFrom(ctx context.Context, namespace, revision, planned string) string {
+	cr, err := a.cfg.Clients.Kube.AppsV1().ControllerRevisions(namespace).Get(ctx, revision, metav1.GetOptions{})
+	if err != nil || cr.Annotations[instancetype.SupersedesAnnotation] == "" {
+		return planned
+	}
+	return cr.Annotations[instancetype.SupersedesAnnotation]
 }
 
 // targetRevision is the name of the revision a re-pin moves vm to: its
