@@ -246,27 +246,57 @@ func (w *world) steer(id string, action events.ControlAction, reason string) {
 }
 
 // settle waits until every rollout has an outcome, or a dead letter, for
-// each VM it planned, and returns each one's progress.
+// each VM it planned, and returns each one's progress. An edit made while
+// no watcher ran, followed by another before one did, is never seen: the
+// watcher finds the newer generation only, and its event carries both.
+// So an edit that has a later one may have no rollout (its progress then
+// has none planned); the latest edit, and every undo, must have one.
 func (w *world) settle() (map[string]rollout.Progress, []string) {
 	var failed []string
 	out := map[string]rollout.Progress{}
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, r := range w.rollouts() {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			p, err := rollout.Follow(ctx, w.js, r.id, nil)
-			mu.Lock()
-			defer mu.Unlock()
-			out[r.id] = p
-			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-				failed = append(failed, fmt.Sprintf("following %s: %v", r.id, err))
-			} else if err != nil {
-				failed = append(failed, fmt.Sprintf("%s never settled: %d planned, %d outcomes after 2 minutes", r.id, p.Planned, len(p.Outcomes)))
-			}
-		})
+	follow := func(rs []*rolloutLog, bound time.Duration, mayBeUnseen bool) {
+		var wg sync.WaitGroup
+		for _, r := range rs {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), bound)
+				defer cancel()
+				p, err := rollout.Follow(ctx, w.js, r.id, nil)
+				mu.Lock()
+				defer mu.Unlock()
+				out[r.id] = p
+				switch {
+				case err == nil:
+				case mayBeUnseen && p.Planned == 0 && errors.Is(err, context.DeadlineExceeded):
+					delete(out, r.id)
+					w.note("%s: never planned, superseded by a later edit before a watcher saw it", r.id)
+				case errors.Is(err, context.DeadlineExceeded):
+					failed = append(failed, fmt.Sprintf("%s never settled: %d planned, %d outcomes after %v", r.id, p.Planned, len(p.Outcomes), bound))
+				default:
+					failed = append(failed, fmt.Sprintf("following %s: %v", r.id, err))
+				}
+			})
+		}
+		wg.Wait()
 	}
-	wg.Wait()
+	var must, earlier []*rolloutLog
+	rs := w.rollouts()
+	lastEdit := -1
+	for i, r := range rs {
+		if !strings.HasPrefix(r.id, "undo/") {
+			lastEdit = i
+		}
+	}
+	for i, r := range rs {
+		if i < lastEdit && !strings.HasPrefix(r.id, "undo/") {
+			earlier = append(earlier, r)
+		} else {
+			must = append(must, r)
+		}
+	}
+	follow(must, 2*time.Minute, false)
+	// By now the latest edit is planned and settled: an earlier one a
+	// watcher saw was planned before it.
+	follow(earlier, 10*time.Second, true)
 	return out, failed
 }
