@@ -362,16 +362,7 @@ func TestApplyDeletedInstancetypeIsSkipped(t *testing.T) {
 func TestApplySupersededGenerationIsSkipped(t *testing.T) {
 	a, clients, plan := fixture(t)
 	ctx := context.Background()
-	its := clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
-	u1, _ := its.Get(ctx, "u1", metav1.GetOptions{})
-	u1.Generation = 3
-	if _, err := its.Update(ctx, u1, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, "the cache to catch up", func() bool {
-		o, _ := a.cfg.Fleet.Object(plan.Target.Object).(metav1.Object)
-		return o != nil && o.GetGeneration() == 3
-	})
+	supersede(t, a, clients)
 	out, err := a.apply(ctx, plan)
 	if err != nil || out.Result != events.ResultSkip || !strings.Contains(out.Reason, "superseded") {
 		t.Fatalf("outcome %+v, err %v", out, err)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"kvlive/events"
 )
 
@@ -102,23 +104,9 @@ func (w *world) outOfTurn(id string, at time.Time) string {
 // deadLetters counts the dead letters of each event, and names those
 // without a reason.
 func (w *world) deadLetters() (map[string]int, []string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	count := map[string]int{}
-	s, err := w.js.Stream(ctx, events.StreamDLQ)
-	if err != nil {
-		return count, []string{fmt.Sprintf("dead letters unreadable: %v", err)}
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return count, []string{fmt.Sprintf("dead letters unreadable: %v", err)}
-	}
 	var bad []string
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if err != nil {
-			continue
-		}
+	err := w.each(events.StreamDLQ, func(seq uint64, m *jetstream.RawStreamMsg) {
 		var plan events.Plan
 		if _, err := events.Decode(m.Data, events.TypePlan, &plan); err == nil {
 			count[plan.EventID]++
@@ -126,6 +114,9 @@ func (w *world) deadLetters() (map[string]int, []string) {
 		if m.Header.Get(events.HeaderDeadReason) == "" {
 			bad = append(bad, fmt.Sprintf("dead letter %d (%s) has no reason", seq, m.Subject))
 		}
+	})
+	if err != nil {
+		bad = append(bad, fmt.Sprintf("dead letters unreadable: %v", err))
 	}
 	return count, bad
 }
@@ -133,28 +124,38 @@ func (w *world) deadLetters() (map[string]int, []string) {
 // outcomesOf lists every outcome recorded for VM namespace/name, in the
 // order recorded, for the report of a broken promise.
 func (w *world) outcomesOf(vm string) []string {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := w.js.Stream(ctx, events.StreamOutcomes)
-	if err != nil {
-		return []string{err.Error()}
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return []string{err.Error()}
-	}
 	var out []string
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if err != nil {
-			continue
-		}
+	err := w.each(events.StreamOutcomes, func(_ uint64, m *jetstream.RawStreamMsg) {
 		var o events.Outcome
 		if _, err := events.Decode(m.Data, events.TypeOutcome, &o); err != nil || o.VM.Namespace+"/"+o.VM.Name != vm {
-			continue
+			return
 		}
 		out = append(out, fmt.Sprintf("%s: %s wrote=%v %s → %s movedAfter=%v attempt %d: %s %s", o.EventID, o.Result, o.Wrote, o.From, o.Revision,
 			!o.MovedAfter.IsZero(), o.Attempt, o.Reason, o.Error))
+	})
+	if err != nil {
+		out = append(out, err.Error())
 	}
 	return out
+}
+
+// each calls do with every message of stream, in order (the soak's
+// streams are small).
+func (w *world) each(stream string, do func(uint64, *jetstream.RawStreamMsg)) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := w.js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return err
+	}
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		if m, err := s.GetMsg(ctx, seq); err == nil {
+			do(seq, m)
+		}
+	}
+	return nil
 }
