@@ -1,6 +1,7 @@
 package applier
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -450,12 +451,17 @@ func (a *Applier) patchFailed(ctx context.Context, plan events.Plan, err error, 
 // names it (instancetype.SupersedesAnnotation), and it differs from the
 // plan's own when that attempt found the VM moved and planned again.
 // planned (the plan's) when the revision names none or cannot be read.
+// The informer cache holds the revision unless that attempt created it a
+// moment ago; only then is it read from the API server.
 func (a *Applier) movedFrom(ctx context.Context, namespace, revision, planned string) string {
-	cr, err := a.cfg.Clients.Kube.AppsV1().ControllerRevisions(namespace).Get(ctx, revision, metav1.GetOptions{})
-	if err != nil || cr.Annotations[instancetype.SupersedesAnnotation] == "" {
-		return planned
+	cr, ok := a.cfg.Fleet.Revision(namespace, revision)
+	if !ok {
+		var err error
+		if cr, err = a.cfg.Clients.Kube.AppsV1().ControllerRevisions(namespace).Get(ctx, revision, metav1.GetOptions{}); err != nil {
+			return planned
+		}
 	}
-	return cr.Annotations[instancetype.SupersedesAnnotation]
+	return cmp.Or(cr.Annotations[instancetype.SupersedesAnnotation], planned)
 }
 
 // targetRevision is the name of the revision a re-pin moves vm to: its
