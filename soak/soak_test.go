@@ -150,6 +150,11 @@ func (w *world) do(s step) {
 			halted := virtv1.RunStrategyHalted
 			vm.Spec.RunStrategy = &halted
 		})
+		// virt-controller deletes a Halted VM's VMI; the stand-in does
+		// not, so the soak does it in its place.
+		if err == nil {
+			_ = w.clients.Virt.KubevirtV1().VirtualMachineInstances(ns).Delete(ctx, name, metav1.DeleteOptions{})
+		}
 		w.note("stopped %s/%s: %v", ns, name, err)
 	case doDelete:
 		ns, name := vmName(s.n)
