@@ -2,7 +2,7 @@
 # The test command: everything CI runs, on a fresh clone with only Go installed.
 #
 #   1. in the background, while the checks below that need none of them
-#      run: builds kube-apiserver, etcd, nats-server, kubectl, Jaeger,
+#      run: builds kube-apiserver, etcd, nats-server, kubectl, otlp-receiver,
 #      golangci-lint, rulecheck and KubeVirt's virt-controller into .bin/
 #      (hack/tools.sh, two at once; copied from ~/.cache/kvlive/tools when
 #      built before at the pinned versions), and installs Debian's chromium

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the servers kvlive's integration tests run, kubectl (for
 # `kubectl apply --dry-run=server -k` of deploy/'s overlays), the linter and
-# rulecheck (deploy/monitoring's rules through Prometheus's rule parser),
-# into .bin/ at the repository root, from the versions pinned in tools/go.mod
+# rulecheck (deploy/monitoring's rules through Prometheus's rule parser)
+# and otlp-receiver (the OpenTelemetry Collector's OTLP receiver, which the
+# trace tests export to), into .bin/ at the repository root, from the versions pinned in tools/go.mod
 # and the other tools modules. Needs only Go; modules come through the Go
 # module proxy.
 #
@@ -43,7 +44,7 @@ tools=(
   "etcd|tools|go.etcd.io/etcd/server/v3|go.etcd.io/etcd/server/v3|"
   "nats-server|tools|github.com/nats-io/nats-server/v2|github.com/nats-io/nats-server/v2|"
   "golangci-lint|tools/lint|github.com/golangci/golangci-lint/v2|github.com/golangci/golangci-lint/v2/cmd/golangci-lint|"
-  "jaeger|tools/jaeger|github.com/jaegertracing/jaeger|github.com/jaegertracing/jaeger/cmd/jaeger|"
+  "otlp-receiver|tools/otlp|go.opentelemetry.io/collector/receiver/otlpreceiver|./otlpreceiver|"
   "rulecheck|tools/prometheus|github.com/prometheus/prometheus|./rulecheck|"
   "virt-controller|tools/kubevirt|kubevirt.io/kubevirt||kubevirt"
 )
@@ -299,10 +300,9 @@ build_tool() {
 # the same packages at once.
 jobs=(
   "kube-apiserver kubectl"
-  "jaeger"
   "virt-controller"
   "golangci-lint"
-  "etcd nats-server rulecheck"
+  "etcd nats-server rulecheck otlp-receiver"
 )
 
 main() {

@@ -65,7 +65,7 @@ type env struct {
 	uids map[string]string
 
 	// extraEnv is added to the environment of kvlive processes started
-	// after it is set (e.g. OTEL_* to export to a test's Jaeger).
+	// after it is set (e.g. OTEL_* to export to a test's OTLP receiver).
 	extraEnv []string
 	// natsArgs are the flags that reach a secured NATS (TLS, a user).
 	natsArgs []string

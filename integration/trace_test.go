@@ -3,9 +3,7 @@
 package integration
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -13,63 +11,45 @@ import (
 	"kvlive/integration/framework"
 )
 
-// jaegerTrace is the part of Jaeger's /api/traces/{id} answer the test reads.
-type jaegerTrace struct {
-	Data []struct {
-		Spans []struct {
-			OperationName string `json:"operationName"`
-		} `json:"spans"`
-	} `json:"data"`
-}
-
-// jaegerOperations returns the span names Jaeger holds for a trace.
-func jaegerOperations(queryURL, traceID string) (map[string]int, error) {
-	resp, err := http.Get(fmt.Sprintf("%s/api/traces/%s", queryURL, traceID))
+// receivedOperations counts the spans the receiver holds for a trace, by name.
+func receivedOperations(r *framework.OTLPReceiver, traceID string) (map[string]int, error) {
+	spans, err := r.Spans(traceID)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("jaeger: %s", resp.Status)
-	}
-	var tr jaegerTrace
-	if err := json.NewDecoder(resp.Body).Decode(&tr); err != nil {
-		return nil, err
-	}
 	ops := map[string]int{}
-	for _, d := range tr.Data {
-		for _, s := range d.Spans {
-			ops[s.OperationName]++
-		}
+	for _, s := range spans {
+		ops[s.Name]++
 	}
 	return ops, nil
 }
 
-// TestTracesReachJaegerAndTheStore rolls an edit out with kvlive exporting
-// over OTLP (configured only by the standard OTEL_* variables) to a real
-// Jaeger, once over HTTP and once over gRPC, reads the trace back through
-// Jaeger's query API and finds every VM's apply span; then `kvlive trace`
-// and `kvlive outcomes`, reading the spans and records kept in JetStream,
-// show every VM too.
-func TestTracesReachJaegerAndTheStore(t *testing.T) {
+// TestTracesReachAnOTLPReceiverAndTheStore rolls an edit out with kvlive
+// exporting over OTLP (configured only by the standard OTEL_* variables) to
+// the OpenTelemetry Collector's OTLP receiver (what Jaeger and every
+// Collector receive with), once over HTTP and once over gRPC, reads the
+// trace back and finds every VM's apply span; then `kvlive trace` and
+// `kvlive outcomes`, reading the spans and records kept in JetStream, show
+// every VM too.
+func TestTracesReachAnOTLPReceiverAndTheStore(t *testing.T) {
 	for _, protocol := range []string{"http/protobuf", "grpc"} {
-		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) { testTracesReachJaeger(t, protocol) })
+		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) { testTracesReachAnOTLPReceiver(t, protocol) })
 	}
 }
 
-func testTracesReachJaeger(t *testing.T, protocol string) {
+func testTracesReachAnOTLPReceiver(t *testing.T, protocol string) {
 	e := newEnv(t, fleetOptions{namespaces: 2, perIT: map[string]int{itMedium: 30}})
-	j := framework.StartJaeger(t)
-	endpoint := "http://" + j.OTLPHTTP
+	r := framework.StartOTLPReceiver(t)
+	endpoint := "http://" + r.HTTP
 	if protocol == "grpc" {
-		endpoint = "http://" + j.OTLPGRPC
+		endpoint = "http://" + r.GRPC
 	}
 	e.extraEnv = []string{
 		"OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint,
 		"OTEL_EXPORTER_OTLP_PROTOCOL=" + protocol,
 		"OTEL_BSP_SCHEDULE_DELAY=200",
 	}
-	e.runKvlive("all stages, exporting to jaeger over "+protocol, "--observe-timeout", "20s")
+	e.runKvlive("all stages, exporting over OTLP/"+protocol, "--observe-timeout", "20s")
 	e.waitGenerations()
 	_, eventID := e.editInstancetype(itMedium, 3, "6Gi")
 	p := e.follow(eventID)
@@ -86,8 +66,8 @@ func testTracesReachJaeger(t *testing.T, protocol string) {
 			t.Fatalf("outcome %s/%s: trace %s span %q, want all in trace %s", o.VM.Namespace, o.VM.Name, o.TraceID, o.SpanID, traceID)
 		}
 	}
-	e.waitFor("every VM's span in Jaeger", time.Minute, func() (bool, string) {
-		ops, err := jaegerOperations(j.QueryURL, traceID)
+	e.waitFor("every VM's span at the OTLP receiver", time.Minute, func() (bool, string) {
+		ops, err := receivedOperations(r, traceID)
 		if err != nil {
 			return false, err.Error()
 		}

@@ -4,7 +4,7 @@
 // controller-runtime's envtest, with or without an audit log), KubeVirt's
 // own virt-controller with players standing in for the scheduler, the
 // kubelet and virt-handler, nats-server processes (alone, with users, TLS or
-// an operator's JWTs, or as a JetStream cluster), and Jaeger.
+// an operator's JWTs, or as a JetStream cluster), and an OTLP receiver.
 //
 // It is imported only by _test.go files: by the integration tests (build tag
 // integration) and by any unit test that needs one real server. It carries

@@ -6,6 +6,6 @@
 // starts runs in the test process and stops through t.Cleanup.
 //
 // The real servers (kube-apiserver and etcd, virt-controller, nats-server,
-// Jaeger) are started by integration/framework. Both packages are imported
+// OTLP receiver) are started by integration/framework. Both packages are imported
 // only by _test.go files; the layering test enforces it.
 package testenv
