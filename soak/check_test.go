@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
+	"kvlive/internal/standin"
 )
 
 // check lets the world settle and returns the promises it found broken:
@@ -23,7 +24,9 @@ import (
 //     short), so no VM moved twice for one rollout and none moved
 //     without its record;
 //   - no rollout's VM moved after its abort, or while it was paused
-//     (later than grace after the step returned, before its resume).
+//     (later than grace after the step returned, before its resume);
+//   - never more live moves without an ended migration than the
+//     migration budget (see overBudget).
 func (w *world) check() []string {
 	progress, failed := w.settle()
 	writes := w.api.log()
@@ -72,8 +75,78 @@ func (w *world) check() []string {
 			failed = append(failed, fmt.Sprintf("outcomes of %v say %s moved %s → %s; the API server carried out no such write", ids, m.vm, m.from, m.to))
 		}
 	}
+	failed = append(failed, w.overBudget(writes)...)
 	slices.Sort(failed)
 	return failed
+}
+
+// overBudget names the pin writes that made more live moves without an
+// ended migration than the migration budget allowed, by the write log and
+// the stand-in's migrations alone. A live move is a write the stand-in
+// answered with a migration: the first migration of a VM to start after a
+// write belongs to the latest write on it before that start, and the move
+// stays open from the write until that migration ends (failed or not). A
+// write no migration followed is not counted, so the count can only be
+// short. The budget at a write is the KubeVirt CR's
+// parallelMigrationsPerCluster, the higher one if it changed within grace
+// before (kvlive reads it from its informer).
+func (w *world) overBudget(writes []write) []string {
+	type move struct {
+		write
+		started, ended time.Time
+	}
+	byVM := map[string][]write{}
+	for _, wr := range writes {
+		byVM[wr.vm] = append(byVM[wr.vm], wr)
+	}
+	history := w.standin.History()
+	slices.SortFunc(history, func(a, b standin.MigrationRecord) int { return a.Started.Compare(b.Started) })
+	var live []move
+	taken := map[write]bool{}
+	for _, m := range history {
+		var by *write
+		for i, wr := range byVM[m.VMI] {
+			if wr.at.Before(m.Started) {
+				by = &byVM[m.VMI][i]
+			}
+		}
+		if by == nil || taken[*by] {
+			continue // KubeVirt's retry of a failed migration, or no move of kvlive's
+		}
+		taken[*by] = true
+		live = append(live, move{*by, m.Started, m.Ended})
+	}
+	var failed []string
+	for _, m := range live {
+		var open []string
+		for _, o := range live {
+			if o.write != m.write && !o.at.After(m.at) && o.ended.After(m.at) {
+				open = append(open, fmt.Sprintf("%s moved at %s, migrated %s–%s", o.vm,
+					o.at.Format("05.000"), o.started.Format("05.000"), o.ended.Format("05.000")))
+			}
+		}
+		if budget := w.budgetAt(m.at); len(open)+1 > budget {
+			slices.Sort(open)
+			failed = append(failed, fmt.Sprintf("%s moved %s → %s live at %s with %d live moves open (%s): over the budget of %d",
+				m.vm, m.from, m.to, m.at.Format("15:04:05.000"), len(open), strings.Join(open, "; "), budget))
+		}
+	}
+	return failed
+}
+
+// budgetAt is the highest migration budget the KubeVirt CR gave within
+// grace before at.
+func (w *world) budgetAt(at time.Time) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	budget := 0
+	for i, b := range w.budgets {
+		effective := i+1 == len(w.budgets) || w.budgets[i+1].at.After(at.Add(-grace))
+		if !b.at.After(at) && effective {
+			budget = max(budget, b.n)
+		}
+	}
+	return budget
 }
 
 // outOfTurn says why a write at for rollout id came when it must not, or "".

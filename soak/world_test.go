@@ -44,6 +44,15 @@ type world struct {
 	steps []string
 	// started are the rollouts the schedule started, oldest first.
 	started []*rolloutLog
+	// budgets are the KubeVirt CR's parallelMigrationsPerCluster, from
+	// the start, with the times the steps changed it.
+	budgets []budgetChange
+}
+
+// budgetChange is the KubeVirt CR's migration budget from a time on.
+type budgetChange struct {
+	at time.Time
+	n  int
 }
 
 // replica is one `kvlive run` of the scenario, which a fault kills
@@ -75,6 +84,7 @@ type apiServer struct {
 	mu     sync.Mutex
 	rng    *rand.Rand
 	faulty float64 // chance a write meets a fault; 0 turns faults off
+	lose   int     // the next lose pin writes are carried out and answered with a timeout
 	writes []write
 	faults int
 }
@@ -310,6 +320,12 @@ func (w *world) setBudget(ctx context.Context, n int) error {
 	}
 	m := uint32(n)
 	kv.Spec.Configuration.MigrationConfiguration.ParallelMigrationsPerCluster = &m
-	_, err = kvs.Update(ctx, kv, metav1.UpdateOptions{})
-	return err
+	before := time.Now()
+	if _, err = kvs.Update(ctx, kv, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.budgets = append(w.budgets, budgetChange{at: before, n: n})
+	return nil
 }
