@@ -310,8 +310,12 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg, d consumer.Deli
 		return *retry
 	}
 	a.complete(&out, plan, d, span)
-	if t.tookSlot && !out.Wrote {
-		a.giveBack(ctx, plan) // nothing moved: no migration of kvlive's doing comes
+	if t.tookSlot && !out.Wrote && out.MovedAfter.IsZero() {
+		// Nothing moved: no migration of kvlive's doing comes. A write whose
+		// answer was lost (a timeout after the API server carried it out)
+		// moved the VM all the same: the try after it found the VM at the
+		// target (MovedAfter), and its migration holds the slot.
+		a.giveBack(ctx, plan)
 	}
 	if err := a.publishOutcome(ctx, out); err != nil {
 		// The VM may have moved; the redelivery finds it at the target and

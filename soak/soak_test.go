@@ -65,6 +65,28 @@ func TestSoak(t *testing.T) {
 	}
 }
 
+// TestALostAnswerKeepsItsSlot: a live move whose write the API server
+// carried out but answered with a timeout keeps its migration slot, so the
+// next VM waits for its migration (found by the soak's budget check: the
+// try after the timeout found the VM at the target and gave the slot back,
+// and two moves migrated at once against a budget of one).
+func TestALostAnswerKeepsItsSlot(t *testing.T) {
+	// The edit comes once the watcher had its first look (an edit before
+	// kvlive's first look ever is its starting point, not a change).
+	sc := scenario{seed: -1, vms: 3, replicas: 1, budget: 1, migration: time.Second, steps: []step{{at: 2 * time.Second, do: doEdit}}}
+	w := newWorld(t, sc)
+	w.api.mu.Lock()
+	w.api.lose = 1
+	w.api.mu.Unlock()
+	w.run()
+	if failed := w.check(); len(failed) > 0 {
+		t.Errorf("%d promises broken:\n  %s\nwhat the steps did:\n  %s", len(failed), strings.Join(failed, "\n  "), strings.Join(w.steps, "\n  "))
+	}
+	if w.api.faults != 1 {
+		t.Errorf("%d answers lost, want 1", w.api.faults)
+	}
+}
+
 // rolloutLog is what the schedule did to one rollout: when it was paused,
 // resumed and aborted, as the steps returned (a write the applier checked
 // before the step may land just after it: grace).

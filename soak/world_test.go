@@ -97,7 +97,12 @@ func (s *apiServer) react(a k8stesting.Action) (bool, runtime.Object, error) {
 	from, to, pin := pinOf(p.GetPatch())
 	s.mu.Lock()
 	fault := 0
-	if s.faulty > 0 && s.rng.Float64() < s.faulty {
+	switch {
+	case s.lose > 0 && pin:
+		fault = 3
+		s.lose--
+		s.faults++
+	case s.faulty > 0 && s.rng.Float64() < s.faulty:
 		fault = 1 + s.rng.IntN(3)
 		s.faults++
 	}
@@ -179,7 +184,8 @@ func newWorld(t *testing.T, sc scenario) *world {
 	for i := range sc.vms {
 		objs = append(objs, sc.vm(i)...)
 	}
-	w := &world{t: t, sc: sc, clients: testenv.FakeClients(nil, objs...), js: testenv.JetStream(t)}
+	w := &world{t: t, sc: sc, clients: testenv.FakeClients(nil, objs...), js: testenv.JetStream(t),
+		budgets: []budgetChange{{n: sc.budget}}}
 	virt := w.clients.Virt.(*virtfake.Clientset)
 	w.api = &apiServer{next: slices.Clone(virt.ReactionChain), rng: rand.New(rand.NewPCG(uint64(sc.seed), 7))}
 	virt.PrependReactor("patch", "virtualmachines", w.api.react)
