@@ -48,8 +48,9 @@ func StartOTLPReceiver(t testing.TB) *OTLPReceiver {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("framework: start otlp-receiver: %v", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		showTailIfFailed(t, "otlp-receiver", &log)
 		_ = cmd.Process.Kill()
@@ -58,10 +59,9 @@ func StartOTLPReceiver(t testing.TB) *OTLPReceiver {
 	deadline := time.After(time.Minute)
 	for !strings.Contains(log.String(), "ready") {
 		select {
-		case err := <-exited:
-			exited <- err
+		case <-exited:
 			showTail(t, "otlp-receiver", &log)
-			t.Fatalf("framework: otlp-receiver exited before it was ready: %v", err)
+			t.Fatalf("framework: otlp-receiver exited before it was ready: %v", waitErr)
 		case <-deadline:
 			showTail(t, "otlp-receiver", &log)
 			t.Fatalf("framework: otlp-receiver did not say ready within a minute")
