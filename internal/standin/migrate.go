@@ -81,6 +81,33 @@ type migrations struct {
 	// holds the ordinals (in Started) of migrations to fail.
 	history []MigrationRecord
 	fail    map[int]bool
+	// failed are the VMIs whose latest migrations failed, by key: their
+	// next one waits out the backoff.
+	failed map[string]failures
+}
+
+// failures are a VMI's failed migrations since its last success.
+type failures struct {
+	count  int
+	latest time.Time
+}
+
+// defaultMigrationBackoff is KubeVirt's wait after a failed migration
+// (pkg/virt-controller/watch/migration, handleMigrationBackoff).
+const defaultMigrationBackoff = 20 * time.Second
+
+// backoffLeft is how long the VMI's next migration still waits after its
+// failed ones: Config.MigrationBackoff after the latest, doubled for each
+// earlier failure since its last success.
+func (c *Controller) backoffLeft(key string) time.Duration {
+	c.mig.mu.Lock()
+	f := c.mig.failed[key]
+	c.mig.mu.Unlock()
+	if f.count == 0 {
+		return 0
+	}
+	wait := c.cfg.MigrationBackoff << min(f.count-1, 10)
+	return time.Until(f.latest.Add(wait))
 }
 
 // Migrations returns what the stand-in's migration queue ran so far.
@@ -101,7 +128,8 @@ func (c *Controller) History() []MigrationRecord {
 // FailMigration makes the nth migration started from now (1: the next)
 // fail at its end, as one that did not converge: the VMI keeps its
 // hot-plug conditions and waits for another turn, as KubeVirt's workload
-// updater migrates it again.
+// updater migrates it again once the backoff passed
+// (Config.MigrationBackoff).
 func (c *Controller) FailMigration(nth int) {
 	c.mig.mu.Lock()
 	defer c.mig.mu.Unlock()
@@ -212,6 +240,10 @@ func (c *Controller) migrate(ctx context.Context, vmi *virtv1.VirtualMachineInst
 		c.queue.AddAfter(key, time.Second) // the KubeVirt CR's next state brings no VM back through the queue
 		return nil
 	case l.liveMigrate && migratable(vmi):
+		if left := c.backoffLeft(key); left > 0 {
+			c.queue.AddAfter(key, left)
+			return nil
+		}
 		return c.startMigration(ctx, vmi, l)
 	case l.evict:
 		return c.evict(ctx, vmi, l)
@@ -312,6 +344,12 @@ func (c *Controller) ended(key string, m *migration, at time.Time, failed bool) 
 		c.mig.stats.Succeeded++
 	}
 	c.mig.history = append(c.mig.history, MigrationRecord{VMI: key, UID: m.uid, Started: m.started, Ended: at, Failed: failed})
+	if failed {
+		f := c.mig.failed[key]
+		c.mig.failed[key] = failures{count: f.count + 1, latest: at}
+	} else {
+		delete(c.mig.failed, key)
+	}
 	c.mig.mu.Unlock()
 	c.release(key)
 }

@@ -75,7 +75,8 @@ func TestMigrationsKeepKubeVirtsLimits(t *testing.T) {
 
 // TestAFailedMigrationLeavesItsHotplugForTheNext: the migration set to
 // fail ends failed on its source, the VMI's hot-plug still pending, and
-// the VMI's next migration carries the change; the history keeps both.
+// the VMI's next migration, once the backoff passed, carries the change;
+// the history keeps both.
 func TestAFailedMigrationLeavesItsHotplugForTheNext(t *testing.T) {
 	it := testenv.ClusterInstancetype("u1.small", 1, "2Gi")
 	vmi := testenv.RunningVMI("ns", "vm")
@@ -85,7 +86,7 @@ func TestAFailedMigrationLeavesItsHotplugForTheNext(t *testing.T) {
 	clients := testenv.FakeClients(nil, it, testenv.VM("ns", "vm", it.Name), vmi)
 	fleet := testenv.StartWholeCache(t, clients)
 	c := New(Config{Kube: clients.Kube, Virt: clients.Virt, VMs: fleet.VMInformer(), VMIs: fleet.VMIInformer(), KubeVirts: fleet.KubeVirtInformer(),
-		Workers: 2, MigrationDuration: 100 * time.Millisecond})
+		Workers: 2, MigrationDuration: 100 * time.Millisecond, MigrationBackoff: 500 * time.Millisecond})
 	c.FailMigration(1)
 	runUntilCleanup(t, c)
 
@@ -95,6 +96,9 @@ func TestAFailedMigrationLeavesItsHotplugForTheNext(t *testing.T) {
 	h := c.History()
 	if len(h) != 2 || !h[0].Failed || h[1].Failed || h[0].UID == h[1].UID || h[0].VMI != "ns/vm" {
 		t.Fatalf("history %+v; want a failed migration of ns/vm, then a succeeded one", h)
+	}
+	if gap := h[1].Started.Sub(h[0].Ended); gap < 500*time.Millisecond {
+		t.Errorf("the next migration started %v after the failed one ended; KubeVirt waits out its backoff (here 500ms)", gap)
 	}
 	if s := c.Migrations(); s.Started != 2 || s.Failed != 1 {
 		t.Errorf("stats %+v; want 2 started, 1 failed", s)

@@ -39,6 +39,11 @@ type Config struct {
 	// before (an earlier change's RestartRequired, say), which kvlive must
 	// not take for the answer. Zero reacts at the next look.
 	ReactionDelay time.Duration
+	// MigrationBackoff is how long a VMI's next migration waits after one
+	// failed, doubling for each further failure since its last success,
+	// as KubeVirt's migration controller holds a workload update's
+	// migration (handleMigrationBackoff). Zero is KubeVirt's 20 s.
+	MigrationBackoff time.Duration
 }
 
 // Controller is the virt-controller stand-in.
@@ -73,8 +78,11 @@ func New(cfg Config) *Controller {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	cfg.Workers = max(cfg.Workers, 1)
+	if cfg.MigrationBackoff <= 0 {
+		cfg.MigrationBackoff = defaultMigrationBackoff
+	}
 	c := &Controller{
-		mig:  migrations{running: map[string]*migration{}, evicted: map[string]bool{}},
+		mig:  migrations{running: map[string]*migration{}, evicted: map[string]bool{}, failed: map[string]failures{}},
 		lag:  lag{seen: map[string]seenPins{}},
 		cfg:  cfg,
 		vms:  cfg.VMs,
