@@ -272,8 +272,24 @@ func (w *world) steer(id string, action events.ControlAction, reason string) {
 	}
 }
 
+// control describes a rollout's control record, for the report.
+func (w *world) control(id string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	store, err := rollout.Open(ctx, w.js)
+	if err != nil {
+		return err.Error()
+	}
+	c, _, err := store.Get(ctx, id)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("%s by %s (%s)", c.State, c.By, c.Reason)
+}
+
 // settle waits until every rollout has an outcome, or a dead letter, for
-// each VM it planned, and returns each one's progress. An edit made while
+// each VM it planned, resuming the rollouts a failed migration pauses
+// meanwhile, and returns each one's progress. An edit made while
 // no watcher ran, followed by another before one did, is never seen: the
 // watcher finds the newer generation only, and its event carries both.
 // So an edit that has a later one may have no rollout (its progress then
@@ -298,7 +314,7 @@ func (w *world) settle() (map[string]rollout.Progress, []string) {
 					delete(out, r.id)
 					w.note("%s: never planned, superseded by a later edit before a watcher saw it", r.id)
 				case errors.Is(err, context.DeadlineExceeded):
-					failed = append(failed, fmt.Sprintf("%s never settled: %d planned, %d outcomes after %v", r.id, p.Planned, len(p.Outcomes), bound))
+					failed = append(failed, fmt.Sprintf("%s never settled: %d planned, %d outcomes after %v; its control: %s", r.id, p.Planned, len(p.Outcomes), bound, w.control(r.id)))
 				default:
 					failed = append(failed, fmt.Sprintf("following %s: %v", r.id, err))
 				}
@@ -321,7 +337,27 @@ func (w *world) settle() (map[string]rollout.Progress, []string) {
 			must = append(must, r)
 		}
 	}
+	// A migration that fails once the schedule ended pauses its rollout
+	// (issue 59, item 6); the operator resumes it, as run did the others.
+	resumed := make(chan struct{})
+	go func() {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-resumed:
+				return
+			case <-t.C:
+				for _, r := range rs {
+					if strings.HasPrefix(w.control(r.id), string(events.StatePaused)) {
+						w.steer(r.id, events.ActionResume, "the soak settles: paused by a failed migration")
+					}
+				}
+			}
+		}
+	}()
 	follow(must, 2*time.Minute, false)
+	close(resumed)
 	// By now the latest edit is planned and settled: an earlier one a
 	// watcher saw was planned before it.
 	follow(earlier, 10*time.Second, true)
