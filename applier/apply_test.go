@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -511,5 +512,67 @@ func TestARedeliveryTellsAMoveAnotherRolloutMovedOnFrom(t *testing.T) {
 	out, fate = a.carryOut(ctx, nil, plan, redelivery, noop.Span{}, &skipped)
 	if fate != nil || out.Result != events.ResultNextBoot || out.Revision != gen2 || out.From != plan.Target.FromRevision {
 		t.Fatalf("aborted rollout: outcome %+v, fate %v; want the move told", out, fate)
+	}
+}
+
+// TestAMoveIsDecidedAgainAtItsTurn: a VM stopped when it was planned and
+// running by its move is moved as a running VM is (issue 59, item 10: it
+// took no slot of the migration budget and skipped the restart window, as
+// its plan said next-boot); the outcome says it was decided again. And a
+// VMI no longer live-migratable by its move needs no migration (no slot).
+func TestAMoveIsDecidedAgainAtItsTurn(t *testing.T) {
+	t.Run("started", testStartedSincePlanned)
+	t.Run("no longer migratable", testNoLongerMigratable)
+}
+
+func testNoLongerMigratable(t *testing.T) {
+	a, clients, plan := fixture(t)
+	ctx := t.Context()
+	vmis := clients.Virt.KubevirtV1().VirtualMachineInstances("ns")
+	vmi, err := vmis.Create(ctx, testenv.RunningVMI("ns", "a"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the cache to see the VMI", func() bool { return a.cfg.Fleet.VMI("ns", "a") != nil })
+	vm, err := clients.Virt.KubevirtV1().VirtualMachines("ns").Get(ctx, "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan, err = a.replan(plan, vm); err != nil || plan.Action != events.ResultLive || !needsMigration(plan) {
+		t.Fatalf("plan of the running VM: %+v, %v; want a live move a migration carries", plan, err)
+	}
+	for i, c := range vmi.Status.Conditions {
+		if c.Type == virtv1.VirtualMachineInstanceIsMigratable {
+			vmi.Status.Conditions[i].Status, vmi.Status.Conditions[i].Reason = corev1.ConditionFalse, virtv1.VirtualMachineInstanceReasonDisksNotMigratable
+		}
+	}
+	if _, err := vmis.Update(ctx, vmi, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the cache to see the VMI not migratable", func() bool {
+		return !instancetype.Migratable(a.cfg.Fleet.VMI("ns", "a"))
+	})
+	out, err := a.apply(ctx, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.Wrote || needsMigration(events.Plan{Action: out.Result, Changes: out.Changes}) || !strings.Contains(out.Reason, "decided again at the move (planned live") {
+		t.Fatalf("outcome %+v; want a move no migration carries, decided again", out)
+	}
+}
+
+func testStartedSincePlanned(t *testing.T) {
+	a, clients, plan := fixture(t)
+	ctx := t.Context()
+	if _, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Create(ctx, testenv.RunningVMI("ns", "a"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the cache to see the VMI", func() bool { return a.cfg.Fleet.VMI("ns", "a") != nil })
+	out, err := a.apply(ctx, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Result != events.ResultLive || !out.Wrote || !strings.Contains(out.Reason, "decided again at the move (planned next-boot") || !needsMigration(events.Plan{Action: out.Result, Changes: out.Changes}) {
+		t.Fatalf("outcome %+v; want a live move a migration carries, decided again", out)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	virtv1 "kubevirt.io/api/core/v1"
+
 	"kvlive/events"
 	"kvlive/internal/consumer"
 )
@@ -61,8 +63,14 @@ func turnOf(ctx context.Context) *turn {
 	return t
 }
 
+// errStale stops a move whose VM no longer moves as planned at all once it
+// is its turn (decided again as it is now, it needs no move): the caller
+// plans it again from the VM as the API server has it.
+var errStale = fmt.Errorf("%w: the VM changed since it was planned, and no longer moves as planned", errTransient)
+
 // takeTurn makes every check a move's write waits on, in one place and in
-// this order, right before the write: its turn under --rate; for a move
+// this order, right before the write: its turn under --rate; the plan's
+// action decided again for the VM as it is now (redecide); for a move
 // KubeVirt answers with an eviction (a restart of its own), the rollout's
 // restart window, as for a restart; for a live move a migration carries, a
 // slot of the migration budget, taken at the write (a slot taken before the
@@ -70,31 +78,69 @@ func turnOf(ctx context.Context) *turn {
 // takes to react); last, that the rollout was not paused or aborted
 // meanwhile, so a pause stops moves already queued (a slot just taken is
 // then given back).
-func (a *Applier) takeTurn(ctx context.Context, plan events.Plan) error {
+func (a *Applier) takeTurn(ctx context.Context, plan *events.Plan, vm *virtv1.VirtualMachine) error {
 	if err := a.limiter.Wait(ctx); err != nil {
 		return err
 	}
+	if err := a.redecide(plan, vm); err != nil {
+		return err
+	}
 	if plan.Action == events.ResultEvict {
-		if err := a.withinWindow(ctx, plan); err != nil {
+		if err := a.withinWindow(ctx, *plan); err != nil {
 			return err
 		}
 	}
 	t := turnOf(ctx)
 	took := false
-	if t != nil && a.budget != nil && needsMigration(plan) {
+	if t != nil && a.budget != nil && needsMigration(*plan) {
 		var err error
-		if took, err = a.takeSlot(ctx, plan, t.budget); err != nil {
+		if took, err = a.takeSlot(ctx, *plan, t.budget); err != nil {
 			return fmt.Errorf("waiting for a slot of the migration budget: %w", err)
 		}
 		t.tookSlot = t.tookSlot || took
 	}
 	if a.watch != nil && a.watch.Of(plan.EventID).State != events.StateRunning {
 		if took {
-			a.giveBack(ctx, plan)
+			a.giveBack(ctx, *plan)
 			t.tookSlot = false
 		}
 		return errSteered
 	}
+	return nil
+}
+
+// redecide plans the VM again as it is at its move (vm, as the move read
+// it, with the VMI the cache shows now) and takes the new action where it
+// differs from the plan's: a VM stopped when planned and running at its
+// move is moved live, with a slot of the migration budget, or by an
+// eviction within the restart window, not at its next boot; a VM no longer
+// live-migratable needs no slot. The plan's target stays (the move checked
+// it just before). It returns errStale when the VM needs no move at all
+// any more. Repins and switches only: an undo keeps the action it was
+// planned with.
+func (a *Applier) redecide(plan *events.Plan, vm *virtv1.VirtualMachine) error {
+	if vm == nil || (plan.Target.Move != events.MoveRepin && plan.Target.Move != events.MoveSwitch) {
+		return nil
+	}
+	fresh, err := a.replan(*plan, vm)
+	if err != nil {
+		return fmt.Errorf("%w: deciding %s's move again: %w", errTransient, plan.VM, err)
+	}
+	if fresh.Action == plan.Action && needsMigration(fresh) == needsMigration(*plan) {
+		return nil
+	}
+	now := string(fresh.Action)
+	if !fresh.Action.Moves() {
+		now = "none"
+	}
+	a.cfg.Metrics.Redecided(string(plan.Action), now)
+	a.cfg.Log.Info("applier: the VM changed since it was planned; its move decided again", "vm", plan.VM.String(), "event", plan.EventID,
+		"planned", plan.Action, "now", fresh.Action, "reason", fresh.Reason)
+	if !fresh.Action.Moves() {
+		return errStale
+	}
+	plan.Reason = joinReason(fmt.Sprintf("decided again at the move (planned %s; the VM changed since)", plan.Action), fresh.Reason)
+	plan.Action, plan.Changes = fresh.Action, fresh.Changes
 	return nil
 }
 

@@ -360,7 +360,7 @@ func TestASlotIsTakenAtTheWriteNotBeforeTheRatesWait(t *testing.T) {
 	}
 	ta := &turn{budget: 1}
 	done := make(chan error, 1)
-	go func() { done <- a.takeTurn(withTurn(ctx, ta), live("a")) }()
+	go func() { plan := live("a"); done <- a.takeTurn(withTurn(ctx, ta), &plan, nil) }()
 	time.Sleep(200 * time.Millisecond) // a waits its turn
 	if vms := held(); len(vms) != 0 {
 		t.Fatalf("slots held by %v while a waits its turn; want none", vms)
@@ -379,7 +379,7 @@ func TestASlotIsTakenAtTheWriteNotBeforeTheRatesWait(t *testing.T) {
 	// b waits its turn; the rollout is paused meanwhile: b takes no slot
 	// that outlives its turn.
 	tb := &turn{budget: 1}
-	go func() { done <- a.takeTurn(withTurn(ctx, tb), live("b")) }()
+	go func() { plan := live("b"); done <- a.takeTurn(withTurn(ctx, tb), &plan, nil) }()
 	if _, _, err := store.Apply(ctx, "E", events.ActionPause, "look first", "alice", time.Now(), false); err != nil {
 		t.Fatal(err)
 	}

@@ -222,7 +222,10 @@ func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.Virtua
 	if skip := ownedElsewhere(vm, t, pin.Field); skip != nil {
 		return *skip, false, nil
 	}
-	if err := a.takeTurn(ctx, plan); err != nil {
+	if err := a.takeTurn(ctx, &plan, vm); err != nil {
+		if errors.Is(err, errStale) {
+			return events.Outcome{}, true, nil
+		}
 		return events.Outcome{}, false, err
 	}
 	if err := a.ensureRevision(ctx, want, pin.Revision); err != nil {
@@ -263,7 +266,7 @@ func (a *Applier) revert(ctx context.Context, plan events.Plan, vm *virtv1.Virtu
 	if skip := ownedElsewhere(vm, t, pin.Field); skip != nil {
 		return *skip, nil
 	}
-	if err := a.takeTurn(ctx, plan); err != nil {
+	if err := a.takeTurn(ctx, &plan, vm); err != nil {
 		return events.Outcome{}, err
 	}
 	if skip, err := a.ensureReverted(ctx, vm, t); skip != "" || err != nil {
@@ -368,7 +371,10 @@ func (a *Applier) switchVM(ctx context.Context, plan events.Plan, vm *virtv1.Vir
 	if skip := ownedElsewhere(vm, t, ""); skip != nil {
 		return *skip, false, nil
 	}
-	if err := a.takeTurn(ctx, plan); err != nil {
+	if err := a.takeTurn(ctx, &plan, vm); err != nil {
+		if errors.Is(err, errStale) {
+			return events.Outcome{}, true, nil
+		}
 		return events.Outcome{}, false, err
 	}
 	// A server-side apply as kvlive, forced past the writers by update

@@ -60,7 +60,7 @@ func (a *Applier) restartVM(ctx context.Context, plan events.Plan) (events.Outco
 		}
 		// The window is the last thing checked before the write: a turn
 		// waited for under --rate may end after the window closed.
-		if err := a.takeTurn(ctx, plan); err != nil {
+		if err := a.takeTurn(ctx, &plan, nil); err != nil {
 			return events.Outcome{}, err
 		}
 		if err := a.withinWindow(ctx, plan); err != nil {

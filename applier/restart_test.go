@@ -119,7 +119,7 @@ func TestAnEvictionWaitsForTheRestartWindow(t *testing.T) {
 	window := events.Window{Schedule: "0 22 * * *", Duration: "1h"}
 	a, _, plan := restartFixture(t, clk, 30, events.Policy{RestartWindow: window})
 	plan.Action, plan.Target = events.ResultEvict, events.Target{Move: events.MoveRepin}
-	if err := a.takeTurn(ctx, plan); !errors.Is(err, errOutsideWindow) {
+	if err := a.takeTurn(ctx, &plan, nil); !errors.Is(err, errOutsideWindow) {
 		t.Fatalf("an eviction's turn at noon: %v; want it held outside its 22:00 window", err)
 	}
 	c, _, err := a.control.Get(ctx, plan.EventID)
@@ -130,12 +130,12 @@ func TestAnEvictionWaitsForTheRestartWindow(t *testing.T) {
 	if _, _, err := a.control.Apply(ctx, plan.EventID, events.ActionResume, "the window opened", "test", clk.Now(), false); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.takeTurn(ctx, plan); err != nil {
+	if err := a.takeTurn(ctx, &plan, nil); err != nil {
 		t.Errorf("an eviction's turn inside its window: %v", err)
 	}
 	plan.Action = events.ResultLive
 	clk.SetTime(time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC))
-	if err := a.takeTurn(ctx, plan); err != nil {
+	if err := a.takeTurn(ctx, &plan, nil); err != nil {
 		t.Errorf("a live move outside the restart window: %v; want it to go", err)
 	}
 }

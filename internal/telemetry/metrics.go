@@ -46,6 +46,7 @@ type Metrics struct {
 	pruneYieldEnded prometheus.Counter
 	mismatches      prometheus.Counter
 	migrationWaits  *prometheus.CounterVec
+	redecided       *prometheus.CounterVec
 	migrationSlots  prometheus.Gauge
 	slotsGivenUp    prometheus.Counter
 	migrationFails  prometheus.Counter
@@ -130,6 +131,9 @@ func New() *Metrics {
 		migrationWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvlive_migration_waits_total", Help: "Times live moves started waiting for something other than a free migration slot, or gave up, by reason (kubevirt-not-deployed; gave-up: past --migration-queue-timeout; raced: a slot taken at once with others, given back to keep the budget).",
 		}, []string{"reason"}),
+		redecided: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvlive_moves_redecided_total", Help: "Moves whose action was decided again at their turn because the VM changed since it was planned (a stopped VM started, a VMI no longer live-migratable), by the planned action and the one taken (none: the VM needs no move any more, planned again).",
+		}, []string{"planned", "now"}),
 		migrationSlots: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvlive_migration_slots_in_use", Help: "Slots of the migration budget held by moved VMs whose live migration has not ended, as this applier last took one.",
 		}),
@@ -153,7 +157,7 @@ func New() *Metrics {
 		}),
 	}
 	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.rolloutsSettled, m.rolloutsOpen, m.sweepsFailed, m.notifyFailed, m.verdicts, m.verdictFailed, m.pruned, m.pruneFailed, m.pruneYieldEnded,
-		m.mismatches, m.migrationWaits, m.migrationSlots, m.slotsGivenUp, m.migrationFails, m.previews, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.mismatches, m.migrationWaits, m.redecided, m.migrationSlots, m.slotsGivenUp, m.migrationFails, m.previews, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.zeroSeries()
 	return m
 }
@@ -177,6 +181,13 @@ func (m *Metrics) Preview(result string) {
 func (m *Metrics) MigrationWait(reason string) {
 	if m != nil {
 		m.migrationWaits.WithLabelValues(reason).Inc()
+	}
+}
+
+// Redecided counts a move whose action was decided again at its turn.
+func (m *Metrics) Redecided(planned, now string) {
+	if m != nil {
+		m.redecided.WithLabelValues(planned, now).Inc()
 	}
 }
 
