@@ -9,9 +9,12 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
+	"kvlive/instancetype"
 	"kvlive/internal/consumer"
 )
 
@@ -82,7 +85,7 @@ func (a *Applier) takeTurn(ctx context.Context, plan *events.Plan, vm *virtv1.Vi
 	if err := a.limiter.Wait(ctx); err != nil {
 		return err
 	}
-	if err := a.redecide(plan, vm); err != nil {
+	if err := a.redecide(ctx, plan, vm); err != nil {
 		return err
 	}
 	if plan.Action == events.ResultEvict {
@@ -110,7 +113,8 @@ func (a *Applier) takeTurn(ctx context.Context, plan *events.Plan, vm *virtv1.Vi
 }
 
 // redecide plans the VM again as it is at its move (vm, as the move read
-// it, with the VMI the cache shows now) and takes the new action where it
+// it, with the VMI the cache shows now, or the API server when the plan
+// and the cache say it is stopped) and takes the new action where it
 // differs from the plan's: a VM stopped when planned and running at its
 // move is moved live, with a slot of the migration budget, or by an
 // eviction within the restart window, not at its next boot; a VM no longer
@@ -118,11 +122,23 @@ func (a *Applier) takeTurn(ctx context.Context, plan *events.Plan, vm *virtv1.Vi
 // it just before). It returns errStale when the VM needs no move at all
 // any more. Repins and switches only: an undo keeps the action it was
 // planned with.
-func (a *Applier) redecide(plan *events.Plan, vm *virtv1.VirtualMachine) error {
+func (a *Applier) redecide(ctx context.Context, plan *events.Plan, vm *virtv1.VirtualMachine) error {
 	if vm == nil || (plan.Target.Move != events.MoveRepin && plan.Target.Move != events.MoveSwitch) {
 		return nil
 	}
-	fresh, err := a.replan(*plan, vm)
+	fleet := a.cfg.Fleet
+	if plan.Action == events.ResultNextBoot && a.cfg.Fleet.VMI(vm.Namespace, vm.Name) == nil {
+		// Planned as stopped and not running by the cache: a VMI just
+		// started may not be in the cache yet, and the server is asked.
+		vmi, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachineInstances(vm.Namespace).Get(ctx, vm.Name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			fleet = withVMI(a.cfg.Fleet, vmi)
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("%w: reading whether %s runs: %w", errTransient, plan.VM, err)
+		}
+	}
+	fresh, err := a.replanOn(fleet, *plan, vm)
 	if err != nil {
 		return fmt.Errorf("%w: deciding %s's move again: %w", errTransient, plan.VM, err)
 	}
@@ -161,4 +177,35 @@ func (a *Applier) hold(ctx context.Context, msg jetstream.Msg, plan events.Plan,
 		attribute.String("kvlive.event.id", plan.EventID), attribute.Int("kvlive.attempt", d.Attempt)))
 	span.End()
 	return consumer.Done()
+}
+
+// withVMI is fleet with vmi in place of what its cache shows of that VMI.
+func withVMI(fleet Fleet, vmi *virtv1.VirtualMachineInstance) Fleet {
+	f := vmiFleet{Fleet: fleet, vmi: vmi}
+	if sl, ok := fleet.(instancetype.StartLookup); ok {
+		return startVMIFleet{vmiFleet: f, starts: sl}
+	}
+	return f
+}
+
+type vmiFleet struct {
+	Fleet
+	vmi *virtv1.VirtualMachineInstance
+}
+
+func (f vmiFleet) VMI(namespace, name string) *virtv1.VirtualMachineInstance {
+	if f.vmi.Namespace == namespace && f.vmi.Name == name {
+		return f.vmi
+	}
+	return f.Fleet.VMI(namespace, name)
+}
+
+// startVMIFleet keeps the fleet's StartLookup, which planning asks for.
+type startVMIFleet struct {
+	vmiFleet
+	starts instancetype.StartLookup
+}
+
+func (f startVMIFleet) StartedSpec(vmi *virtv1.VirtualMachineInstance) (*virtv1.VirtualMachineSpec, error) {
+	return f.starts.StartedSpec(vmi)
 }

@@ -550,7 +550,12 @@ func (a *Applier) vmGone(plan events.Plan, err error) (events.Outcome, error) {
 
 // replan decides the VM's plan again against the live target object.
 func (a *Applier) replan(plan events.Plan, vm *virtv1.VirtualMachine) (events.Plan, error) {
-	t := instancetype.Target{Target: plan.Target, Cluster: a.cfg.Fleet.Cluster()}
+	return a.replanOn(a.cfg.Fleet, plan, vm)
+}
+
+// replanOn plans vm for plan's target as the planner would, reading fleet.
+func (a *Applier) replanOn(fleet Fleet, plan events.Plan, vm *virtv1.VirtualMachine) (events.Plan, error) {
+	t := instancetype.Target{Target: plan.Target, Cluster: fleet.Cluster()}
 	obj, skip, err := a.targetObject(plan.Target)
 	if err != nil {
 		return plan, err
@@ -563,7 +568,7 @@ func (a *Applier) replan(plan events.Plan, vm *virtv1.VirtualMachine) (events.Pl
 	if plan.Target.Move == events.MoveSwitch {
 		t.FromRevision, t.Pin = "", ""
 	}
-	return instancetype.PlanVM(a.cfg.Fleet, plan.EventID, t, vm), nil
+	return instancetype.PlanVM(fleet, plan.EventID, t, vm), nil
 }
 
 // classify turns an API error into a retry (transient) or a failed outcome.
