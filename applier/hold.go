@@ -127,16 +127,25 @@ func (a *Applier) redecide(ctx context.Context, plan *events.Plan, vm *virtv1.Vi
 		return nil
 	}
 	fleet := a.cfg.Fleet
-	if plan.Action == events.ResultNextBoot && a.cfg.Fleet.VMI(vm.Namespace, vm.Name) == nil {
-		// Planned as stopped and not running by the cache: a VMI just
-		// started may not be in the cache yet, and the server is asked.
+	vmi := fleet.VMI(vm.Namespace, vm.Name)
+	running := vmi != nil && !vmi.IsFinal()
+	switch {
+	case running != (plan.Action != events.ResultNextBoot):
+	case running && needsMigration(*plan) && !instancetype.Migratable(vmi):
+	case !running && wantsToRun(vm):
+		// Planned as stopped and not running by the cache, but asked to
+		// run: a VMI just started may not be in the cache yet, and the
+		// server is asked.
 		vmi, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachineInstances(vm.Namespace).Get(ctx, vm.Name, metav1.GetOptions{})
 		switch {
-		case err == nil:
-			fleet = withVMI(a.cfg.Fleet, vmi)
-		case !apierrors.IsNotFound(err):
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
 			return fmt.Errorf("%w: reading whether %s runs: %w", errTransient, plan.VM, err)
 		}
+		fleet = withVMI(a.cfg.Fleet, vmi)
+	default:
+		return nil // as planned: the VM runs, and can migrate, as the plan says
 	}
 	fresh, err := a.replanOn(fleet, *plan, vm)
 	if err != nil {
@@ -208,4 +217,16 @@ type startVMIFleet struct {
 
 func (f startVMIFleet) StartedSpec(vmi *virtv1.VirtualMachineInstance) (*virtv1.VirtualMachineSpec, error) {
 	return f.starts.StartedSpec(vmi)
+}
+
+// wantsToRun reports whether the VM is asked to run: a run strategy that
+// starts it, or a start request virt-controller has not carried out yet.
+func wantsToRun(vm *virtv1.VirtualMachine) bool {
+	for _, r := range vm.Status.StateChangeRequests {
+		if r.Action == virtv1.StartRequest {
+			return true
+		}
+	}
+	s := vm.Spec.RunStrategy
+	return s != nil && (*s == virtv1.RunStrategyAlways || *s == virtv1.RunStrategyRerunOnFailure)
 }
