@@ -21,6 +21,10 @@ import (
 // lost with the node, and the audit log shows each VM written exactly once.
 func TestThreeReplicasOnANATSCluster(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 4, perIT: map[string]int{itMedium: 2000}, natsCluster: 3})
+	// A wait, not a check of speed (that is the benches'): alone this
+	// rollout takes about 4 minutes on 2 cores, beside another area up to
+	// past 5, the default.
+	e.followTimeout = 10 * time.Minute
 	for _, name := range []string{"a", "b", "c"} {
 		e.runKvlive("replica "+name, "--replicas", "3", "--leader-elect")
 	}
