@@ -124,14 +124,14 @@ const slotsFreed = 15 * time.Second
 
 // overBudget names the pin writes that made more live moves without an
 // ended migration than the migration budget allowed, by the write log and
-// the stand-in's migrations alone. A live move is a write the stand-in
-// answered with a migration: the first migration of a VM to start after a
-// write belongs to the latest write on it before that start, and the move
-// stays open from the write until that migration ends (failed or not). A
-// write no migration followed is not counted, so the count can only be
-// short. The budget at a write is the KubeVirt CR's
-// parallelMigrationsPerCluster, the higher one if it changed within grace
-// before (kvlive reads it from its informer).
+// the stand-in's own records alone. A live move is a write the stand-in
+// answered with a hot-plug: the latest write on the VM, before the
+// hot-plug, to a revision among the pins the hot-plug answered. The move
+// stays open from the write until the first migration of the VM started
+// since the hot-plug ends (failed or not). A live move no migration ended
+// is not counted, so the count can only be short. The budget at a write is
+// the KubeVirt CR's parallelMigrationsPerCluster, the higher one if it
+// changed within grace before (kvlive reads it from its informer).
 func (w *world) overBudget(writes []write) []string {
 	type move struct {
 		write
@@ -145,18 +145,23 @@ func (w *world) overBudget(writes []write) []string {
 	slices.SortFunc(history, func(a, b standin.MigrationRecord) int { return a.Started.Compare(b.Started) })
 	var live []move
 	taken := map[write]bool{}
-	for _, m := range history {
+	for _, h := range w.standin.Hotplugs() {
 		var by *write
-		for i, wr := range byVM[m.VMI] {
-			if wr.at.Before(m.Started) {
-				by = &byVM[m.VMI][i]
+		for i, wr := range byVM[h.VMI] {
+			if wr.at.Before(h.At) && slices.Contains(strings.Split(h.Pins, ","), wr.to) {
+				by = &byVM[h.VMI][i]
 			}
 		}
 		if by == nil || taken[*by] {
-			continue // KubeVirt's retry of a failed migration, or no move of kvlive's
+			continue // no move of kvlive's, or one already counted
 		}
-		taken[*by] = true
-		live = append(live, move{*by, m.Started, m.Ended})
+		for _, m := range history {
+			if m.VMI == h.VMI && !m.Started.Before(h.At) {
+				taken[*by] = true
+				live = append(live, move{*by, m.Started, m.Ended})
+				break
+			}
+		}
 	}
 	var failed []string
 	for _, m := range live {

@@ -18,7 +18,8 @@ import (
 // moved keeps what it showed before (an earlier change's RestartRequired)
 // for the delay, and the stand-in is not idle meanwhile; then it reacts as
 // virt-controller does: the condition gone, the hot-plug on the VMI, and
-// status.desiredGeneration written with the conditions.
+// status.desiredGeneration written with the conditions; its record of
+// hot-plugs names the pins it answered.
 func TestAReactionLagsTheMove(t *testing.T) {
 	const delay = 1500 * time.Millisecond
 	small, large := testenv.ClusterInstancetype("u1.small", 2, "4Gi"), testenv.ClusterInstancetype("u1.small", 4, "4Gi")
@@ -72,4 +73,7 @@ func TestAReactionLagsTheMove(t *testing.T) {
 		_, idle := c.Settled()
 		return idle
 	})
+	if h := c.Hotplugs(); len(h) != 1 || h[0].VMI != "ns/vm" || h[0].Pins != gen2.Name+"," || h[0].At.Before(moved.Add(delay)) {
+		t.Errorf("hot-plugs %+v; want one of ns/vm answering %s, after the delay", h, gen2.Name)
+	}
 }

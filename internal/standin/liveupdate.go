@@ -173,7 +173,13 @@ func (c *Controller) liveUpdate(ctx context.Context, vm *virtv1.VirtualMachine, 
 			return err
 		}
 	}
-	return c.patchVMI(ctx, vmi, map[string]any{"metadata": annotations(boot, current), "spec": spec}, status)
+	if err := c.patchVMI(ctx, vmi, map[string]any{"metadata": annotations(boot, current), "spec": spec}, status); err != nil {
+		return err
+	}
+	if _, hot := status["conditions"]; hot {
+		c.hotplugged(key, current)
+	}
+	return nil
 }
 
 // hotplugCPU follows handleCPUChangeRequest: sockets go up live within

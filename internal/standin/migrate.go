@@ -84,6 +84,39 @@ type migrations struct {
 	// failed are the VMIs whose latest migrations failed, by key: their
 	// next one waits out the backoff.
 	failed map[string]failures
+	// hotplugs are the hot-plugs asked for, in order.
+	hotplugs []HotplugRecord
+}
+
+// HotplugRecord is one hot-plug the stand-in asked of a VMI (its Hot*Change
+// conditions set), in answer to the VM's pins then.
+type HotplugRecord struct {
+	// VMI is namespace/name; Pins the VM's pinned revisions, comma-separated.
+	VMI, Pins string
+	At        time.Time
+}
+
+// Hotplugs lists the hot-plugs the stand-in asked for, in order.
+func (c *Controller) Hotplugs() []HotplugRecord {
+	c.mig.mu.Lock()
+	defer c.mig.mu.Unlock()
+	return slices.Clone(c.mig.hotplugs)
+}
+
+// hotplugged records a hot-plug asked of VMI key for pins, once: a sync
+// that ran again before the cache showed the VMI's patch asks it again.
+func (c *Controller) hotplugged(key, pins string) {
+	c.mig.mu.Lock()
+	defer c.mig.mu.Unlock()
+	for i := len(c.mig.hotplugs) - 1; i >= 0; i-- {
+		if h := c.mig.hotplugs[i]; h.VMI == key {
+			if h.Pins == pins {
+				return
+			}
+			break
+		}
+	}
+	c.mig.hotplugs = append(c.mig.hotplugs, HotplugRecord{VMI: key, Pins: pins, At: time.Now()})
 }
 
 // failures are a VMI's failed migrations since its last success.
