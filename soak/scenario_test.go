@@ -48,6 +48,7 @@ const (
 	doStart   = "start"     // start replica n again
 	doFaults  = "faults"    // API writes fail n% of the time (0: no more)
 	doStop    = "stop-vm"   // someone else stops VM n
+	doStartVM = "start-vm"  // someone else starts VM n
 	doDelete  = "delete-vm" // someone else deletes VM n
 	doBudget  = "budget"    // the KubeVirt CR's parallelMigrationsPerCluster becomes n
 	doFail    = "fail"      // the nth migration from now fails
@@ -68,7 +69,7 @@ func draw(seed int64) scenario {
 	}
 	sc.steps = append(sc.steps, step{at: 0, do: doEdit})
 	kinds := []string{doEdit, doEdit, doUndo, doPause, doPause, doResume, doResume, doAbort, doPromote,
-		doKill, doKill, doStart, doStart, doFaults, doFaults, doStop, doDelete, doBudget, doFail}
+		doKill, doKill, doStart, doStart, doFaults, doFaults, doStop, doStartVM, doStartVM, doDelete, doBudget, doFail}
 	for range 8 + rng.IntN(13) {
 		s := step{at: time.Duration(rng.IntN(4000)) * time.Millisecond, do: kinds[rng.IntN(len(kinds))]}
 		switch s.do {
@@ -78,6 +79,8 @@ func draw(seed int64) scenario {
 			s.n = []int{0, 10, 30}[rng.IntN(3)]
 		case doStop, doDelete:
 			s.n = rng.IntN(sc.vms)
+		case doStartVM:
+			s.n = 4*rng.IntN(sc.vms/4) + 3 // one of the VMs stopped at first
 		case doBudget:
 			s.n = 1 + rng.IntN(5)
 		case doFail:

@@ -168,6 +168,14 @@ func (w *world) do(s step) {
 		w.note("API writes fail %d%% of the time", s.n)
 	case doStop:
 		ns, name := vmName(s.n)
+		// The stand-in starts a VM from its start request only, and does
+		// not stop a halted VM's VMI as virt-controller does: a stop right
+		// after a start could meet a VMI started after it. So a VM started
+		// less than a second ago is left running.
+		if at, ok := w.startedVM(ns + "/" + name); ok && time.Since(at) < time.Second {
+			w.note("stop %s/%s: started %v ago, left running", ns, name, time.Since(at).Round(time.Millisecond))
+			break
+		}
 		err := w.update(ctx, ns, name, func(vm *virtv1.VirtualMachine) {
 			halted := virtv1.RunStrategyHalted
 			vm.Spec.RunStrategy = &halted
@@ -178,6 +186,22 @@ func (w *world) do(s step) {
 			_ = w.clients.Virt.KubevirtV1().VirtualMachineInstances(ns).Delete(ctx, name, metav1.DeleteOptions{})
 		}
 		w.note("stopped %s/%s: %v", ns, name, err)
+	case doStartVM:
+		// As `virtctl start` asks virt-controller: the stand-in starts a
+		// VMI from the VM's template and current pins. A VM that runs
+		// already is left as it is.
+		ns, name := vmName(s.n)
+		if _, err := w.clients.Virt.KubevirtV1().VirtualMachineInstances(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			w.note("start %s/%s: it runs already", ns, name)
+			break
+		}
+		err := w.update(ctx, ns, name, func(vm *virtv1.VirtualMachine) {
+			always := virtv1.RunStrategyAlways
+			vm.Spec.RunStrategy = &always
+			vm.Status.StateChangeRequests = append(vm.Status.StateChangeRequests, virtv1.VirtualMachineStateChangeRequest{Action: virtv1.StartRequest})
+		})
+		w.vmStarted(ns + "/" + name)
+		w.note("started %s/%s: %v", ns, name, err)
 	case doDelete:
 		ns, name := vmName(s.n)
 		err := w.clients.Virt.KubevirtV1().VirtualMachines(ns).Delete(ctx, name, metav1.DeleteOptions{})

@@ -47,6 +47,24 @@ type world struct {
 	// budgets are the KubeVirt CR's parallelMigrationsPerCluster, from
 	// the start, with the times the steps changed it.
 	budgets []budgetChange
+	// vmStarts are when the steps started each VM.
+	vmStarts map[string]time.Time
+}
+
+func (w *world) vmStarted(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.vmStarts == nil {
+		w.vmStarts = map[string]time.Time{}
+	}
+	w.vmStarts[key] = time.Now()
+}
+
+func (w *world) startedVM(key string) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at, ok := w.vmStarts[key]
+	return at, ok
 }
 
 // budgetChange is the KubeVirt CR's migration budget from a time on.
