@@ -89,19 +89,21 @@ func (w *world) check() []string {
 // item 6).
 func (w *world) slotsLeft() []string {
 	var held []string
+	ctx, cancel := context.WithTimeout(context.Background(), 2*slotsFreed)
+	defer cancel()
 	deadline := time.Now().Add(slotsFreed)
 	for {
 		held = held[:0]
-		kv, err := w.js.KeyValue(context.Background(), events.BucketBus)
+		kv, err := w.js.KeyValue(ctx, events.BucketBus)
 		if err != nil {
 			return []string{fmt.Sprintf("the bus bucket: %v", err)}
 		}
-		keys, err := kv.ListKeysFiltered(context.Background(), events.MigrationKeys)
+		keys, err := kv.ListKeysFiltered(ctx, events.MigrationKeys)
 		if err != nil {
 			return []string{fmt.Sprintf("listing migration slots: %v", err)}
 		}
 		for k := range keys.Keys() {
-			if e, err := kv.Get(context.Background(), k); err == nil && k != events.MigrationWaitKey {
+			if e, err := kv.Get(ctx, k); err == nil && k != events.MigrationWaitKey {
 				held = append(held, fmt.Sprintf("%s: %s", k, e.Value()))
 			}
 		}
