@@ -5,14 +5,18 @@
 // integration/AREAS). Each package's test binary is built once (go test -c);
 // each area runs as a process of it, with -test.run naming the area's tests
 // and a -test.timeout of twice its budget, at most -jobs areas at once,
-// longest budget first. The tests of one area run one after another, as
+// longest budget first, and beside them the areas marked idle, which
+// mostly wait on the wall clock (a NATS outage, a restart window) and
+// leave their core to the others. The tests of one area run one after another, as
 // they always have; areas share nothing but the machine, since every test
 // starts its own servers on free ports.
 //
 // It fails when a test fails, when an area takes longer than its budget
 // (naming it), and when a test of a package belongs to no area or to two.
 // Each area's go test -json events are kept in -out; the summary gives every
-// area's time against its budget and the slowest tests. With -report it
+// area's time against its budget, the CPU it and the servers it started
+// used (so an area marked idle that no longer waits shows), and the
+// slowest tests. With -report it
 // only reads a file of go test -json events (hack/test.sh's unit tests) and
 // says the same of them.
 //
@@ -109,6 +113,9 @@ func run() error {
 type area struct {
 	name   string
 	budget time.Duration
+	// idle areas mostly wait: they run beside the -jobs others, not in
+	// their count.
+	idle bool
 	// pkg is the package's folder, relative to the working directory.
 	pkg string
 	// files are the test files whose tests the area runs; nil means all of
@@ -118,9 +125,9 @@ type area struct {
 	tests []string
 }
 
-// readAreas parses the areas file: "name budget package file..." a line,
-// '#' comments, the package relative to the file's folder, "*" for every
-// test file of the package.
+// readAreas parses the areas file: "name budget [idle] package file..." a
+// line, '#' comments, the package relative to the file's folder, "*" for
+// every test file of the package.
 func readAreas(path string) ([]*area, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -136,8 +143,12 @@ func readAreas(path string) ([]*area, error) {
 		if len(fields) == 0 {
 			continue
 		}
+		idle := len(fields) > 2 && fields[2] == "idle"
+		if idle {
+			fields = slices.Delete(fields, 2, 3)
+		}
 		if len(fields) < 4 {
-			return nil, fmt.Errorf("%s:%d: want \"area budget package file...\"", path, line)
+			return nil, fmt.Errorf("%s:%d: want \"area budget [idle] package file...\"", path, line)
 		}
 		budget, err := time.ParseDuration(fields[1])
 		if err != nil || budget <= 0 {
@@ -147,7 +158,7 @@ func readAreas(path string) ([]*area, error) {
 			return nil, fmt.Errorf("%s:%d: area %s named twice", path, line, fields[0])
 		}
 		seen[fields[0]] = true
-		a := &area{name: fields[0], budget: budget, pkg: filepath.Join(filepath.Dir(path), fields[2])}
+		a := &area{name: fields[0], budget: budget, idle: idle, pkg: filepath.Join(filepath.Dir(path), fields[2])}
 		if len(fields) != 4 || fields[3] != "*" {
 			a.files = fields[3:]
 		}

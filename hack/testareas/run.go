@@ -40,6 +40,10 @@ type testResult struct {
 type result struct {
 	area    *area
 	elapsed time.Duration
+	// cpu is the CPU time of the area's process tree: the test binary and
+	// every server it started and waited for (kube-apiserver, etcd,
+	// nats-server, kvlive), as the kernel sums a reaped child's children.
+	cpu time.Duration
 	// failed: a test failed, the binary exited non-zero, or it timed out.
 	failed   bool
 	overrun  bool
@@ -51,15 +55,27 @@ type result struct {
 }
 
 // runAreas runs the areas, at most o.jobs at once, longest budget first,
-// printing each area's end as it comes.
+// and the idle ones beside them (all at once: they mostly wait), printing
+// each area's end as it comes.
 func runAreas(ctx context.Context, o options, areas []*area, bins map[string]string) []*result {
 	order := slices.Clone(areas)
-	slices.SortStableFunc(order, func(a, b *area) int { return int(b.budget - a.budget) })
+	// The idle areas first: an area waiting for a busy slot must not hold
+	// back one that needs none; they never wait for each other.
+	slices.SortStableFunc(order, func(a, b *area) int {
+		if a.idle != b.idle {
+			return map[bool]int{true: -1, false: 1}[a.idle]
+		}
+		return int(b.budget - a.budget)
+	})
 	results := make([]*result, len(order))
 	var mu sync.Mutex
-	sem := make(chan struct{}, o.jobs)
+	busy, idle := make(chan struct{}, o.jobs), make(chan struct{}, len(order))
 	var wg sync.WaitGroup
 	for i, a := range order {
+		sem := busy
+		if a.idle {
+			sem = idle
+		}
 		sem <- struct{}{}
 		fmt.Printf("testareas: %s (%d tests, budget %s) started\n", a.name, len(a.tests), a.budget)
 		wg.Go(func() {
@@ -117,6 +133,9 @@ func runArea(ctx context.Context, o options, a *area, bin string) *result {
 	r.exitErr = cmd.Wait()
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	r.elapsed = time.Since(start)
+	if ps := cmd.ProcessState; ps != nil {
+		r.cpu = ps.UserTime() + ps.SystemTime()
+	}
 	r.failed = r.failed || r.exitErr != nil
 	r.overrun = r.elapsed > a.budget
 	return r
@@ -210,7 +229,7 @@ func report(w io.Writer, r *result) {
 	case r.overrun:
 		verdict = "OVER BUDGET"
 	}
-	fmt.Fprintf(w, "testareas: %s %s: %d tests in %s (budget %s)\n", verdict, r.area.name, len(r.tests), r.elapsed.Round(time.Second), r.area.budget)
+	fmt.Fprintf(w, "testareas: %s %s: %d tests in %s (budget %s), %s of CPU\n", verdict, r.area.name, len(r.tests), r.elapsed.Round(time.Second), r.area.budget, r.cpu.Round(time.Second))
 	for _, out := range r.failures {
 		fmt.Fprint(w, out)
 	}
@@ -270,7 +289,7 @@ func printSlowest(w io.Writer, tests []testResult, n int) {
 // summarize prints every area's time against its budget and the slowest
 // tests, and fails naming each area that failed or ran past its budget.
 func summarize(w io.Writer, o options, results []*result, wall time.Duration) error {
-	fmt.Fprintf(w, "\n%-14s %-12s %8s %8s %6s\n", "area", "result", "time", "budget", "tests")
+	fmt.Fprintf(w, "\n%-14s %-12s %8s %8s %8s %6s %6s\n", "area", "result", "time", "budget", "cpu", "cores", "tests")
 	var all []testResult
 	var bad []string
 	for _, r := range results {
@@ -283,10 +302,18 @@ func summarize(w io.Writer, o options, results []*result, wall time.Duration) er
 			verdict = "over budget"
 			bad = append(bad, fmt.Sprintf("%s took %s, past its budget of %s", r.area.name, r.elapsed.Round(time.Second), r.area.budget))
 		}
-		fmt.Fprintf(w, "%-14s %-12s %8s %8s %6d\n", r.area.name, verdict, r.elapsed.Round(time.Second), r.area.budget, len(r.tests))
+		name := r.area.name
+		if r.area.idle {
+			name += " (idle)"
+		}
+		cores := 0.0
+		if r.elapsed > 0 {
+			cores = r.cpu.Seconds() / r.elapsed.Seconds()
+		}
+		fmt.Fprintf(w, "%-14s %-12s %8s %8s %8s %6.2f %6d\n", name, verdict, r.elapsed.Round(time.Second), r.area.budget, r.cpu.Round(time.Second), cores, len(r.tests))
 		all = append(all, r.tests...)
 	}
-	fmt.Fprintf(w, "%d areas, %d at once, in %s; events in %s\n", len(results), o.jobs, wall.Round(time.Second), o.out)
+	fmt.Fprintf(w, "%d areas, %d at once (and the idle ones beside them), in %s; events in %s\n", len(results), o.jobs, wall.Round(time.Second), o.out)
 	printSlowest(w, all, o.slowest)
 	if len(bad) > 0 {
 		return fmt.Errorf("integration areas: %s", strings.Join(bad, "; "))
