@@ -58,6 +58,34 @@ type Control struct {
 	// resumes (yes) or pauses or aborts (no) the rollout. Any other pause,
 	// resume or abort clears it, and cancels the call.
 	Awaiting string `json:"awaiting,omitempty"`
+	// Pauses are the rollout's pauses, oldest first, the current one
+	// included (at most MaxPauses, the latest): a pause lifted before the
+	// notifier looked, or while no notifier ran, is still told.
+	Pauses []Pause `json:"pauses,omitempty"`
+}
+
+// Pause is one pause of a rollout, as its control record said when paused.
+type Pause struct {
+	At     time.Time `json:"at"`
+	By     string    `json:"by,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// MaxPauses bounds a control record's Pauses. A rollout paused more often
+// keeps its latest; the notifier has told the older ones unless more than
+// MaxPauses came and went while no notifier ran.
+const MaxPauses = 64
+
+// NotePause adds the pause c is in to c.Pauses when c is paused and its
+// pause is not the one prev was in (prev is the record c was made from).
+func (c *Control) NotePause(prev Control) {
+	if c.State != StatePaused || (prev.State == StatePaused && prev.At.Equal(c.At)) {
+		return
+	}
+	c.Pauses = append(c.Pauses, Pause{At: c.At, By: c.By, Reason: c.Reason})
+	if n := len(c.Pauses); n > MaxPauses {
+		c.Pauses = slices.Clone(c.Pauses[n-MaxPauses:])
+	}
 }
 
 // AwaitingConfirm is Control.Awaiting on a rollout whose confirm webhook

@@ -18,11 +18,14 @@ import (
 
 // TestNotificationsAcrossAKill: kvlive run --notify tells a local receiver
 // of a batched rollout's start and of its gate holding the second batch
-// (why, the promote command and the dashboard link). The receiver then
-// redirects, answers too slowly and goes down while the rollout is
-// promoted and completes (the pipeline does not wait for it), and kvlive
-// is killed with SIGKILL; once the receiver is back and kvlive restarted,
-// the completion arrives: started, held, completed, in that order, each
+// (why, the promote command and the dashboard link). kvlive is then killed
+// with SIGKILL, and while it is down an operator promotes the rollout,
+// pauses it and resumes it. A second kvlive tells of that pause, though it
+// was lifted before any notifier saw it, to a receiver that redirects,
+// answers too slowly and goes down while the rollout completes (the
+// pipeline does not wait for it); that kvlive is killed too. Once the
+// receiver is back and a third kvlive runs, the completion arrives:
+// started, held, paused (lifted since), completed, in that order, each
 // once.
 func TestNotificationsAcrossAKill(t *testing.T) {
 	e := newEnv(t, fleetOptions{namespaces: 1, perIT: map[string]int{itMedium: 20}})
@@ -55,10 +58,15 @@ func TestNotificationsAcrossAKill(t *testing.T) {
 		t.Errorf("kvlive run's dashboard, drift: %d, %v\n%s", code, err, body)
 	}
 
+	first.kill()
+	e.rolloutCommand("promote", id)
+	e.rolloutCommand("pause", id, "--reason", "while kvlive is down")
+	e.rolloutCommand("resume", id)
+
 	// The receiver misbehaves; the rollout goes on without it.
 	r.Set(testenv.ReceiverRedirect)
 	tries := r.Tries()
-	e.rolloutCommand("promote", id)
+	second := e.runKvlive("second", flags...)
 	e.waitFor("a redirected post", time.Minute, func() (bool, string) { return r.Tries() > tries, "" })
 	r.Set(testenv.ReceiverSlow)
 	tries = r.Tries()
@@ -73,20 +81,22 @@ func TestNotificationsAcrossAKill(t *testing.T) {
 	})
 	tries = r.Tries()
 	e.waitFor("a post to the receiver while down", time.Minute, func() (bool, string) { return r.Tries() > tries, "" })
-	first.kill()
+	second.kill()
 
 	r.Set(testenv.ReceiverOK)
-	e.runKvlive("second", flags...)
-	e.waitFor("the completion told", rolloutTimeout, func() (bool, string) {
+	e.runKvlive("third", flags...)
+	e.waitFor("the pause and the completion told", rolloutTimeout, func() (bool, string) {
 		got := r.Kinds()
-		return len(got) >= 3, strings.Join(got, ", ")
+		return len(got) >= 4, strings.Join(got, ", ")
 	})
 	// Only a notification not yet acknowledged is posted again: once the
 	// receiver's consumer has none left, unacknowledged or to deliver,
 	// what it took is all it will take.
 	e.waitFor("every notification posted and acknowledged", time.Minute, e.notificationsDone)
-	if got := r.Kinds(); !slices.Equal(got, []string{events.NotifyStarted, events.NotifyHeld, events.NotifyCompleted}) {
-		t.Errorf("told %v, want started, held, completed, once each", got)
+	if got := r.Kinds(); !slices.Equal(got, []string{events.NotifyStarted, events.NotifyHeld, events.NotifyPaused, events.NotifyCompleted}) {
+		t.Errorf("told %v, want started, held, paused, completed, once each", got)
+	} else if p := r.Took()[2]; p.Why != "while kvlive is down" || !strings.Contains(p.Text, "a pause lifted since") {
+		t.Errorf("the pause made and lifted while kvlive was down: %+v", p)
 	}
 	if ids := r.IDs(); len(slices.Compact(slices.Sorted(slices.Values(ids)))) != len(ids) {
 		t.Errorf("a notification was taken twice: %v", ids)

@@ -251,10 +251,12 @@ func (s *Store) Update(ctx context.Context, eventID string, force bool, change f
 			return current, false, err
 		}
 		c := current
+		c.Pauses = slices.Clone(current.Pauses)
 		changed, err := change(&c)
 		if err != nil || !changed {
 			return current, false, err
 		}
+		c.NotePause(current)
 		rec, err := events.MarshalControl(c)
 		if err != nil {
 			return current, false, err

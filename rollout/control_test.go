@@ -230,3 +230,60 @@ func TestARetryClaimsItsVMsOnce(t *testing.T) {
 		t.Errorf("control record %+v (%v): want b retried by retry/2 alone, the rollout running", c, err)
 	}
 }
+
+// TestTheRecordKeepsEveryPause: each pause, however it came (an operator,
+// a gate's confirm, a restart window), is kept in the control record after
+// it is lifted; asking twice is one pause; the record keeps the latest
+// events.MaxPauses.
+func TestTheRecordKeepsEveryPause(t *testing.T) {
+	ctx := t.Context()
+	s, err := Open(ctx, testenv.JetStream(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Second) }
+	must := func(_ any, _ bool, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := s.AwaitConfirm(ctx, "E/1", "the confirm webhook is asked", at(0))
+	must(nil, false, err)
+	_, err = s.ConfirmAnswered(ctx, "E/1", c, false, false, "the webhook said no", at(1))
+	must(nil, false, err)
+	must(s.Apply(ctx, "E/1", events.ActionResume, "", "alice", at(2), false))
+	must(s.Apply(ctx, "E/1", events.ActionPause, "lunch", "bob", at(3), false))
+	must(s.Apply(ctx, "E/1", events.ActionPause, "again", "bob", at(4), false)) // paused already
+	must(s.Apply(ctx, "E/1", events.ActionResume, "", "bob", at(5), false))
+	_, err = s.PauseUntil(ctx, "E/1", "outside its restart window", at(6), at(60))
+	must(nil, false, err)
+	c, _, err = s.Get(ctx, "E/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []events.Pause{
+		{At: at(0), By: GatedBy, Reason: "the confirm webhook is asked"},
+		{At: at(1), By: GatedBy, Reason: "the webhook said no"},
+		{At: at(3), By: "bob", Reason: "lunch"},
+		{At: at(6), By: WindowBy, Reason: "outside its restart window"},
+	}
+	if len(c.Pauses) != len(want) {
+		t.Fatalf("pauses %+v, want %+v", c.Pauses, want)
+	}
+	for i := range want {
+		if p := c.Pauses[i]; !p.At.Equal(want[i].At) || p.By != want[i].By || p.Reason != want[i].Reason {
+			t.Errorf("pause %d: %+v, want %+v", i, p, want[i])
+		}
+	}
+
+	for i := range events.MaxPauses + 3 {
+		must(s.Apply(ctx, "E/2", events.ActionPause, "", "bob", at(2*i), false))
+		must(s.Apply(ctx, "E/2", events.ActionResume, "", "bob", at(2*i+1), false))
+	}
+	c, _, _ = s.Get(ctx, "E/2")
+	if n := len(c.Pauses); n != events.MaxPauses || !c.Pauses[n-1].At.Equal(at(2*(events.MaxPauses+2))) || !c.Pauses[0].At.Equal(at(6)) {
+		t.Errorf("%d pauses, from %v to %v; want the latest %d", n, c.Pauses[0].At, c.Pauses[n-1].At, events.MaxPauses)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +46,10 @@ type Config struct {
 	Metrics    Metrics
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// OutcomesEvery is how often, at most, a rollout whose only changes
+	// are outcomes and verdicts is looked at again (DefaultOutcomesEvery
+	// when zero).
+	OutcomesEvery time.Duration
 }
 
 // Metrics are what the notifier counts: its receivers' deliveries (the
@@ -64,14 +69,14 @@ const Stage = "notify"
 // checkEvery is how often changed rollouts are looked at again.
 const checkEvery = time.Second
 
-// outcomesEvery is how often, at most, a rollout whose only changes are new
-// outcomes and verdicts is looked at again: each look reads all of them
-// (rollout.AccountOf), so a rollout of 10,000 VMs looked at every second
-// would be read some 70 times while it moves, hundreds of thousands of
-// messages for the one notification its last outcome brings. A change of
-// its rollout or control record (a gate holding, a pause) is looked at
+// DefaultOutcomesEvery is how often, at most, a rollout whose only changes
+// are new outcomes and verdicts is looked at again: each look reads all of
+// them (rollout.AccountOf), so a rollout of 10,000 VMs looked at every
+// second would be read some 70 times while it moves, hundreds of thousands
+// of messages for the one notification its last outcome brings. A change
+// of its rollout or control record (a gate holding, a pause) is looked at
 // within checkEvery.
-const outcomesEvery = 10 * time.Second
+const DefaultOutcomesEvery = 10 * time.Second
 
 // Notifier watches rollouts and tells the receivers of their changes.
 type Notifier struct {
@@ -81,7 +86,7 @@ type Notifier struct {
 	// dirty are the rollouts to look at: true when their rollout or
 	// control record changed, false when only outcomes came.
 	dirty map[string]bool
-	// looked is when each rollout looked at in the last outcomesEvery was.
+	// looked is when each rollout looked at in the last OutcomesEvery was.
 	looked map[string]time.Time
 }
 
@@ -101,6 +106,9 @@ func New(cfg Config) (*Notifier, error) {
 	}
 	if cfg.MaxDeliver <= 0 {
 		cfg.MaxDeliver = DefaultMaxDeliver
+	}
+	if cfg.OutcomesEvery <= 0 {
+		cfg.OutcomesEvery = DefaultOutcomesEvery
 	}
 	if cfg.Streams.Replicas == 0 {
 		cfg.Streams = events.DefaultStreamOptions()
@@ -198,15 +206,15 @@ func (n *Notifier) mark(records bool, ids ...string) {
 }
 
 // due takes the rollouts to look at now: those whose records changed, and
-// those with new outcomes not looked at in the last outcomesEvery; the
+// those with new outcomes not looked at in the last OutcomesEvery; the
 // rest stay marked. It forgets when rollouts were looked at once that is
-// outcomesEvery ago.
+// OutcomesEvery ago.
 func (n *Notifier) due(now time.Time) []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var ids []string
 	for id, records := range n.dirty {
-		if !records && now.Sub(n.looked[id]) < outcomesEvery {
+		if !records && now.Sub(n.looked[id]) < n.cfg.OutcomesEvery {
 			continue
 		}
 		ids = append(ids, id)
@@ -214,7 +222,7 @@ func (n *Notifier) due(now time.Time) []string {
 		n.looked[id] = now
 	}
 	for id, at := range n.looked {
-		if now.Sub(at) >= outcomesEvery {
+		if now.Sub(at) >= n.cfg.OutcomesEvery {
 			delete(n.looked, id)
 		}
 	}
@@ -324,14 +332,22 @@ func States(a rollout.Account, dashboard string) []State {
 	add(events.NotifyStarted, "1", fmt.Sprintf("kvlive: %s started: %d VMs planned (%s)%s", what, a.Planned, counts(a.Record.Counts), batches(a)), "")
 
 	c := a.Control
-	if c.State == events.StatePaused && !a.Done() {
-		at := strconv.FormatInt(c.At.UnixNano(), 10)
-		if c.By == rollout.GatedBy {
-			add(events.NotifyHeld, at, fmt.Sprintf("kvlive: %s is held after batch %d of %d", what, a.Batch+1, len(a.Batches)), c.Reason,
+	for _, p := range pauses(c) {
+		at := strconv.FormatInt(p.At.UnixNano(), 10)
+		current := c.State == events.StatePaused && p.At.Equal(c.At)
+		switch {
+		case current && a.Done():
+			// A rollout that has nothing left to move is not held by it.
+		case current && p.By == rollout.GatedBy:
+			add(events.NotifyHeld, at, fmt.Sprintf("kvlive: %s is held after batch %d of %d", what, a.Batch+1, len(a.Batches)), p.Reason,
 				"kvlive rollout promote "+id, "kvlive rollout abort "+id+` --reason "…"`)
-		} else {
-			add(events.NotifyPaused, at, fmt.Sprintf("kvlive: %s was paused by %s", what, orSomeone(c.By)), c.Reason,
+		case current:
+			add(events.NotifyPaused, at, fmt.Sprintf("kvlive: %s was paused by %s", what, orSomeone(p.By)), p.Reason,
 				"kvlive rollout resume "+id, "kvlive rollout abort "+id+` --reason "…"`)
+		case p.By == rollout.GatedBy:
+			add(events.NotifyHeld, at, fmt.Sprintf("kvlive: %s was held at %s, a hold lifted since", what, p.At.Format(time.RFC3339)), p.Reason)
+		default:
+			add(events.NotifyPaused, at, fmt.Sprintf("kvlive: %s was paused by %s at %s, a pause lifted since", what, orSomeone(p.By), p.At.Format(time.RFC3339)), p.Reason)
 		}
 	}
 	batch := strconv.Itoa(a.Batch)
@@ -357,6 +373,16 @@ func States(a rollout.Account, dashboard string) []State {
 		add(events.NotifyAborted, "1", fmt.Sprintf("kvlive: %s was aborted by %s: %s", what, orSomeone(c.By), counts(a.Outcomes)), c.Reason)
 	}
 	return out
+}
+
+// pauses are the pauses c records, and the one it is in where a record
+// written before kvlive kept them lists none.
+func pauses(c events.Control) []events.Pause {
+	ps := c.Pauses
+	if c.State == events.StatePaused && !slices.ContainsFunc(ps, func(p events.Pause) bool { return p.At.Equal(c.At) }) {
+		ps = append(slices.Clone(ps), events.Pause{At: c.At, By: c.By, Reason: c.Reason})
+	}
+	return ps
 }
 
 func orSomeone(by string) string {

@@ -190,11 +190,11 @@ func TestParseReceiver(t *testing.T) {
 }
 
 // TestOutcomesAloneAreLookedAtLessOften: a rollout whose only changes are
-// new outcomes is read again at most every outcomesEvery (each read is all
-// its outcomes), while a change of its rollout or control record is looked
-// at the next time round; what was looked at long ago is forgotten.
+// new outcomes is read again at most every DefaultOutcomesEvery (each read
+// is all its outcomes), while a change of its rollout or control record is
+// looked at the next time round; what was looked at long ago is forgotten.
 func TestOutcomesAloneAreLookedAtLessOften(t *testing.T) {
-	n := &Notifier{dirty: map[string]bool{}, looked: map[string]time.Time{}}
+	n := &Notifier{cfg: Config{OutcomesEvery: DefaultOutcomesEvery}, dirty: map[string]bool{}, looked: map[string]time.Time{}}
 	step := func(at time.Duration, want ...string) {
 		t.Helper()
 		got := n.due(t0.Add(at))
@@ -214,7 +214,7 @@ func TestOutcomesAloneAreLookedAtLessOften(t *testing.T) {
 	n.mark(false, "b")
 	step(4*time.Second, "b")
 	step(12 * time.Second)
-	step(13*time.Second, "a") // outcomesEvery after its last look
+	step(13*time.Second, "a") // DefaultOutcomesEvery after its last look
 	step(24 * time.Second)
 	if len(n.looked) != 0 {
 		t.Errorf("still remembered: %v", n.looked)
@@ -306,5 +306,41 @@ func TestWhatWasToldOutlivesTheReplayHorizon(t *testing.T) {
 	stop()
 	if got := r.Kinds(); !slices.Equal(got, []string{events.NotifyStarted}) {
 		t.Errorf("told %v, want started once", got)
+	}
+}
+
+// TestAPauseLiftedBeforeItWasSeenIsTold: a pause resumed within the
+// notifier's tick, and one paused and resumed while no notifier ran, are
+// each told once, as pauses lifted since; nothing is told twice after.
+func TestAPauseLiftedBeforeItWasSeenIsTold(t *testing.T) {
+	js := testenv.JetStream(t)
+	r := testenv.NewNotifyReceiver(t, testenv.ReceiverOK)
+	cfg := Config{Receivers: []Receiver{{URL: r.URL(), Format: FormatCloudEvents}}}
+	steer := func(action events.ControlAction, reason string, at time.Time) {
+		t.Helper()
+		if _, err := rollout.Steer(t.Context(), js, rollout.Steering{EventID: "switch/d", Action: action, By: "alice", Reason: reason}, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := run(t, js, cfg)
+	record(t, js, "switch/d")
+	testenv.Eventually(t, 30*time.Second, "the start told", func() bool { return len(r.Kinds()) == 1 })
+	steer(events.ActionPause, "a look", t0)
+	steer(events.ActionResume, "", t0.Add(time.Millisecond))
+	testenv.Eventually(t, 30*time.Second, "the pause within a tick told", func() bool { return len(r.Kinds()) == 2 })
+	stop()
+	steer(events.ActionPause, "while no notifier ran", t0.Add(time.Minute))
+	steer(events.ActionResume, "", t0.Add(2*time.Minute))
+	stop = run(t, js, cfg)
+	testenv.Eventually(t, 30*time.Second, "the pause while down told", func() bool { return len(r.Kinds()) == 3 })
+	time.Sleep(3 * checkEvery) // a fourth notice would come by now
+	stop()
+	if got := r.Kinds(); !slices.Equal(got, []string{events.NotifyStarted, events.NotifyPaused, events.NotifyPaused}) {
+		t.Fatalf("told %v, want started, then each pause once", got)
+	}
+	for i, reason := range []string{"a look", "while no notifier ran"} {
+		if p := r.Took()[i+1]; p.Why != reason || !strings.Contains(p.Text, "a pause lifted since") || len(p.Commands) != 0 {
+			t.Errorf("pause %d: %+v", i+1, p)
+		}
 	}
 }
