@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"kvlive/events"
 	"kvlive/internal/standin"
+	"kvlive/rollout"
 )
 
 // check lets the world settle and returns the promises it found broken:
@@ -26,7 +28,8 @@ import (
 //   - no rollout's VM moved after its abort, or while it was paused
 //     (later than grace after the step returned, before its resume);
 //   - never more live moves without an ended migration than the
-//     migration budget (see overBudget).
+//     migration budget (see overBudget);
+//   - every notification told once (see toldOnce).
 func (w *world) check() []string {
 	progress, failed := w.settle()
 	writes := w.api.log()
@@ -77,6 +80,7 @@ func (w *world) check() []string {
 	}
 	failed = append(failed, w.overBudget(writes)...)
 	failed = append(failed, w.slotsLeft()...)
+	failed = append(failed, w.toldOnce(progress)...)
 	slices.Sort(failed)
 	return failed
 }
@@ -176,8 +180,8 @@ func (w *world) overBudget(writes []write) []string {
 		}
 		if budget := w.budgetAt(m.at); len(open)+1 > budget {
 			slices.Sort(open)
-			failed = append(failed, fmt.Sprintf("%s moved %s → %s live at %s with %d live moves open (%s): over the budget of %d",
-				m.vm, m.from, m.to, m.at.Format("15:04:05.000"), len(open), strings.Join(open, "; "), budget))
+			failed = append(failed, fmt.Sprintf("%s moved %s → %s live at %s with %d live moves open (%s): over the budget of %d; its outcomes:\n      %s",
+				m.vm, m.from, m.to, m.at.Format("15:04:05.000"), len(open), strings.Join(open, "; "), budget, strings.Join(w.outcomesOf(m.vm), "\n      ")))
 		}
 	}
 	return failed
@@ -252,7 +256,7 @@ func (w *world) outcomesOf(vm string) []string {
 		if _, err := events.Decode(m.Data, events.TypeOutcome, &o); err != nil || o.VM.Namespace+"/"+o.VM.Name != vm {
 			return
 		}
-		out = append(out, fmt.Sprintf("%s: %s wrote=%v %s → %s movedAfter=%v attempt %d: %s %s", o.EventID, o.Result, o.Wrote, o.From, o.Revision,
+		out = append(out, fmt.Sprintf("%s %s: %s wrote=%v %s → %s movedAfter=%v attempt %d: %s %s", o.FinishedAt.Format("15:04:05.000"), o.EventID, o.Result, o.Wrote, o.From, o.Revision,
 			!o.MovedAfter.IsZero(), o.Attempt, o.Reason, o.Error))
 	})
 	if err != nil {
@@ -280,4 +284,115 @@ func (w *world) each(stream string, do func(uint64, *jetstream.RawStreamMsg)) er
 		}
 	}
 	return nil
+}
+
+// toldOnce names the notifications that were not told once, waiting up to
+// toldWithin for the replicas' notifiers to catch up with the settled
+// world: the notifications stream stores each state change (kind and
+// occurrence) of a rollout once; every planned rollout's start, every
+// pause its control record kept (however short, lifted or not, whether a
+// notifier ran) and, once its account says it ended, its end are stored;
+// the receiver took each stored one and nothing else. A receiver may take
+// one twice, with the same id, where a replica was cut off between its
+// answer and the acknowledgement.
+func (w *world) toldOnce(progress map[string]rollout.Progress) []string {
+	deadline := time.Now().Add(toldWithin)
+	for {
+		failed := w.told1(progress)
+		if len(failed) == 0 || time.Now().After(deadline) {
+			return failed
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// toldWithin is how long after the world settled its notifications may
+// still be on their way: the notifier looks every second, at a rollout
+// with new outcomes only at most every second in the soak.
+const toldWithin = 20 * time.Second
+
+func (w *world) told1(progress map[string]rollout.Progress) []string {
+	var failed []string
+	stored := map[string]int{} // notification ids, by how many times stored
+	err := w.each(events.StreamNotify, func(_ uint64, m *jetstream.RawStreamMsg) {
+		stored[m.Header.Get(jetstream.MsgIDHeader)]++
+	})
+	if err != nil {
+		return []string{fmt.Sprintf("the notifications stream: %v", err)}
+	}
+	for id, n := range stored {
+		if n > 1 {
+			failed = append(failed, fmt.Sprintf("notification %s stored %d times", id, n))
+		}
+	}
+	want := func(eventID, kind, occurrence, what string) {
+		if stored[events.NotifyID(eventID, kind, occurrence)] == 0 {
+			failed = append(failed, fmt.Sprintf("%s: %s never told (no %s notification)", eventID, what, kind))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	store, err := rollout.Open(ctx, w.js)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	ownPauses := map[string][]time.Time{}
+	for _, r := range w.rollouts() {
+		w.mu.Lock()
+		ownPauses[r.id] = slices.Clone(r.pausedAt)
+		w.mu.Unlock()
+	}
+	for id, p := range progress {
+		if p.Planned == 0 {
+			continue
+		}
+		want(id, events.NotifyStarted, "1", "its start")
+		c, _, err := store.Get(ctx, id)
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s: its control record: %v", id, err))
+			continue
+		}
+		// The pauses the schedule made, as the steps saw them, and those
+		// kvlive made (gates, failed migrations), as its record keeps them.
+		pauses := c.Pauses
+		for _, at := range ownPauses[id] {
+			if !slices.ContainsFunc(pauses, func(p events.Pause) bool { return p.At.Equal(at) }) {
+				pauses = append(pauses, events.Pause{At: at, By: "soak"})
+			}
+		}
+		for _, pause := range pauses {
+			kind := events.NotifyPaused
+			if pause.By == rollout.GatedBy {
+				kind = events.NotifyHeld
+			}
+			want(id, kind, strconv.FormatInt(pause.At.UnixNano(), 10), fmt.Sprintf("its pause by %s at %s", pause.By, pause.At.Format("15:04:05.000")))
+		}
+		a, err := rollout.AccountOf(ctx, w.js, id)
+		if err == nil {
+			err = rollout.CountVerdicts(ctx, w.js, &a)
+		}
+		switch {
+		case err != nil:
+			failed = append(failed, fmt.Sprintf("%s: its account: %v", id, err))
+		case a.Phase == rollout.PhaseAborted && a.Done():
+			want(id, events.NotifyAborted, "1", "its abort")
+		case a.Phase == rollout.PhaseComplete && events.IsUndo(id):
+			want(id, events.NotifyUndone, "1", "its end")
+		case a.Phase == rollout.PhaseComplete || a.Phase == rollout.PhaseIncomplete:
+			want(id, events.NotifyCompleted, "1", "its end")
+		}
+	}
+	took := map[string]bool{}
+	for _, id := range w.told.IDs() {
+		took[id] = true
+		if stored[id] == 0 {
+			failed = append(failed, fmt.Sprintf("the receiver took %s, which was never stored", id))
+		}
+	}
+	for id := range stored {
+		if !took[id] {
+			failed = append(failed, fmt.Sprintf("notification %s stored, never taken by the receiver", id))
+		}
+	}
+	return failed
 }

@@ -52,12 +52,15 @@ const (
 	doDelete  = "delete-vm" // someone else deletes VM n
 	doBudget  = "budget"    // the KubeVirt CR's parallelMigrationsPerCluster becomes n
 	doFail    = "fail"      // the nth migration from now fails
+	doFlap    = "flap"      // pause rollout n and resume it at once
 )
 
 // draw is the scenario of seed: 12 to 30 VMs (one in four stopped, one in
 // five running ones not migratable), two or three replicas, a budget of 1
 // to 5, migrations of 0 to 300 ms, and 8 to 20 steps over 4 seconds, the
-// first an edit.
+// first an edit, with up to two flaps (a pause lifted at once) among them.
+// The flaps come from a source of their own, so adding them left every
+// seed's other steps as they were.
 func draw(seed int64) scenario {
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
 	sc := scenario{
@@ -89,6 +92,10 @@ func draw(seed int64) scenario {
 			s.n = rng.IntN(4)
 		}
 		sc.steps = append(sc.steps, s)
+	}
+	flaps := rand.New(rand.NewPCG(uint64(seed), 2))
+	for range flaps.IntN(3) {
+		sc.steps = append(sc.steps, step{at: time.Duration(flaps.IntN(4000)) * time.Millisecond, do: doFlap, n: flaps.IntN(4)})
 	}
 	// In time order; steps drawn for the same moment keep their order.
 	for i := 1; i < len(sc.steps); i++ {

@@ -95,6 +95,9 @@ type rolloutLog struct {
 	paused  []time.Time
 	resumed []time.Time
 	aborted time.Time
+	// pausedAt are the times the pauses were asked at, which their control
+	// records and notifications name them by.
+	pausedAt []time.Time
 }
 
 // grace is how long after a pause or an abort recorded a write checked
@@ -151,6 +154,11 @@ func (w *world) do(s step) {
 	case doPause, doResume, doAbort:
 		if r := w.nth(s.n); r != nil {
 			w.steer(r.id, events.ControlAction(s.do), "the soak's schedule")
+		}
+	case doFlap:
+		if r := w.nth(s.n); r != nil {
+			w.steer(r.id, events.ActionPause, "the soak's schedule: a pause lifted at once")
+			w.steer(r.id, events.ActionResume, "the soak's schedule")
 		}
 	case doPromote:
 		if r := w.nth(s.n); r != nil {
@@ -274,7 +282,7 @@ func (w *world) steer(id string, action events.ControlAction, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	before := time.Now()
-	s, err := rollout.Steer(ctx, w.js, rollout.Steering{EventID: id, Action: action, Reason: reason, By: "soak"}, time.Now())
+	s, err := rollout.Steer(ctx, w.js, rollout.Steering{EventID: id, Action: action, Reason: reason, By: "soak"}, before)
 	w.note("%s %s: changed %v, %v", action, id, s.Changed, err)
 	if err != nil || !s.Changed {
 		return
@@ -288,6 +296,7 @@ func (w *world) steer(id string, action events.ControlAction, reason string) {
 		switch action {
 		case events.ActionPause:
 			r.paused = append(r.paused, time.Now())
+			r.pausedAt = append(r.pausedAt, before)
 		case events.ActionResume:
 			r.resumed = append(r.resumed, before)
 		case events.ActionAbort:

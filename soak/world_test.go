@@ -25,6 +25,8 @@ import (
 	"kvlive/internal/kube"
 	"kvlive/internal/standin"
 	"kvlive/internal/testenv"
+	"kvlive/internal/webhook"
+	"kvlive/readmodel/notify"
 )
 
 // world is one scenario's cluster and bus: an in-memory API server whose
@@ -37,6 +39,10 @@ type world struct {
 	js      jetstream.JetStream
 	api     *apiServer
 	standin *standin.Controller
+	// told is the receiver every replica's notifier tells (kvlive run
+	// --notify).
+	told *testenv.NotifyReceiver
+	hook *webhook.Client
 
 	mu       sync.Mutex
 	replicas []*replica
@@ -79,6 +85,8 @@ type replica struct {
 	name    string
 	cancel  context.CancelFunc
 	running *pipeline.Running
+	// notifying ends with the replica's notifier.
+	notifying chan error
 }
 
 // write is one write of kvlive's that the API server carried out: a pin
@@ -202,8 +210,12 @@ func newWorld(t *testing.T, sc scenario) *world {
 	for i := range sc.vms {
 		objs = append(objs, sc.vm(i)...)
 	}
+	hook, err := webhook.New(webhook.TLS{}, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	w := &world{t: t, sc: sc, clients: testenv.FakeClients(nil, objs...), js: testenv.JetStream(t),
-		budgets: []budgetChange{{n: sc.budget}}}
+		budgets: []budgetChange{{n: sc.budget}}, told: testenv.NewNotifyReceiver(t, testenv.ReceiverOK), hook: hook}
 	virt := w.clients.Virt.(*virtfake.Clientset)
 	w.api = &apiServer{next: slices.Clone(virt.ReactionChain), rng: rand.New(rand.NewPCG(uint64(sc.seed), 7))}
 	virt.PrependReactor("patch", "virtualmachines", w.api.react)
@@ -285,6 +297,16 @@ func (w *world) start(i int) {
 		w.t.Errorf("start %s: %v", r.name, err)
 		return
 	}
+	n, err := notify.New(notify.Config{JetStream: w.js, Client: w.hook, OutcomesEvery: time.Second,
+		Receivers: []notify.Receiver{{URL: w.told.URL(), Format: notify.FormatCloudEvents}}})
+	if err != nil {
+		cancel()
+		_ = running.Wait()
+		w.t.Errorf("start %s's notifier: %v", r.name, err)
+		return
+	}
+	r.notifying = make(chan error, 1)
+	go func() { r.notifying <- n.Run(ctx) }()
 	r.cancel, r.running = cancel, running
 }
 
@@ -303,6 +325,9 @@ func (w *world) kill(i int) {
 	if err := r.running.Wait(); err != nil {
 		w.note("%s stopped: %v", r.name, err)
 	}
+	if err := <-r.notifying; err != nil {
+		w.note("%s's notifier stopped: %v", r.name, err)
+	}
 	r.running = nil
 }
 
@@ -312,11 +337,12 @@ func (w *world) stopAll() {
 	}
 }
 
-// note records what a step did, for the report of a failing seed.
+// note records what a step did, and when, for the report of a failing
+// seed.
 func (w *world) note(format string, args ...any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.steps = append(w.steps, fmt.Sprintf(format, args...))
+	w.steps = append(w.steps, time.Now().Format("15:04:05.000")+" "+fmt.Sprintf(format, args...))
 }
 
 // update changes VM namespace/name as someone else would, retrying on a
