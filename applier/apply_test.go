@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/api/instancetype/v1beta1"
 
@@ -523,6 +524,62 @@ func TestARedeliveryTellsAMoveAnotherRolloutMovedOnFrom(t *testing.T) {
 func TestAMoveIsDecidedAgainAtItsTurn(t *testing.T) {
 	t.Run("started", testStartedSincePlanned)
 	t.Run("no longer migratable", testNoLongerMigratable)
+	t.Run("starting", testStartingSincePlanned)
+}
+
+// testStartingSincePlanned: a VM stopped when planned and asked to start
+// since, with no VMI yet, is not moved (booting from the old pin, it would
+// take the new one by a migration no slot counted): the move is retried,
+// and once the VMI runs it is moved live.
+func testStartingSincePlanned(t *testing.T) {
+	a, clients, plan := fixture(t)
+	ctx := t.Context()
+	vms := clients.Virt.KubevirtV1().VirtualMachines("ns")
+	vm, err := vms.Get(ctx, "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm.Spec.RunStrategy = ptr.To(virtv1.RunStrategyAlways)
+	if _, err := vms.Update(ctx, vm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the cache to see the VM asked to run", func() bool {
+		v := a.cfg.Fleet.VM("ns", "a")
+		return v != nil && v.Spec.RunStrategy != nil
+	})
+	if _, err := a.apply(ctx, plan); !errors.Is(err, errStarting) {
+		t.Fatalf("the move of a starting VM without a VMI: %v, want it retried until the VMI runs", err)
+	}
+	if got := pinOf(t, clients); got == gen2 {
+		t.Fatalf("moved before its VMI ran")
+	}
+	if _, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Create(ctx, testenv.RunningVMI("ns", "a"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := a.apply(ctx, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Result != events.ResultLive || !out.Wrote || !needsMigration(events.Plan{Action: out.Result, Changes: out.Changes}) {
+		t.Fatalf("outcome %+v; want a live move a migration carries, once the VMI runs", out)
+	}
+}
+
+// TestANextBootMoveIsWrittenOnTheVMAsRead: the write of a move planned for
+// a stopped VM tests the resourceVersion the VM was read at, so a start
+// asked for in between fails it on the server.
+func TestANextBootMoveIsWrittenOnTheVMAsRead(t *testing.T) {
+	vm := &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", ResourceVersion: "41"},
+		Status: virtv1.VirtualMachineStatus{InstancetypeRef: &virtv1.InstancetypeStatusRef{Name: "u1"}}}
+	patch, _ := RepinPatch(vm, events.PinStatus, false, "r1", "r2")
+	want := `[{"op":"test","path":"/metadata/resourceVersion","value":"41"},` + strings.TrimPrefix(string(patch), "[")
+	if got := string(AsRead(vm, patch)); got != want {
+		t.Errorf("AsRead:\n got %s\nwant %s", got, want)
+	}
+	vm.ResourceVersion = ""
+	if got := string(AsRead(vm, patch)); got != string(patch) {
+		t.Errorf("AsRead of a VM no server versioned: %s, want the patch as it was", got)
+	}
 }
 
 func testNoLongerMigratable(t *testing.T) {

@@ -71,6 +71,12 @@ func turnOf(ctx context.Context) *turn {
 // plans it again from the VM as the API server has it.
 var errStale = fmt.Errorf("%w: the VM changed since it was planned, and no longer moves as planned", errTransient)
 
+// errStarting retries a move whose VM was asked to start and runs no VMI
+// yet, until one runs (its move is then decided as a running VM's); a VM
+// that never gets one ends, after the applier's deliveries, in a dead
+// letter saying so.
+var errStarting = fmt.Errorf("%w: the VM was asked to start and no VMI runs yet: its move waits for the VMI", errTransient)
+
 // takeTurn makes every check a move's write waits on, in one place and in
 // this order, right before the write: its turn under --rate; the plan's
 // action decided again for the VM as it is now (redecide); for a move
@@ -129,21 +135,29 @@ func (a *Applier) redecide(ctx context.Context, plan *events.Plan, vm *virtv1.Vi
 	fleet := a.cfg.Fleet
 	vmi := fleet.VMI(vm.Namespace, vm.Name)
 	running := vmi != nil && !vmi.IsFinal()
+	asked := false
+	if !running && wantsToRun(vm) {
+		// Not running by the cache, but asked to run: a VMI just started
+		// may not be in the cache yet, and the server is asked.
+		fresh, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachineInstances(vm.Namespace).Get(ctx, vm.Name, metav1.GetOptions{})
+		switch {
+		case err != nil && !apierrors.IsNotFound(err):
+			return fmt.Errorf("%w: reading whether %s runs: %w", errTransient, plan.VM, err)
+		case err != nil || fresh.IsFinal():
+			// Starting, and no VMI runs yet: moved now, the VM could boot
+			// from the old pin (virt-controller starting it from a cache
+			// without the move) and take the new one by a migration no
+			// slot counted. The move waits for the VMI.
+			a.cfg.Log.Info("applier: the VM was asked to start and no VMI runs yet; its move waits for the VMI", "vm", plan.VM.String(), "event", plan.EventID)
+			return errStarting
+		}
+		vmi, running, asked = fresh, true, true
+		fleet = withVMI(a.cfg.Fleet, fresh)
+	}
 	switch {
 	case running != (plan.Action != events.ResultNextBoot):
 	case running && needsMigration(*plan) && !instancetype.Migratable(vmi):
-	case !running && wantsToRun(vm):
-		// Planned as stopped and not running by the cache, but asked to
-		// run: a VMI just started may not be in the cache yet, and the
-		// server is asked.
-		vmi, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachineInstances(vm.Namespace).Get(ctx, vm.Name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil
-		case err != nil:
-			return fmt.Errorf("%w: reading whether %s runs: %w", errTransient, plan.VM, err)
-		}
-		fleet = withVMI(a.cfg.Fleet, vmi)
+	case asked:
 	default:
 		return nil // as planned: the VM runs, and can migrate, as the plan says
 	}

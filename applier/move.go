@@ -232,11 +232,15 @@ func (a *Applier) repin(ctx context.Context, plan events.Plan, vm *virtv1.Virtua
 		return classify(err)
 	}
 	patch, sub := RepinPatch(vm, pin.Field, preference, pin.Revision, want.Name)
+	if plan.Action == events.ResultNextBoot {
+		patch = AsRead(vm, patch)
+	}
 	written, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, sub...)
 	if err != nil {
 		return a.patchFailed(ctx, plan, err, func(fresh *virtv1.VirtualMachine) bool {
 			p, perr := instancetype.PinOf(fresh, preference)
-			return perr != nil || p.Revision != pin.Revision || p.Field != pin.Field || !references(fresh, t.Object)
+			return perr != nil || p.Revision != pin.Revision || p.Field != pin.Field || !references(fresh, t.Object) ||
+				(plan.Action == events.ResultNextBoot && fresh.ResourceVersion != vm.ResourceVersion)
 		})
 	}
 	trace.SpanFromContext(ctx).AddEvent("pin moved", trace.WithAttributes(attribute.String("kvlive.revision", want.Name)))
@@ -277,11 +281,15 @@ func (a *Applier) revert(ctx context.Context, plan events.Plan, vm *virtv1.Virtu
 		return out, err
 	}
 	patch, sub := RepinPatch(vm, pin.Field, preference, pin.Revision, t.Revision)
+	if plan.Action == events.ResultNextBoot {
+		patch = AsRead(vm, patch)
+	}
 	written, err := a.cfg.Clients.Virt.KubevirtV1().VirtualMachines(vm.Namespace).Patch(ctx, vm.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, sub...)
 	if err != nil {
 		out, moved, err := a.patchFailed(ctx, plan, err, func(fresh *virtv1.VirtualMachine) bool {
 			p, perr := instancetype.PinOf(fresh, preference)
-			return perr != nil || p.Revision != pin.Revision || p.Field != pin.Field || !references(fresh, t.Object)
+			return perr != nil || p.Revision != pin.Revision || p.Field != pin.Field || !references(fresh, t.Object) ||
+				(plan.Action == events.ResultNextBoot && fresh.ResourceVersion != vm.ResourceVersion)
 		})
 		if moved && !fresh {
 			return a.revertFresh(ctx, plan)

@@ -60,6 +60,27 @@ func RepinPatch(vm *virtv1.VirtualMachine, field events.PinField, preference boo
 	return patch, sub
 }
 
+// AsRead adds to a JSON patch of vm a test that the VM is still at the
+// resourceVersion it was read at, so the write fails on a VM changed since
+// in any way. A move planned for a stopped VM takes it: a start asked for
+// in between (a runStrategy, a start request) could otherwise meet the
+// move in virt-controller's cache the wrong way round, the VMI booting
+// from the old pin and the new one then hot-plugged by a migration that no
+// slot of the budget counted. A VM without a resourceVersion (never from
+// an API server) is left to the patch's own tests.
+func AsRead(vm *virtv1.VirtualMachine, patch []byte) []byte {
+	if vm.ResourceVersion == "" {
+		return patch
+	}
+	var ops []json.RawMessage
+	if err := json.Unmarshal(patch, &ops); err != nil {
+		return patch
+	}
+	test, _ := json.Marshal(op{Op: "test", Path: "/metadata/resourceVersion", Value: vm.ResourceVersion})
+	out, _ := json.Marshal(append([]json.RawMessage{test}, ops...))
+	return out
+}
+
 // Matcher is the part of a VM's spec.instancetype or spec.preference a switch reads.
 type Matcher struct {
 	Name, Kind, RevisionName string
