@@ -568,23 +568,30 @@ func (a *Applier) abort(ctx context.Context, plan events.Plan, d consumer.Delive
 	return skipped, nil
 }
 
-// passedThrough tells, on a redelivery, a re-pin an earlier delivery made
-// before it was cut off unrecorded, when another rollout has moved the VM
-// on since: the VM is neither where the plan found it nor at its target,
-// and an outcome of another rollout, stored after this plan, moved it from
-// this plan's target revision (the VM's snapshot of the plan's generation,
-// where only this plan moves it). Nil when there is no such evidence:
-// the usual checks then decide.
+// passedThrough tells, on a redelivery, a re-pin or an undo's move back
+// an earlier delivery made before it was cut off unrecorded, when another
+// rollout has moved the VM on since: the VM is neither where the plan found
+// it nor at its target, and an outcome of another rollout, stored after
+// this plan, moved it from this plan's target revision. For a re-pin that
+// is the VM's snapshot of the plan's generation, where only this plan
+// moves it; for an undo, the revision the VM left for the rollout undone,
+// which it was on again only after this plan was stored (the plan found
+// it on the rollout's). Nil when there is no such evidence: the usual
+// checks then decide.
 func (a *Applier) passedThrough(ctx context.Context, plan events.Plan, d consumer.Delivery) (*events.Outcome, error) {
 	t := plan.Target
-	if d.Attempt < 2 || !plan.Action.Moves() || t.Move != events.MoveRepin || t.Generation == 0 {
+	repin, undo := t.Move == events.MoveRepin && t.Generation != 0, t.Move == events.MoveRevert && t.Revision != ""
+	if d.Attempt < 2 || !plan.Action.Moves() || (!repin && !undo) {
 		return nil, nil
 	}
 	vm := a.cfg.Fleet.VM(plan.VM.Namespace, plan.VM.Name)
 	if vm == nil || string(vm.UID) != plan.VM.UID {
 		return nil, nil
 	}
-	want := targetRevision(vm, t)
+	want := t.Revision
+	if repin {
+		want = targetRevision(vm, t)
+	}
 	if pin, err := instancetype.PinOf(vm, t.Object.IsPreference()); err != nil || pin.Revision == want || pin.Revision == t.FromRevision {
 		return nil, nil
 	}
@@ -605,7 +612,11 @@ func (a *Applier) passedThrough(ctx context.Context, plan events.Plan, d consume
 	if err != nil || by == nil {
 		return nil, err
 	}
-	return &events.Outcome{Result: plan.Action, Revision: want, From: a.movedFrom(ctx, vm.Namespace, want, t.FromRevision), Changes: plan.Changes,
+	from := t.FromRevision
+	if repin {
+		from = a.movedFrom(ctx, vm.Namespace, want, t.FromRevision)
+	}
+	return &events.Outcome{Result: plan.Action, Revision: want, From: from, Changes: plan.Changes,
 		Reason: joinReason(fmt.Sprintf("moved by an earlier attempt, which was cut off before it recorded it; rollout %s has moved it on since, from this rollout's target", by.EventID), plan.Reason)}, nil
 }
 

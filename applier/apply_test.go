@@ -516,6 +516,55 @@ func TestARedeliveryTellsAMoveAnotherRolloutMovedOnFrom(t *testing.T) {
 	}
 }
 
+// TestARedeliveryTellsAnUndoAnotherRolloutMovedOnFrom: as for a re-pin
+// (above), for an undo's move back: its first delivery moved the VM back
+// and was cut off (its write answered with a timeout) before it recorded
+// anything; another rollout then moved the VM on from the revision the
+// undo moved it back to. The soak found the redelivery's outcome a skip
+// ("changed since the rollout moved it") beside the write it made.
+func TestARedeliveryTellsAnUndoAnotherRolloutMovedOnFrom(t *testing.T) {
+	a, clients, plan := fixture(t)
+	ctx := context.Background()
+	gen1 := plan.Target.FromRevision
+	if out, err := a.apply(ctx, plan); err != nil || !out.Wrote {
+		t.Fatalf("the rollout: %+v, %v", out, err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the cache to see the VM moved", func() bool {
+		vm := a.cfg.Fleet.VM("ns", "a")
+		return vm != nil && vm.Status.InstancetypeRef.ControllerRevisionRef.Name == gen2
+	})
+	undo := events.Plan{EventID: "undo/8c0e4b1a-2f7d-4e3a-9b6c-1d5f0a7e2c94", VM: plan.VM, Action: events.ResultNextBoot,
+		Target: events.Target{Move: events.MoveRevert, Object: plan.Target.Object, Pin: events.PinStatus, Revision: gen1, FromRevision: gen2}}
+	stored := time.Now().Add(-time.Minute)
+	if out, err := a.apply(ctx, undo); err != nil || !out.Wrote {
+		t.Fatalf("the undo's first delivery: %+v, %v", out, err)
+	}
+	const gen3 = "a-u1-v1beta1-uid-u1-3"
+	vms := clients.Virt.KubevirtV1().VirtualMachines("ns")
+	vm, _ := vms.Get(ctx, "a", metav1.GetOptions{})
+	vm.Status.InstancetypeRef.ControllerRevisionRef.Name = gen3
+	if _, err := vms.UpdateStatus(ctx, vm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the cache to see the VM moved on", func() bool {
+		vm := a.cfg.Fleet.VM("ns", "a")
+		return vm != nil && vm.Status.InstancetypeRef.ControllerRevisionRef.Name == gen3
+	})
+	redelivery := consumer.Delivery{Attempt: 2, Stored: stored}
+	if out, fate := a.carryOut(ctx, nil, undo, redelivery, noop.Span{}, nil); fate != nil || out.Result != events.ResultSkip {
+		t.Fatalf("without the evidence: outcome %+v, fate %v; want the usual skip", out, fate)
+	}
+	moved := events.Outcome{EventID: "VirtualMachineClusterInstancetype/uid-u1/3", VM: plan.VM, Result: events.ResultNextBoot, Wrote: true,
+		From: gen1, Revision: gen3, Attempt: 1, FinishedAt: time.Now()}
+	if err := a.publishOutcome(ctx, moved); err != nil {
+		t.Fatal(err)
+	}
+	out, fate := a.carryOut(ctx, nil, undo, redelivery, noop.Span{}, nil)
+	if fate != nil || out.Result != events.ResultNextBoot || out.Revision != gen1 || out.From != gen2 || !strings.Contains(out.Reason, "earlier attempt") {
+		t.Fatalf("outcome %+v, fate %v; want the move back told", out, fate)
+	}
+}
+
 // TestAMoveIsDecidedAgainAtItsTurn: a VM stopped when it was planned and
 // running by its move is moved as a running VM is (issue 59, item 10: it
 // took no slot of the migration budget and skipped the restart window, as
