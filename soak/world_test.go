@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -105,7 +106,15 @@ type write struct {
 type apiServer struct {
 	// next are the reactors it hands a write on to: the in-memory API
 	// server's own, which store it and tell its watchers.
-	next []k8stesting.Reactor
+	next    []k8stesting.Reactor
+	tracker k8stesting.ObjectTracker
+
+	// order serializes the writes to VMs, each with its new
+	// resourceVersion (serial, as an API server's for one object), which
+	// the in-memory server does not keep: a write that tests the version
+	// it read fails on a VM changed since, as on a real server.
+	order   sync.Mutex
+	version int
 
 	mu     sync.Mutex
 	rng    *rand.Rand
@@ -113,6 +122,53 @@ type apiServer struct {
 	lose   int     // the next lose pin writes are carried out and answered with a timeout
 	writes []write
 	faults int
+}
+
+// serve takes every write to a VM: kvlive's JSON patches through react
+// (the log, the faults), the others straight to the in-memory server; each
+// write carried out then gets the VM's next resourceVersion.
+func (s *apiServer) serve(a k8stesting.Action) (bool, runtime.Object, error) {
+	switch a.GetVerb() {
+	case "create", "update", "patch":
+	default:
+		return false, nil, nil
+	}
+	s.order.Lock()
+	defer s.order.Unlock()
+	handled, obj, err := s.react(a)
+	if !handled {
+		obj, err = s.pass(a)
+	}
+	if err != nil && !apierrors.IsTimeout(err) {
+		return true, obj, err
+	}
+	stored, gerr := s.tracker.Get(a.GetResource(), a.GetNamespace(), nameOf(a))
+	if gerr != nil {
+		return true, obj, err
+	}
+	vm := stored.(*virtv1.VirtualMachine).DeepCopy()
+	s.version++
+	vm.ResourceVersion = strconv.Itoa(s.version)
+	if uerr := s.tracker.Update(a.GetResource(), vm, a.GetNamespace()); uerr != nil {
+		return true, obj, err
+	}
+	if err != nil {
+		return true, nil, err // carried out, answered with a timeout
+	}
+	return true, vm, nil
+}
+
+// nameOf is the name of the object a create, update or patch writes.
+func nameOf(a k8stesting.Action) string {
+	switch a := a.(type) {
+	case k8stesting.PatchAction:
+		return a.GetName()
+	case k8stesting.CreateAction: // an update is one too: both carry the object
+		if m, ok := a.GetObject().(metav1.Object); ok {
+			return m.GetName()
+		}
+	}
+	return ""
 }
 
 func (s *apiServer) react(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -218,7 +274,8 @@ func newWorld(t *testing.T, sc scenario) *world {
 		budgets: []budgetChange{{n: sc.budget}}, told: testenv.NewNotifyReceiver(t, testenv.ReceiverOK), hook: hook}
 	virt := w.clients.Virt.(*virtfake.Clientset)
 	w.api = &apiServer{next: slices.Clone(virt.ReactionChain), rng: rand.New(rand.NewPCG(uint64(sc.seed), 7))}
-	virt.PrependReactor("patch", "virtualmachines", w.api.react)
+	w.api.tracker = virt.Tracker()
+	virt.PrependReactor("*", "virtualmachines", w.api.serve)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	sr, err := pipeline.Start(ctx, pipeline.Config{Clients: w.clients, JetStream: w.js, StandIn: true,
