@@ -210,6 +210,39 @@ func (e *env) checkWrites(moved, untouched []vmShape) {
 	}
 }
 
+// checkNextBootWritesAsRead asserts, from the audit log, that each write
+// of kvlive's that the API server carried out on a VM in nextBoot (keys)
+// tested the resourceVersion the VM was read at: a start asked for after
+// the read fails the move, which is decided again (applier.AsRead).
+func (e *env) checkNextBootWritesAsRead(nextBoot []string) {
+	e.t.Helper()
+	want := map[string]bool{}
+	for _, k := range nextBoot {
+		want[k] = true
+	}
+	var problems []string
+	seen := 0
+	for _, ev := range e.kvlivePatches() {
+		key := ev.ObjectRef.Namespace + "/" + ev.ObjectRef.Name
+		if !want[key] || ev.ResponseStatus == nil || ev.ResponseStatus.Code != 200 {
+			continue
+		}
+		seen++
+		var ops []struct {
+			Op, Path string
+			Value    any
+		}
+		if err := json.Unmarshal(ev.RequestObject, &ops); err != nil || len(ops) == 0 ||
+			ops[0].Op != "test" || ops[0].Path != "/metadata/resourceVersion" || ops[0].Value == "" {
+			problems = append(problems, fmt.Sprintf("%s: a next-boot move written without testing the resourceVersion: %s", key, ev.RequestObject))
+		}
+	}
+	if seen == 0 && len(nextBoot) > 0 {
+		problems = append(problems, fmt.Sprintf("none of the %d next-boot moves' writes is in the audit log", len(nextBoot)))
+	}
+	report(e.t, "next-boot writes as read (audit log)", problems)
+}
+
 // auditTrail logs every audit event recorded for one VM, for diagnosis.
 func (e *env) auditTrail(key string) {
 	e.t.Helper()

@@ -13,7 +13,8 @@ import (
 // 5 namespaces reference, running and stopped, and checks the rollout VM by
 // VM: one outcome each, equal to its plan and to what the fleet's shape
 // dictates; every VM pinned to the new generation the way KubeVirt pins;
-// one write per VM; and the stand-in, playing virt-controller, agreeing
+// one write per VM, a stopped VM's testing the resourceVersion it was read
+// at; and the stand-in, playing virt-controller, agreeing
 // with each result on the VM and its VMI. VMs on another instance type are
 // never touched.
 func TestEditRollsOutToEveryVM(t *testing.T) {
@@ -46,5 +47,12 @@ func TestEditRollsOutToEveryVM(t *testing.T) {
 	if counts := progress.Counts(); counts[events.ResultLive] == 0 || counts[events.ResultRestart] == 0 || counts[events.ResultNextBoot] == 0 {
 		t.Errorf("the fleet should exercise live, restart and next-boot; got %v", counts)
 	}
+	var nextBoot []string
+	for _, o := range progress.Outcomes {
+		if o.Result == events.ResultNextBoot {
+			nextBoot = append(nextBoot, o.VM.Namespace+"/"+o.VM.Name)
+		}
+	}
+	e.checkNextBootWritesAsRead(nextBoot)
 	e.checkVerdicts(eventID, 3*time.Minute)
 }
