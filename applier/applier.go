@@ -300,7 +300,7 @@ func (a *Applier) handle(ctx context.Context, msg jetstream.Msg, d consumer.Deli
 	if held != nil {
 		return *held
 	}
-	t := &turn{budget: known.migrationBudget}
+	t := &turn{budget: known.migrationBudget, lastTry: d.Attempt >= events.ApplierMaxDeliver}
 	ctx = withTurn(ctx, t)
 	started := a.cfg.Clock.Now()
 	ctx, span := a.startSpan(ctx, msg, plan, d.Attempt)

@@ -579,7 +579,8 @@ func TestAMoveIsDecidedAgainAtItsTurn(t *testing.T) {
 // testStartingSincePlanned: a VM stopped when planned and asked to start
 // since, with no VMI yet, is not moved (booting from the old pin, it would
 // take the new one by a migration no slot counted): the move is retried,
-// and once the VMI runs it is moved live.
+// and once the VMI runs it is moved live. Its last delivery moves it as
+// planned.
 func testStartingSincePlanned(t *testing.T) {
 	a, clients, plan := fixture(t)
 	ctx := t.Context()
@@ -602,6 +603,21 @@ func testStartingSincePlanned(t *testing.T) {
 	if got := pinOf(t, clients); got == gen2 {
 		t.Fatalf("moved before its VMI ran")
 	}
+	if out, err := a.apply(withTurn(ctx, &turn{lastTry: true}), plan); err != nil || out.Result != events.ResultNextBoot || !out.Wrote {
+		t.Fatalf("the last delivery: %+v, %v; want it moved as planned", out, err)
+	}
+	vm, err = vms.Get(ctx, "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm.Status.InstancetypeRef.ControllerRevisionRef.Name = plan.Target.FromRevision // as it was, for the next try
+	if _, err := vms.UpdateStatus(ctx, vm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the cache to see the VM back on its pin", func() bool {
+		v := a.cfg.Fleet.VM("ns", "a")
+		return v != nil && v.Status.InstancetypeRef.ControllerRevisionRef.Name == plan.Target.FromRevision
+	})
 	if _, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Create(ctx, testenv.RunningVMI("ns", "a"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

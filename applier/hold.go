@@ -53,6 +53,9 @@ var errSteered = fmt.Errorf("%w: rollout paused or aborted while the VM waited i
 type turn struct {
 	budget   int
 	tookSlot bool
+	// lastTry is the plan's last delivery: a move that would wait for
+	// another (a starting VM's) is made now instead.
+	lastTry bool
 }
 
 type turnKey struct{}
@@ -72,9 +75,10 @@ func turnOf(ctx context.Context) *turn {
 var errStale = fmt.Errorf("%w: the VM changed since it was planned, and no longer moves as planned", errTransient)
 
 // errStarting retries a move whose VM was asked to start and runs no VMI
-// yet, until one runs (its move is then decided as a running VM's); a VM
-// that never gets one ends, after the applier's deliveries, in a dead
-// letter saying so.
+// yet, until one runs (its move is then decided as a running VM's). On the
+// plan's last delivery the move goes as planned: a start that has run no
+// VMI through all the others (a VM that fails to start) is past
+// virt-controller's cache, which then holds the move too.
 var errStarting = fmt.Errorf("%w: the VM was asked to start and no VMI runs yet: its move waits for the VMI", errTransient)
 
 // takeTurn makes every check a move's write waits on, in one place and in
@@ -143,13 +147,19 @@ func (a *Applier) redecide(ctx context.Context, plan *events.Plan, vm *virtv1.Vi
 		switch {
 		case err != nil && !apierrors.IsNotFound(err):
 			return fmt.Errorf("%w: reading whether %s runs: %w", errTransient, plan.VM, err)
-		case err != nil || fresh.IsFinal():
+		case (err != nil || fresh.IsFinal()) && (turnOf(ctx) == nil || !turnOf(ctx).lastTry):
 			// Starting, and no VMI runs yet: moved now, the VM could boot
 			// from the old pin (virt-controller starting it from a cache
 			// without the move) and take the new one by a migration no
 			// slot counted. The move waits for the VMI.
 			a.cfg.Log.Info("applier: the VM was asked to start and no VMI runs yet; its move waits for the VMI", "vm", plan.VM.String(), "event", plan.EventID)
 			return errStarting
+		case err != nil || fresh.IsFinal():
+			// No VMI through every delivery but this one: the start asked
+			// for is long past virt-controller's cache (a VM that fails
+			// to start, say), and the move goes as planned.
+			a.cfg.Log.Info("applier: the VM was asked to start and ran no VMI through its move's deliveries; moved as planned", "vm", plan.VM.String(), "event", plan.EventID, "action", plan.Action)
+			return nil
 		}
 		vmi, running, asked = fresh, true, true
 		fleet = withVMI(a.cfg.Fleet, fresh)
