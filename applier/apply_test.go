@@ -470,6 +470,39 @@ func TestARedeliveryFindsTheOutcomeAnEarlierDeliveryStored(t *testing.T) {
 	}
 }
 
+// gen3 is VM "a"'s snapshot of u1's generation 3.
+const gen3 = "a-u1-v1beta1-uid-u1-3"
+
+// setPin pins VM "a" to revision, as another writer would, and waits until
+// the applier's cache sees it.
+func setPin(t *testing.T, a *Applier, clients kube.Clients, revision string) {
+	t.Helper()
+	vms := clients.Virt.KubevirtV1().VirtualMachines("ns")
+	vm, err := vms.Get(t.Context(), "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm.Status.InstancetypeRef.ControllerRevisionRef.Name = revision
+	if _, err := vms.UpdateStatus(t.Context(), vm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the cache to see the VM pinned to "+revision, func() bool {
+		vm := a.cfg.Fleet.VM("ns", "a")
+		return vm != nil && vm.Status.InstancetypeRef.ControllerRevisionRef.Name == revision
+	})
+}
+
+// movedOn stores the outcome of another rollout (generation 3's) that
+// moved vm on from revision to gen3.
+func movedOn(t *testing.T, a *Applier, vm events.VMRef, from string) {
+	t.Helper()
+	moved := events.Outcome{EventID: "VirtualMachineClusterInstancetype/uid-u1/3", VM: vm, Result: events.ResultNextBoot, Wrote: true,
+		From: from, Revision: gen3, Attempt: 1, FinishedAt: time.Now()}
+	if err := a.publishOutcome(t.Context(), moved); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestARedeliveryTellsAMoveAnotherRolloutMovedOnFrom: the first delivery
 // moved the VM and was cut off before it recorded anything; before the
 // redelivery, another rollout moved the VM on from this plan's target.
@@ -485,26 +518,12 @@ func TestARedeliveryTellsAMoveAnotherRolloutMovedOnFrom(t *testing.T) {
 		t.Fatalf("first delivery: %+v, %v", out, err)
 	}
 	supersede(t, a, clients)
-	const gen3 = "a-u1-v1beta1-uid-u1-3"
-	vms := clients.Virt.KubevirtV1().VirtualMachines("ns")
-	vm, _ := vms.Get(ctx, "a", metav1.GetOptions{})
-	vm.Status.InstancetypeRef.ControllerRevisionRef.Name = gen3
-	if _, err := vms.UpdateStatus(ctx, vm, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, "the cache to see the VM moved on", func() bool {
-		vm := a.cfg.Fleet.VM("ns", "a")
-		return vm != nil && vm.Status.InstancetypeRef.ControllerRevisionRef.Name == gen3
-	})
+	setPin(t, a, clients, gen3)
 	redelivery := consumer.Delivery{Attempt: 2, Stored: stored}
 	if out, fate := a.carryOut(ctx, nil, plan, redelivery, noop.Span{}, nil); fate != nil || out.Result != events.ResultSkip {
 		t.Fatalf("without the evidence: outcome %+v, fate %v; want the usual skip", out, fate)
 	}
-	moved := events.Outcome{EventID: "VirtualMachineClusterInstancetype/uid-u1/3", VM: plan.VM, Result: events.ResultNextBoot, Wrote: true,
-		From: gen2, Revision: gen3, Attempt: 1, FinishedAt: time.Now()}
-	if err := a.publishOutcome(ctx, moved); err != nil {
-		t.Fatal(err)
-	}
+	movedOn(t, a, plan.VM, gen2)
 	out, fate := a.carryOut(ctx, nil, plan, redelivery, noop.Span{}, nil)
 	if fate != nil || out.Result != events.ResultNextBoot || out.Revision != gen2 || out.From != plan.Target.FromRevision || !strings.Contains(out.Reason, "earlier attempt") {
 		t.Fatalf("running rollout: outcome %+v, fate %v; want the move told", out, fate)
@@ -539,26 +558,12 @@ func TestARedeliveryTellsAnUndoAnotherRolloutMovedOnFrom(t *testing.T) {
 	if out, err := a.apply(ctx, undo); err != nil || !out.Wrote {
 		t.Fatalf("the undo's first delivery: %+v, %v", out, err)
 	}
-	const gen3 = "a-u1-v1beta1-uid-u1-3"
-	vms := clients.Virt.KubevirtV1().VirtualMachines("ns")
-	vm, _ := vms.Get(ctx, "a", metav1.GetOptions{})
-	vm.Status.InstancetypeRef.ControllerRevisionRef.Name = gen3
-	if _, err := vms.UpdateStatus(ctx, vm, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, "the cache to see the VM moved on", func() bool {
-		vm := a.cfg.Fleet.VM("ns", "a")
-		return vm != nil && vm.Status.InstancetypeRef.ControllerRevisionRef.Name == gen3
-	})
+	setPin(t, a, clients, gen3)
 	redelivery := consumer.Delivery{Attempt: 2, Stored: stored}
 	if out, fate := a.carryOut(ctx, nil, undo, redelivery, noop.Span{}, nil); fate != nil || out.Result != events.ResultSkip {
 		t.Fatalf("without the evidence: outcome %+v, fate %v; want the usual skip", out, fate)
 	}
-	moved := events.Outcome{EventID: "VirtualMachineClusterInstancetype/uid-u1/3", VM: plan.VM, Result: events.ResultNextBoot, Wrote: true,
-		From: gen1, Revision: gen3, Attempt: 1, FinishedAt: time.Now()}
-	if err := a.publishOutcome(ctx, moved); err != nil {
-		t.Fatal(err)
-	}
+	movedOn(t, a, plan.VM, gen1)
 	out, fate := a.carryOut(ctx, nil, undo, redelivery, noop.Span{}, nil)
 	if fate != nil || out.Result != events.ResultNextBoot || out.Revision != gen1 || out.From != gen2 || !strings.Contains(out.Reason, "earlier attempt") {
 		t.Fatalf("outcome %+v, fate %v; want the move back told", out, fate)
@@ -606,18 +611,7 @@ func testStartingSincePlanned(t *testing.T) {
 	if out, err := a.apply(withTurn(ctx, &turn{lastTry: true}), plan); err != nil || out.Result != events.ResultNextBoot || !out.Wrote {
 		t.Fatalf("the last delivery: %+v, %v; want it moved as planned", out, err)
 	}
-	vm, err = vms.Get(ctx, "a", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm.Status.InstancetypeRef.ControllerRevisionRef.Name = plan.Target.FromRevision // as it was, for the next try
-	if _, err := vms.UpdateStatus(ctx, vm, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, "the cache to see the VM back on its pin", func() bool {
-		v := a.cfg.Fleet.VM("ns", "a")
-		return v != nil && v.Status.InstancetypeRef.ControllerRevisionRef.Name == plan.Target.FromRevision
-	})
+	setPin(t, a, clients, plan.Target.FromRevision) // as it was, for the next try
 	if _, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Create(ctx, testenv.RunningVMI("ns", "a"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
