@@ -64,6 +64,9 @@ func withTurn(ctx context.Context, t *turn) context.Context {
 	return context.WithValue(ctx, turnKey{}, t)
 }
 
+// last reports whether t is the plan's last delivery (false for none).
+func (t *turn) last() bool { return t != nil && t.lastTry }
+
 func turnOf(ctx context.Context) *turn {
 	t, _ := ctx.Value(turnKey{}).(*turn)
 	return t
@@ -147,7 +150,7 @@ func (a *Applier) redecide(ctx context.Context, plan *events.Plan, vm *virtv1.Vi
 		switch {
 		case err != nil && !apierrors.IsNotFound(err):
 			return fmt.Errorf("%w: reading whether %s runs: %w", errTransient, plan.VM, err)
-		case (err != nil || fresh.IsFinal()) && (turnOf(ctx) == nil || !turnOf(ctx).lastTry):
+		case (err != nil || fresh.IsFinal()) && !turnOf(ctx).last():
 			// Starting, and no VMI runs yet: moved now, the VM could boot
 			// from the old pin (virt-controller starting it from a cache
 			// without the move) and take the new one by a migration no
