@@ -29,6 +29,9 @@ import (
 //     without its record;
 //   - no rollout's VM moved after its abort, or while it was paused
 //     (later than grace after the step returned, before its resume);
+//   - no VM of a batched rollout moved before its batch was released,
+//     and two promotes at once released one batch (see unreleased and
+//     promotedOnce);
 //   - never more live moves without an ended migration than the
 //     migration budget (see overBudget);
 //   - every notification told once (see toldOnce).
@@ -39,7 +42,7 @@ func (w *world) check() []string {
 	failed = append(failed, unexplained...)
 
 	type move struct{ vm, from, to string }
-	recorded := map[move][]string{} // the events whose outcome says so
+	recorded := map[move][]movedFor{} // the rollouts whose outcome says so
 	for id, p := range progress {
 		if testing.Verbose() {
 			for _, o := range p.Outcomes {
@@ -53,7 +56,7 @@ func (w *world) check() []string {
 		for _, o := range p.Outcomes {
 			if o.Wrote || !o.MovedAfter.IsZero() {
 				m := move{o.VM.Namespace + "/" + o.VM.Name, o.From, o.Revision}
-				recorded[m] = append(recorded[m], id)
+				recorded[m] = append(recorded[m], movedFor{id, o.Batch})
 			}
 		}
 	}
@@ -63,23 +66,27 @@ func (w *world) check() []string {
 		carried[m] = append(carried[m], wr)
 	}
 	for m, ws := range carried {
-		ids := recorded[m]
-		if len(ws) != len(ids) {
+		by := recorded[m]
+		if len(ws) != len(by) {
 			failed = append(failed, fmt.Sprintf("%s moved %s → %s %d times; outcomes say so for %d rollouts %v; its outcomes:\n      %s",
-				m.vm, m.from, m.to, len(ws), len(ids), ids, strings.Join(w.outcomesOf(m.vm), "\n      ")))
+				m.vm, m.from, m.to, len(ws), len(by), by, strings.Join(w.outcomesOf(m.vm), "\n      ")))
 			continue
 		}
 		for i, wr := range ws {
-			if why := w.outOfTurn(ids[i], wr.at); why != "" {
-				failed = append(failed, fmt.Sprintf("%s moved %s → %s at %s for %s, %s", m.vm, m.from, m.to, wr.at.Format("15:04:05.000"), ids[i], why))
+			if why := w.outOfTurn(by[i].id, wr.at); why != "" {
+				failed = append(failed, fmt.Sprintf("%s moved %s → %s at %s for %s, %s", m.vm, m.from, m.to, wr.at.Format("15:04:05.000"), by[i].id, why))
+			}
+			if why := w.unreleased(by[i], wr.at); why != "" {
+				failed = append(failed, fmt.Sprintf("%s moved %s → %s at %s for %s, %s", m.vm, m.from, m.to, wr.at.Format("15:04:05.000"), by[i].id, why))
 			}
 		}
 	}
-	for m, ids := range recorded {
+	for m, by := range recorded {
 		if len(carried[m]) == 0 {
-			failed = append(failed, fmt.Sprintf("outcomes of %v say %s moved %s → %s; the API server carried out no such write", ids, m.vm, m.from, m.to))
+			failed = append(failed, fmt.Sprintf("outcomes of %v say %s moved %s → %s; the API server carried out no such write", by, m.vm, m.from, m.to))
 		}
 	}
+	failed = append(failed, w.promotedOnce()...)
 	failed = append(failed, w.overBudget(writes)...)
 	failed = append(failed, w.slotsLeft()...)
 	failed = append(failed, w.toldOnce(progress)...)
@@ -239,6 +246,67 @@ func (w *world) outOfTurn(id string, at time.Time) string {
 		}
 	}
 	return ""
+}
+
+// movedFor is a rollout whose outcome says it moved a VM, and the batch
+// the VM was in.
+type movedFor struct {
+	id    string
+	batch int
+}
+
+// unreleased says why a write at for a VM of batch m.batch of rollout
+// m.id came before its batch was released, or "": the control record
+// names the last released batch, and the applier moves a batch's VMs
+// only once the record released it (an abort sends the staged batches
+// on to be skipped, which outOfTurn checks).
+func (w *world) unreleased(m movedFor, at time.Time) string {
+	if m.batch == 0 {
+		return ""
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	released := 0
+	for _, c := range w.controls {
+		if c.id != m.id || c.at.After(at) {
+			continue
+		}
+		if c.State == events.StateAborted {
+			return ""
+		}
+		released = max(released, c.Batch)
+	}
+	if released >= m.batch {
+		return ""
+	}
+	return fmt.Sprintf("a VM of batch %d while the control record had released batches up to %d", m.batch+1, released+1)
+}
+
+// promotedOnce names the pairs of promotes at once (promoteTwice) that
+// released more than one batch between them, from the control record's
+// history: each release by a promote names who promoted.
+func (w *world) promotedOnce() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	last := map[string]int{}
+	released := map[string][]int{} // by pair and rollout, the batches released
+	for _, c := range w.controls {
+		prev := last[c.id]
+		last[c.id] = max(prev, c.Batch)
+		by, ok := strings.CutPrefix(c.Gate, promotedBySoak)
+		if !ok || c.Batch <= prev {
+			continue
+		}
+		pair := strings.TrimRight(by, "ab") + " of " + c.id
+		released[pair] = append(released[pair], c.Batch+1)
+	}
+	var failed []string
+	for pair, batches := range released {
+		if len(batches) > 1 {
+			failed = append(failed, fmt.Sprintf("promotes %s at once released batches %v", pair, batches))
+		}
+	}
+	return failed
 }
 
 // deadLetters counts the dead letters of each event, and names those

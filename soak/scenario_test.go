@@ -33,6 +33,9 @@ type step struct {
 	at time.Duration
 	do string
 	n  int
+	// policy is an edit's rollout policy, set on u1 with the edit (the
+	// kvlive.io/rollout-policy annotation; empty: none, one batch).
+	policy string
 }
 
 // What a step can do. A step that cannot act when it comes (no rollout to
@@ -55,12 +58,20 @@ const (
 	doFlap    = "flap"      // pause rollout n and resume it at once
 )
 
+// policies are the rollout policies an edit draws from: none (the rollout
+// in one batch) as often as the other two together; batches released by
+// promote only (three, of 34%); a canary of 2 and then halves, each after
+// a pause of 200 ms once its gate passed.
+var policies = []string{"", "",
+	`{"batchSize":"34%","pause":"manual"}`,
+	`{"canary":"2","batchSize":"50%","pause":"200ms"}`}
+
 // draw is the scenario of seed: 12 to 30 VMs (one in four stopped, one in
 // five running ones not migratable), two or three replicas, a budget of 1
 // to 5, migrations of 0 to 300 ms, and 8 to 20 steps over 4 seconds, the
 // first an edit, with up to two flaps (a pause lifted at once) among them.
-// The flaps come from a source of their own, so adding them left every
-// seed's other steps as they were.
+// The flaps, and each edit's rollout policy, come from sources of their
+// own, so adding them left every seed's other steps as they were.
 func draw(seed int64) scenario {
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
 	sc := scenario{
@@ -103,6 +114,12 @@ func draw(seed int64) scenario {
 			sc.steps[j], sc.steps[j-1] = sc.steps[j-1], sc.steps[j]
 		}
 	}
+	batching := rand.New(rand.NewPCG(uint64(seed), 3))
+	for i := range sc.steps {
+		if sc.steps[i].do == doEdit {
+			sc.steps[i].policy = policies[batching.IntN(len(policies))]
+		}
+	}
 	return sc
 }
 
@@ -111,7 +128,11 @@ func (sc scenario) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d: %d VMs, %d replicas, a budget of %d, migrations of %v\n", sc.seed, sc.vms, sc.replicas, sc.budget, sc.migration)
 	for _, s := range sc.steps {
-		fmt.Fprintf(&b, "  %6v  %s %d\n", s.at, s.do, s.n)
+		fmt.Fprintf(&b, "  %6v  %s %d", s.at, s.do, s.n)
+		if s.policy != "" {
+			fmt.Fprintf(&b, " policy %s", s.policy)
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -30,7 +31,7 @@ var (
 )
 
 // fixedSeeds are the seeds CI runs.
-var fixedSeeds = []int64{1, 2, 3, 4, 5, 6, 7, 8}
+var fixedSeeds = []int64{1, 2, 3, 4, 5, 6, 7, 8, 10}
 
 func TestMain(m *testing.M) { testenv.VerifyNoLeaks(m) }
 
@@ -111,6 +112,11 @@ func (w *world) run() {
 	for i := range w.sc.replicas {
 		w.start(i)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.t.Cleanup(cancel)
+	if err := w.watchControls(ctx); err != nil {
+		w.t.Fatal(err)
+	}
 	began := time.Now()
 	for _, s := range w.sc.steps {
 		if d := time.Until(began.Add(s.at)); d > 0 {
@@ -148,7 +154,7 @@ func (w *world) do(s step) {
 	defer cancel()
 	switch s.do {
 	case doEdit:
-		w.edit(ctx)
+		w.edit(ctx, s.policy)
 	case doUndo:
 		w.undo(ctx)
 	case doPause, doResume, doAbort:
@@ -162,8 +168,7 @@ func (w *world) do(s step) {
 		}
 	case doPromote:
 		if r := w.nth(s.n); r != nil {
-			_, err := rollout.PromoteNext(ctx, w.js, r.id, 0, "soak", time.Now())
-			w.note("promote %s: %v", r.id, err)
+			w.promoteTwice(ctx, r.id)
 		}
 	case doKill:
 		w.kill(s.n)
@@ -224,14 +229,19 @@ func (w *world) do(s step) {
 	}
 }
 
-// edit gives u1 a new generation (its CPUs or its memory changed): a
-// rollout of every VM on it.
-func (w *world) edit(ctx context.Context) {
+// edit gives u1 a new generation (its CPUs or its memory changed), with
+// policy as its rollout policy: a rollout of every VM on it.
+func (w *world) edit(ctx context.Context, policy string) {
 	its := w.clients.Virt.InstancetypeV1beta1().VirtualMachineClusterInstancetypes()
 	u1, err := its.Get(ctx, "u1", metav1.GetOptions{})
 	if err != nil {
 		w.note("edit: %v", err)
 		return
+	}
+	if policy == "" {
+		delete(u1.Annotations, events.PolicyAnnotation)
+	} else {
+		u1.Annotations = map[string]string{events.PolicyAnnotation: policy}
 	}
 	u1.Generation++
 	if u1.Generation%2 == 0 {
@@ -247,6 +257,37 @@ func (w *world) edit(ctx context.Context) {
 	w.began(id)
 	w.note("edit: u1 at generation %d, %d vCPUs: %s", u1.Generation, u1.Spec.CPU.Guest, id)
 }
+
+// promoteTwice promotes a rollout twice at once, as two operators might
+// (issue 59, item 7): the two release one batch between them, never two.
+// Each names itself, so the control record's history tells whose promote
+// released a batch (promotedOnce).
+func (w *world) promoteTwice(ctx context.Context, id string) {
+	w.mu.Lock()
+	w.promotes++
+	pair := fmt.Sprintf("%s %d", soakPromote, w.promotes)
+	w.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, by := range []string{pair + "a", pair + "b"} {
+		wg.Go(func() {
+			p, err := rollout.PromoteNext(ctx, w.js, id, 0, by, time.Now())
+			if err != nil {
+				w.note("%s of %s: %v", by, id, err)
+				return
+			}
+			w.note("%s of %s: released batch %d of %d", by, id, p.Batch+1, len(p.Batches))
+		})
+	}
+	wg.Wait()
+}
+
+// soakPromote names the schedule's promotes: "soak promote 3a" and "3b"
+// are a pair. The control record's Gate says "promoted by" whoever
+// released its batch.
+const (
+	soakPromote    = "soak promote"
+	promotedBySoak = "promoted by " + soakPromote + " "
+)
 
 // undo asks for the undo of the latest rollout, as `kvlive rollout undo`
 // does.
@@ -305,6 +346,29 @@ func (w *world) steer(id string, action events.ControlAction, reason string) {
 	}
 }
 
+// promoteStaged releases the next batch of a batched rollout that has
+// one left, whatever its gate says, as an operator settling it would
+// (rollout promote --batch N): a gate can wait for as long as its
+// progress deadline, on a VM whose hot-plug no migration can carry, say.
+func (w *world) promoteStaged(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec, ok, err := rollout.Record(ctx, w.js, id)
+	if err != nil || !ok || len(rec.Batches) < 2 {
+		return
+	}
+	store, err := rollout.Open(ctx, w.js)
+	if err != nil {
+		return
+	}
+	c, _, err := store.Get(ctx, id)
+	if err != nil || c.Batch+1 >= len(rec.Batches) || c.State == events.StateAborted {
+		return
+	}
+	p, err := rollout.PromoteNext(ctx, w.js, id, c.Batch+2, "the soak settles", time.Now())
+	w.note("the soak settles: promote %s: batch %d, %v", id, p.Batch+1, err)
+}
+
 // control describes a rollout's control record, for the report.
 func (w *world) control(id string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -317,7 +381,11 @@ func (w *world) control(id string) string {
 	if err != nil {
 		return err.Error()
 	}
-	return fmt.Sprintf("%s by %s (%s)", c.State, c.By, c.Reason)
+	out := fmt.Sprintf("%s by %s (%s)", c.State, c.By, c.Reason)
+	if c.Batch > 0 || c.Gate != "" {
+		out += fmt.Sprintf("; batch %d released, its gate: %s", c.Batch+1, cmp.Or(c.Gate, "not asked yet"))
+	}
+	return out
 }
 
 // settle waits until every rollout has an outcome, or a dead letter, for
@@ -371,7 +439,8 @@ func (w *world) settle() (map[string]rollout.Progress, []string) {
 		}
 	}
 	// A migration that fails once the schedule ended pauses its rollout
-	// (issue 59, item 6); the operator resumes it, as run did the others.
+	// (issue 59, item 6); the operator resumes it, as run did the others,
+	// and promotes the batches that wait for a promote.
 	resumed := make(chan struct{})
 	go func() {
 		t := time.NewTicker(500 * time.Millisecond)
@@ -385,6 +454,7 @@ func (w *world) settle() (map[string]rollout.Progress, []string) {
 					if strings.HasPrefix(w.control(r.id), string(events.StatePaused)) {
 						w.steer(r.id, events.ActionResume, "the soak settles: paused by a failed migration")
 					}
+					w.promoteStaged(r.id)
 				}
 			}
 		}

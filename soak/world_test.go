@@ -23,6 +23,7 @@ import (
 	virtfake "kubevirt.io/client-go/kubevirt/fake"
 
 	"kvlive/cmd/kvlive/pipeline"
+	"kvlive/events"
 	"kvlive/internal/kube"
 	"kvlive/internal/standin"
 	"kvlive/internal/testenv"
@@ -56,6 +57,54 @@ type world struct {
 	budgets []budgetChange
 	// vmStarts are when the steps started each VM.
 	vmStarts map[string]time.Time
+	// promotes counts the schedule's pairs of promotes (promoteTwice).
+	promotes int
+	// controls is every control record written, as the bucket's watch
+	// told it, oldest first (watchControls).
+	controls []controlEntry
+}
+
+// controlEntry is one write of a rollout's control record: the event id,
+// when the bus stored it, and the record.
+type controlEntry struct {
+	id string
+	at time.Time
+	events.Control
+}
+
+// watchControls keeps every write of the control bucket in w.controls
+// until ctx ends: what the checks read the rollouts' released batches and
+// whose promote released each from (gateHeld, promotedOnce).
+func (w *world) watchControls(ctx context.Context) error {
+	var kv jetstream.KeyValue
+	for {
+		var err error
+		if kv, err = w.js.KeyValue(ctx, events.BucketControl); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the control bucket: %w", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	watch, err := kv.WatchAll(ctx, jetstream.IncludeHistory())
+	if err != nil {
+		return fmt.Errorf("watch the control bucket: %w", err)
+	}
+	go func() {
+		defer func() { _ = watch.Stop() }()
+		for e := range watch.Updates() {
+			var c events.Control
+			if e == nil || e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &c) != nil {
+				continue
+			}
+			w.mu.Lock()
+			w.controls = append(w.controls, controlEntry{id: e.Key(), at: e.Created(), Control: c})
+			w.mu.Unlock()
+		}
+	}()
+	return nil
 }
 
 func (w *world) vmStarted(key string) {
