@@ -75,6 +75,12 @@ type Config struct {
 	// its verdict is queued; the verdict deadline runs from the start.
 	// Zero is DefaultQueueTimeout.
 	QueueTimeout time.Duration
+	// SlotReactions is how long after its move a VM that shows no
+	// hot-plug yet keeps its slot of the migration budget (virt-controller
+	// patches the VMI within milliseconds of the move). Zero is
+	// DefaultSlotReactions; the fault soak shortens it, so a slot freed
+	// before its VM's write shows within a scenario.
+	SlotReactions time.Duration
 	// Migrations, when set, paces live moves by the migration budget
 	// (migrations.go): KubeVirt's parallelMigrationsPerCluster, or a
 	// rollout policy's migrationBudget when lower.
@@ -207,6 +213,9 @@ func New(cfg Config) (*Applier, error) {
 	cfg.Workers = max(cfg.Workers, 1)
 	if cfg.QueueTimeout <= 0 {
 		cfg.QueueTimeout = DefaultQueueTimeout
+	}
+	if cfg.SlotReactions <= 0 {
+		cfg.SlotReactions = DefaultSlotReactions
 	}
 	limiter := rate.NewLimiter(rate.Inf, 1)
 	if cfg.Rate > 0 {

@@ -49,13 +49,12 @@ const defaultParallelMigrations = 5
 // Budget pacing timing. Waiting moves and the sweep act on events (a slot
 // freed in the bucket, a VMI holding a slot or the KubeVirt CR changed);
 // slotRecheck bounds how long either goes without looking (what no event
-// tells: a rollout paused, a slot past its time). slotReactions is how
-// long after its move a VM that shows no hot-plug yet keeps its slot
-// (virt-controller patches the VMI within milliseconds of the move).
-const (
-	slotRecheck   = 5 * time.Second
-	slotReactions = 30 * time.Second
-)
+// tells: a rollout paused, a slot past its time).
+const slotRecheck = 5 * time.Second
+
+// DefaultSlotReactions is how long after its move a VM that shows no
+// hot-plug yet keeps its slot (Config.SlotReactions).
+const DefaultSlotReactions = 30 * time.Second
 
 // budget is the applier's view of the migration budget.
 type budget struct {
@@ -549,7 +548,7 @@ func (a *Applier) slotState(s slot) (string, instancetype.Migration) {
 		return "", m // waiting for KubeVirt's turn, or its retry after a failure
 	case m.Succeeded:
 		return "its migration ended", m
-	case a.cfg.Clock.Since(s.MS.At) > slotReactions:
+	case a.cfg.Clock.Since(s.MS.At) > a.cfg.SlotReactions:
 		return "KubeVirt asked for no migration", m
 	}
 	return "", m

@@ -521,3 +521,44 @@ func TestTheBudgetHoldsUnderAnyInterleavingOfTakes(t *testing.T) {
 		}
 	}
 }
+
+// TestASlotWithoutAHotplugIsKeptForSlotReactions: a moved VM whose VMI
+// shows no hot-plug keeps its slot for Config.SlotReactions after the
+// take (DefaultSlotReactions when zero), then the slot is freed: KubeVirt
+// asked for no migration.
+func TestASlotWithoutAHotplugIsKeptForSlotReactions(t *testing.T) {
+	for _, tc := range []struct {
+		reactions, want time.Duration
+	}{{0, DefaultSlotReactions}, {2 * time.Second, 2 * time.Second}} {
+		t.Run(tc.want.String(), func(t *testing.T) {
+			ctx := t.Context()
+			clk := clocktesting.NewFakeClock(time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC))
+			a, _ := budgetApplier(t, waitingFleet(false, "a"), Config{Clock: clk, QueueTimeout: time.Hour, SlotReactions: tc.reactions})
+			if took, err := a.tryTake(ctx, livePlan("E", "a"), 1); err != nil || took == nil || !*took {
+				t.Fatalf("took %v, %v; want the empty budget's slot", took, err)
+			}
+			held := func() int {
+				t.Helper()
+				slots, err := a.budget.slots(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := 0
+				for _, s := range slots {
+					if !a.freeIfEnded(ctx, s) {
+						n++
+					}
+				}
+				return n
+			}
+			clk.Step(tc.want - 100*time.Millisecond)
+			if n := held(); n != 1 {
+				t.Fatalf("%d slots held %v after the take; want a's, KubeVirt's reaction still awaited", n, tc.want-100*time.Millisecond)
+			}
+			clk.Step(200 * time.Millisecond)
+			if n := held(); n != 0 {
+				t.Errorf("%d slots held %v after the take with no hot-plug; want a's freed", n, tc.want+100*time.Millisecond)
+			}
+		})
+	}
+}

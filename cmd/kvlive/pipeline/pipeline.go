@@ -75,6 +75,9 @@ type Config struct {
 	// QueueTimeout is how long a moved VM may wait for its migration to
 	// start (see applier.Config).
 	QueueTimeout time.Duration
+	// SlotReactions is how long a moved VM that shows no hot-plug keeps
+	// its migration budget slot (see applier.Config; zero: the default).
+	SlotReactions time.Duration
 	// Policy is the rollout policy of events that name none.
 	Policy events.Policy
 	// Horizon is the replay horizon (--max-age): with the planner, this
@@ -324,7 +327,7 @@ func addPlanner(ctx context.Context, cfg Config, fleet *kube.Cache, recorder rec
 // permissions.
 func addApplier(ctx context.Context, cfg Config, fleet *kube.Cache, recorder record.EventRecorder, grace time.Duration) ([]func() error, error) {
 	a, err := applier.New(applier.Config{Recorder: recorder, Clients: cfg.Clients, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer,
-		Workers: cfg.ApplierWorkers, Rate: cfg.Rate, ObserveTimeout: cfg.ObserveTimeout, QueueTimeout: cfg.QueueTimeout, Migrations: fleet, Metrics: cfg.Metrics, Grace: grace, Activity: cfg.moving})
+		Workers: cfg.ApplierWorkers, Rate: cfg.Rate, ObserveTimeout: cfg.ObserveTimeout, QueueTimeout: cfg.QueueTimeout, SlotReactions: cfg.SlotReactions, Migrations: fleet, Metrics: cfg.Metrics, Grace: grace, Activity: cfg.moving})
 	if err != nil {
 		return nil, err
 	}
