@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"kvlive/applier"
 	"kvlive/events"
 	"kvlive/internal/standin"
 	"kvlive/rollout"
@@ -33,7 +35,8 @@ import (
 //     and two promotes at once released one batch (see unreleased and
 //     promotedOnce);
 //   - never more live moves without an ended migration than the
-//     migration budget (see overBudget);
+//     migration budget, and none without a slot of it (see overBudget
+//     and slotless);
 //   - every notification told once (see toldOnce).
 func (w *world) check() []string {
 	progress, failed := w.settle()
@@ -87,7 +90,9 @@ func (w *world) check() []string {
 		}
 	}
 	failed = append(failed, w.promotedOnce()...)
-	failed = append(failed, w.overBudget(writes)...)
+	live := w.liveMoves(writes)
+	failed = append(failed, w.overBudget(live)...)
+	failed = append(failed, w.slotless(live)...)
 	failed = append(failed, w.slotsLeft()...)
 	failed = append(failed, w.toldOnce(progress)...)
 	slices.Sort(failed)
@@ -104,7 +109,7 @@ func (w *world) check() []string {
 // take, by design, so such a slot is waited for that long too.
 func (w *world) slotsLeft() []string {
 	var held []string
-	ctx, cancel := context.WithTimeout(context.Background(), 2*slotsFreed+slotNoMigration)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*slotsFreed+w.slotNoMigration())
 	defer cancel()
 	deadline := time.Now().Add(slotsFreed)
 	for {
@@ -122,8 +127,8 @@ func (w *world) slotsLeft() []string {
 			if e, err := kv.Get(ctx, k); err == nil && k != events.MigrationWaitKey {
 				held = append(held, fmt.Sprintf("%s: %s", k, e.Value()))
 				var ms events.MigrationSlot
-				if json.Unmarshal(e.Value(), &ms) == nil && ms.At.Add(slotNoMigration).After(wait) {
-					wait = ms.At.Add(slotNoMigration)
+				if json.Unmarshal(e.Value(), &ms) == nil && ms.At.Add(w.slotNoMigration()).After(wait) {
+					wait = ms.At.Add(w.slotNoMigration())
 				}
 			}
 		}
@@ -145,32 +150,34 @@ func (w *world) slotsLeft() []string {
 const slotsFreed = 15 * time.Second
 
 // slotNoMigration is when, after its take, the applier frees a slot whose
-// VM KubeVirt asked no migration of (its slotReactions, 30 s), with a
-// sweep (every 5 s) and a second to spare.
-const slotNoMigration = 36 * time.Second
+// VM KubeVirt asked no migration of (its SlotReactions), with a sweep
+// (every 5 s) and a second to spare.
+func (w *world) slotNoMigration() time.Duration {
+	return cmp.Or(w.sc.slotReactions, applier.DefaultSlotReactions) + 6*time.Second
+}
 
-// overBudget names the pin writes that made more live moves without an
-// ended migration than the migration budget allowed, by the write log and
-// the stand-in's own records alone. A live move is a write the stand-in
-// answered with a hot-plug: the latest write on the VM, before the
-// hot-plug, to a revision among the pins the hot-plug answered. The move
-// stays open from the write until the first migration of the VM started
-// since the hot-plug ends (failed or not). A live move no migration ended
-// is not counted, so the count can only be short. The budget at a write is
-// the KubeVirt CR's parallelMigrationsPerCluster, the higher one if it
-// changed within grace before (kvlive reads it from its informer).
-func (w *world) overBudget(writes []write) []string {
-	type move struct {
-		write
-		started, ended time.Time
-	}
+// liveMove is a pin write the stand-in answered with a hot-plug, and the
+// migration that carried it (see liveMoves).
+type liveMove struct {
+	write
+	started, ended time.Time
+}
+
+// liveMoves are kvlive's live moves, by the write log and the stand-in's
+// own records alone. A live move is a write the stand-in answered with a
+// hot-plug: the latest write on the VM, before the hot-plug, to a
+// revision among the pins the hot-plug answered. The move stays open from
+// the write until the first migration of the VM started since the
+// hot-plug ends (failed or not). A live move no migration ended is not
+// listed.
+func (w *world) liveMoves(writes []write) []liveMove {
 	byVM := map[string][]write{}
 	for _, wr := range writes {
 		byVM[wr.vm] = append(byVM[wr.vm], wr)
 	}
 	history := w.standin.History()
 	slices.SortFunc(history, func(a, b standin.MigrationRecord) int { return a.Started.Compare(b.Started) })
-	var live []move
+	var live []liveMove
 	taken := map[write]bool{}
 	for _, h := range w.standin.Hotplugs() {
 		var by *write
@@ -185,11 +192,20 @@ func (w *world) overBudget(writes []write) []string {
 		for _, m := range history {
 			if m.VMI == h.VMI && !m.Started.Before(h.At) {
 				taken[*by] = true
-				live = append(live, move{*by, m.Started, m.Ended})
+				live = append(live, liveMove{*by, m.Started, m.Ended})
 				break
 			}
 		}
 	}
+	return live
+}
+
+// overBudget names the live moves (liveMoves) made with more live moves
+// open than the migration budget allowed. A live move no migration ended
+// is not counted, so the count can only be short. The budget at a write
+// is the KubeVirt CR's parallelMigrationsPerCluster, the higher one if it
+// changed within grace before (kvlive reads it from its informer).
+func (w *world) overBudget(live []liveMove) []string {
 	var failed []string
 	for _, m := range live {
 		var open []string
@@ -203,6 +219,35 @@ func (w *world) overBudget(writes []write) []string {
 			slices.Sort(open)
 			failed = append(failed, fmt.Sprintf("%s moved %s → %s live at %s with %d live moves open (%s): over the budget of %d; its outcomes:\n      %s",
 				m.vm, m.from, m.to, m.at.Format("15:04:05.000"), len(open), strings.Join(open, "; "), budget, strings.Join(w.outcomesOf(m.vm), "\n      ")))
+		}
+	}
+	return failed
+}
+
+// slotless names the live moves whose VM held no slot of the migration
+// budget at the write, by the bus bucket's history of the slots: a slot
+// is taken right before the write and kept until the VM's migration
+// ended (issue 59, item 4: a slot taken before a long wait for the
+// move's turn was freed before the write).
+func (w *world) slotless(live []liveMove) []string {
+	w.mu.Lock()
+	slots := slices.Clone(w.slots)
+	w.mu.Unlock()
+	var failed []string
+	for _, m := range live {
+		holder := map[string]string{} // by slot key, at the write
+		for _, e := range slots {
+			if !e.at.After(m.at) {
+				holder[e.key] = e.vm
+			}
+		}
+		held := false
+		for _, vm := range holder {
+			held = held || vm == m.vm
+		}
+		if !held {
+			failed = append(failed, fmt.Sprintf("%s moved %s → %s live at %s holding no migration slot (the slots then: %v); its outcomes:\n      %s",
+				m.vm, m.from, m.to, m.at.Format("15:04:05.000"), holder, strings.Join(w.outcomesOf(m.vm), "\n      ")))
 		}
 	}
 	return failed

@@ -24,7 +24,13 @@ type scenario struct {
 	replicas  int
 	budget    int
 	migration time.Duration
-	steps     []step
+	// rate caps each replica's moves a second (zero: no cap), and
+	// slotReactions is how long a moved VM that shows no hot-plug keeps
+	// its budget slot (zero: the applier's default): a slow rate makes
+	// moves wait for their turn longer than that (issue 59, item 4).
+	rate          float64
+	slotReactions time.Duration
+	steps         []step
 }
 
 // step is one thing the schedule does, at a time after the replicas
@@ -114,6 +120,13 @@ func draw(seed int64) scenario {
 			sc.steps[j], sc.steps[j-1] = sc.steps[j-1], sc.steps[j]
 		}
 	}
+	// One seed in three moves slowly: a move per second a replica, four
+	// workers a replica waiting for their turns, migrations half a second
+	// longer, and a slot freed 2 s after its move if no hot-plug shows.
+	if pace := rand.New(rand.NewPCG(uint64(seed), 4)); pace.IntN(3) == 0 {
+		sc.rate, sc.slotReactions = 1, 2*time.Second
+		sc.migration += 500 * time.Millisecond
+	}
 	batching := rand.New(rand.NewPCG(uint64(seed), 3))
 	for i := range sc.steps {
 		if sc.steps[i].do == doEdit {
@@ -126,7 +139,11 @@ func draw(seed int64) scenario {
 // String is the scenario as a failing seed prints it.
 func (sc scenario) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d VMs, %d replicas, a budget of %d, migrations of %v\n", sc.seed, sc.vms, sc.replicas, sc.budget, sc.migration)
+	fmt.Fprintf(&b, "seed %d: %d VMs, %d replicas, a budget of %d, migrations of %v", sc.seed, sc.vms, sc.replicas, sc.budget, sc.migration)
+	if sc.rate > 0 {
+		fmt.Fprintf(&b, ", %v moves a second a replica, a slot without a hot-plug kept %v", sc.rate, sc.slotReactions)
+	}
+	b.WriteString("\n")
 	for _, s := range sc.steps {
 		fmt.Fprintf(&b, "  %6v  %s %d", s.at, s.do, s.n)
 		if s.policy != "" {

@@ -114,7 +114,7 @@ func (w *world) run() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.t.Cleanup(cancel)
-	if err := w.watchControls(ctx); err != nil {
+	if err := w.watchBus(ctx); err != nil {
 		w.t.Fatal(err)
 	}
 	began := time.Now()

@@ -59,9 +59,11 @@ type world struct {
 	vmStarts map[string]time.Time
 	// promotes counts the schedule's pairs of promotes (promoteTwice).
 	promotes int
-	// controls is every control record written, as the bucket's watch
-	// told it, oldest first (watchControls).
+	// controls is every control record written, and slots every change
+	// of a migration slot, as the buckets' watches told them, oldest
+	// first (watchBus).
 	controls []controlEntry
+	slots    []slotEntry
 }
 
 // controlEntry is one write of a rollout's control record: the event id,
@@ -72,35 +74,69 @@ type controlEntry struct {
 	events.Control
 }
 
-// watchControls keeps every write of the control bucket in w.controls
-// until ctx ends: what the checks read the rollouts' released batches and
-// whose promote released each from (gateHeld, promotedOnce).
-func (w *world) watchControls(ctx context.Context) error {
+// slotEntry is one change of a migration budget slot: its key, when the
+// bus stored it, and the VM holding it (none: the slot was freed).
+type slotEntry struct {
+	key string
+	at  time.Time
+	vm  string
+}
+
+// watchBus keeps every write of the control bucket in w.controls, and
+// every change of a migration slot in w.slots, until ctx ends: what the
+// checks read the rollouts' released batches, whose promote released
+// each, and which VMs held slots when from (unreleased, promotedOnce,
+// slotless).
+func (w *world) watchBus(ctx context.Context) error {
+	err := w.watch(ctx, events.BucketControl, ">", func(e jetstream.KeyValueEntry) {
+		var c events.Control
+		if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &c) == nil {
+			w.controls = append(w.controls, controlEntry{id: e.Key(), at: e.Created(), Control: c})
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return w.watch(ctx, events.BucketBus, events.MigrationKeys, func(e jetstream.KeyValueEntry) {
+		if e.Key() == events.MigrationWaitKey {
+			return
+		}
+		var ms events.MigrationSlot
+		entry := slotEntry{key: e.Key(), at: e.Created()}
+		if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &ms) == nil {
+			entry.vm = ms.VM.Namespace + "/" + ms.VM.Name
+		}
+		w.slots = append(w.slots, entry)
+	})
+}
+
+// watch hands every change of bucket's keys, from the first, to keep
+// (under w.mu) until ctx ends, waiting for the bucket to exist (a
+// replica's start creates it).
+func (w *world) watch(ctx context.Context, bucket, keys string, keep func(jetstream.KeyValueEntry)) error {
 	var kv jetstream.KeyValue
 	for {
 		var err error
-		if kv, err = w.js.KeyValue(ctx, events.BucketControl); err == nil {
+		if kv, err = w.js.KeyValue(ctx, bucket); err == nil {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the control bucket: %w", err)
+			return fmt.Errorf("the %s bucket: %w", bucket, err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	watch, err := kv.WatchAll(ctx, jetstream.IncludeHistory())
+	watch, err := kv.Watch(ctx, keys, jetstream.IncludeHistory())
 	if err != nil {
-		return fmt.Errorf("watch the control bucket: %w", err)
+		return fmt.Errorf("watch the %s bucket: %w", bucket, err)
 	}
 	go func() {
-		defer func() { _ = watch.Stop() }()
 		for e := range watch.Updates() {
-			var c events.Control
-			if e == nil || e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &c) != nil {
+			if e == nil {
 				continue
 			}
 			w.mu.Lock()
-			w.controls = append(w.controls, controlEntry{id: e.Key(), at: e.Created(), Control: c})
+			keep(e)
 			w.mu.Unlock()
 		}
 	}()
@@ -392,7 +428,7 @@ func (w *world) start(i int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	running, err := pipeline.Start(ctx, pipeline.Config{
 		Clients: w.clients, JetStream: w.js, Stages: pipeline.AllStages,
-		ApplierWorkers: 4, PlannerWorkers: 2,
+		ApplierWorkers: 4, PlannerWorkers: 2, Rate: w.sc.rate, SlotReactions: w.sc.slotReactions,
 		// Cut short: a kill ends its writes in flight.
 		ShutdownGrace: time.Millisecond,
 		LeaderElection: &pipeline.LeaderElection{Namespace: "kvlive", Name: "kvlive-watcher", Identity: r.name,
