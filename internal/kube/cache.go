@@ -52,7 +52,11 @@ type Cache struct {
 	kubevirts cache.SharedIndexInformer
 	revisions cache.SharedIndexInformer
 	objects   ObjectInformers
-	started   startedSpecs
+	// migrations, once WatchMigrations added it, is the informer of the
+	// VirtualMachineInstanceMigrations in namespace.
+	migrations cache.SharedIndexInformer
+	namespace  string
+	started    startedSpecs
 	// readRevision reads a ControllerRevision: from the API server, or
 	// from the objects a CacheOf was given.
 	readRevision func(ctx context.Context, namespace, name string) (*appsv1.ControllerRevision, error)
@@ -105,6 +109,7 @@ func newCache(c Clients, namespace string, revisions, trim bool) (*Cache, error)
 	}
 	f := informers.NewSharedInformerFactoryWithOptions(c.Kube, ResyncPeriod, informers.WithNamespace(namespace), informers.WithTransform(transform))
 	ca := &Cache{
+		namespace: namespace,
 		trim:      trim,
 		Clients:   c,
 		factory:   f,
