@@ -40,6 +40,11 @@ type MigrationFleet interface {
 	KubeVirt() *virtv1.KubeVirt
 	VMIInformer() cache.SharedIndexInformer
 	KubeVirtInformer() cache.SharedIndexInformer
+	// Migration is the VirtualMachineInstanceMigration of namespace with
+	// uid, nil when the fleet holds none (or watches none:
+	// MigrationInformer nil).
+	Migration(namespace, uid string) *virtv1.VirtualMachineInstanceMigration
+	MigrationInformer() cache.SharedIndexInformer
 }
 
 // defaultParallelMigrations is KubeVirt's parallelMigrationsPerCluster
@@ -117,7 +122,8 @@ func (b *budget) follow(ctx context.Context, log *slog.Logger) error {
 	for _, h := range []struct {
 		inf cache.SharedIndexInformer
 		on  func(any)
-	}{{b.fleet.VMIInformer(), b.vmiChanged}, {b.fleet.KubeVirtInformer(), func(any) { b.wake() }}} {
+	}{{b.fleet.VMIInformer(), b.vmiChanged}, {b.fleet.KubeVirtInformer(), func(any) { b.wake() }},
+		{b.fleet.MigrationInformer(), b.migrationChanged}} {
 		if h.inf == nil {
 			continue
 		}
@@ -206,6 +212,17 @@ func (b *budget) vmiChanged(obj any) {
 	b.mu.Unlock()
 	if holds {
 		b.poke()
+	}
+}
+
+// migrationChanged pokes the sweep when a migration of the VMI of a VM
+// holding a slot changed: KubeVirt finalising it frees the slot.
+func (b *budget) migrationChanged(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if m, ok := obj.(*virtv1.VirtualMachineInstanceMigration); ok {
+		b.vmiChanged(cache.ExplicitKey(m.Namespace + "/" + m.Spec.VMIName))
 	}
 }
 
@@ -546,12 +563,37 @@ func (a *Applier) slotState(s slot) (string, instancetype.Migration) {
 		return "the VMI cannot live-migrate: its change waits for a restart", m
 	case pending:
 		return "", m // waiting for KubeVirt's turn, or its retry after a failure
+	case m.Succeeded && m.Ended != nil && a.stillCounted(s, m.UID, *m.Ended):
+		return "", m // KubeVirt counts it running until its object is final
 	case m.Succeeded:
 		return "its migration ended", m
 	case a.cfg.Clock.Since(s.MS.At) > a.cfg.SlotReactions:
 		return "KubeVirt asked for no migration", m
 	}
 	return "", m
+}
+
+// stillCounted reports whether KubeVirt still counts the migration uid of
+// the slot's VM, one the VMI shows ended (since then), among its running
+// ones: its object (VirtualMachineInstanceMigration) is not final yet.
+// virt-controller finalises it a moment after the VMI shows the end, and
+// counts every migration object not final against
+// parallelMigrationsPerCluster, so a slot freed at the VMI's word would
+// open one more than the budget for that moment. A migration whose object
+// the fleet does not hold (not watched, or deleted) is not counted; nor is
+// one still not final SlotReactions after its end (logged: it is
+// KubeVirt's to finish).
+func (a *Applier) stillCounted(s slot, uid string, since time.Time) bool {
+	obj := a.budget.fleet.Migration(s.MS.VM.Namespace, uid)
+	if obj == nil || obj.IsFinal() {
+		return false
+	}
+	if a.cfg.Clock.Since(since) > a.cfg.SlotReactions {
+		a.cfg.Log.Warn("applier: a migration the VMI shows ended is still not final; its slot is freed", "vm", s.MS.VM.String(),
+			"migration", obj.Name, "phase", obj.Status.Phase, "ended", since)
+		return false
+	}
+	return true
 }
 
 // newVMI reports whether vmi is not the VMI that ran when the slot was
@@ -637,6 +679,9 @@ func (a *Applier) stopForFailure(ctx context.Context, s slot, why string) bool {
 				return false
 			}
 		}
+	}
+	if a.stillCounted(s, s.MS.FailedMigration, s.MS.FailedAt) {
+		return false // freed at a later look, once KubeVirt counts it ended
 	}
 	a.free(ctx, s, "its migration failed and its rollout was stopped")
 	return true

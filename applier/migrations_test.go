@@ -31,15 +31,21 @@ type budgetFleet struct {
 	vms  map[string]*virtv1.VirtualMachine
 	vmis map[string]*virtv1.VirtualMachineInstance
 	kv   *virtv1.KubeVirt
+	// migs are the migration objects, by UID.
+	migs map[string]*virtv1.VirtualMachineInstanceMigration
 }
 
 func (f *budgetFleet) VM(_, name string) *virtv1.VirtualMachine { return f.vms[name] }
 func (f *budgetFleet) VMI(_, name string) *virtv1.VirtualMachineInstance {
 	return f.vmis[name]
 }
-func (f *budgetFleet) KubeVirt() *virtv1.KubeVirt                  { return f.kv }
-func (f *budgetFleet) VMIInformer() cache.SharedIndexInformer      { return nil }
-func (f *budgetFleet) KubeVirtInformer() cache.SharedIndexInformer { return nil }
+func (f *budgetFleet) KubeVirt() *virtv1.KubeVirt                   { return f.kv }
+func (f *budgetFleet) VMIInformer() cache.SharedIndexInformer       { return nil }
+func (f *budgetFleet) KubeVirtInformer() cache.SharedIndexInformer  { return nil }
+func (f *budgetFleet) MigrationInformer() cache.SharedIndexInformer { return nil }
+func (f *budgetFleet) Migration(_, uid string) *virtv1.VirtualMachineInstanceMigration {
+	return f.migs[uid]
+}
 
 // budgetApplier is an applier on a test JetStream with fleet's migration
 // budget, cfg's queue timeout and clock, and the bus bucket its slots are
@@ -560,5 +566,74 @@ func TestASlotWithoutAHotplugIsKeptForSlotReactions(t *testing.T) {
 				t.Errorf("%d slots held %v after the take with no hot-plug; want a's freed", n, tc.want+100*time.Millisecond)
 			}
 		})
+	}
+}
+
+// TestASlotIsHeldUntilKubeVirtCountsItsMigrationEnded: a VMI that shows
+// its migration ended frees its slot only once the migration's object is
+// final, as KubeVirt counts the migrations it runs (every object not
+// final); one the fleet does not hold frees it at the VMI's word, and so
+// does one still not final SlotReactions after the end (issue 59, item
+// 11).
+func TestASlotIsHeldUntilKubeVirtCountsItsMigrationEnded(t *testing.T) {
+	ctx := t.Context()
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(now)
+	fleet := waitingFleet(false, "a", "b")
+	a, _ := budgetApplier(t, fleet, Config{Clock: clk, QueueTimeout: time.Hour})
+	for _, n := range []string{"a", "b"} {
+		if took, err := a.tryTake(ctx, livePlan("E", n), 2); err != nil || took == nil || !*took {
+			t.Fatalf("take %s: %v, %v", n, took, err)
+		}
+	}
+	clk.Step(time.Second)
+	started, ended := metav1.NewTime(clk.Now()), metav1.NewTime(clk.Now().Add(100*time.Millisecond))
+	for _, n := range []string{"a", "b"} {
+		fleet.vmis[n].Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: types.UID("m-" + n),
+			StartTimestamp: &started, EndTimestamp: &ended, Completed: true}
+	}
+	fleet.migs = map[string]*virtv1.VirtualMachineInstanceMigration{
+		"m-a": {ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "kubevirt-workload-update-a", UID: "m-a"},
+			Spec: virtv1.VirtualMachineInstanceMigrationSpec{VMIName: "a"}, Status: virtv1.VirtualMachineInstanceMigrationStatus{Phase: virtv1.MigrationRunning}},
+	}
+	held := func() []string {
+		t.Helper()
+		slots, err := a.budget.slots(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, s := range slots {
+			if !a.freeIfEnded(ctx, s) {
+				out = append(out, s.MS.VM.Name)
+			}
+		}
+		return out
+	}
+	if vms := held(); !slices.Equal(vms, []string{"a"}) {
+		t.Fatalf("slots held by %v; want a's alone: its migration's object is not final, b's is not held", vms)
+	}
+	fleet.migs["m-a"].Status.Phase = virtv1.MigrationSucceeded
+	if vms := held(); len(vms) != 0 {
+		t.Fatalf("slots held by %v; want none once a's migration object is final", vms)
+	}
+
+	// An object that stays not final past SlotReactions is KubeVirt's to
+	// finish: the slot goes.
+	if took, err := a.tryTake(ctx, livePlan("F", "a"), 2); err != nil || took == nil || !*took {
+		t.Fatalf("take a again: %v, %v", took, err)
+	}
+	clk.Step(time.Second)
+	started2, ended2 := metav1.NewTime(clk.Now()), metav1.NewTime(clk.Now())
+	fleet.vmis["a"].Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m-a2",
+		StartTimestamp: &started2, EndTimestamp: &ended2, Completed: true}
+	fleet.migs["m-a2"] = &virtv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "m2", UID: "m-a2"},
+		Status: virtv1.VirtualMachineInstanceMigrationStatus{Phase: virtv1.MigrationRunning}}
+	if vms := held(); !slices.Equal(vms, []string{"a"}) {
+		t.Fatalf("slots held by %v; want a's, its new migration's object not final", vms)
+	}
+	clk.Step(DefaultSlotReactions + time.Second)
+	if vms := held(); len(vms) != 0 {
+		t.Errorf("slots held by %v; want a's freed: its migration object still not final %v after its end", vms, DefaultSlotReactions)
 	}
 }

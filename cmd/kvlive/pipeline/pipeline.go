@@ -326,6 +326,10 @@ func addPlanner(ctx context.Context, cfg Config, fleet *kube.Cache, recorder rec
 // verdict on every VM moved (rollout.Verifier), with the applier's NATS
 // permissions.
 func addApplier(ctx context.Context, cfg Config, fleet *kube.Cache, recorder record.EventRecorder, grace time.Duration) ([]func() error, error) {
+	if err := fleet.WatchMigrations(ctx); err != nil {
+		cfg.Log.Warn("applier: a migration slot is freed when the VMI shows its migration ended, a moment before KubeVirt counts it ended: "+
+			"grant list and watch on virtualmachineinstancemigrations (deploy/base/rbac.yaml) for the slot to wait for that", "err", err)
+	}
 	a, err := applier.New(applier.Config{Recorder: recorder, Clients: cfg.Clients, Fleet: fleet, JetStream: cfg.JetStream, Log: cfg.Log, Tracer: cfg.Tracer,
 		Workers: cfg.ApplierWorkers, Rate: cfg.Rate, ObserveTimeout: cfg.ObserveTimeout, QueueTimeout: cfg.QueueTimeout, SlotReactions: cfg.SlotReactions, Migrations: fleet, Metrics: cfg.Metrics, Grace: grace, Activity: cfg.moving})
 	if err != nil {
