@@ -3,11 +3,14 @@
 package integration
 
 import (
+	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,7 +30,9 @@ import (
 // read at its migration's end. The migrations are counted from the API
 // server. One VMI's first migration fails: kvlive pauses the rollout,
 // rollout status names the failure, and once resumed the rollout ends
-// with KubeVirt's next migration of that VMI carrying its change.
+// with KubeVirt's next migration of that VMI carrying its change. No slot
+// of kvlive's migration budget is freed before KubeVirt counts its VM's
+// migration ended (its object final, by the audit log).
 func TestRealKubeVirtLiveRolloutMigrates(t *testing.T) {
 	e := newKubeVirtEnv(t)
 	e.kv.Handler.SetMigrationDuration(3 * time.Second)
@@ -42,6 +47,7 @@ func TestRealKubeVirtLiveRolloutMigrates(t *testing.T) {
 	// then a minute from the migration's start.
 	e.runKvlive("all stages", "--observe-timeout", "1m", "--migration-queue-timeout", "10m")
 	e.waitWatched(1)
+	slots := e.watchSlots()
 
 	eventID := e.editInstancetypeTo("u1.medium", 3, "3Gi")
 	// vm-07's failed migration pauses the rollout; once KubeVirt's next
@@ -95,6 +101,147 @@ func TestRealKubeVirtLiveRolloutMigrates(t *testing.T) {
 		t.Errorf("%d migrations ran at once, KubeVirt runs at most 5", n)
 	}
 	t.Logf("%d migrations (%d succeeded, %d failed), at most %d at once", len(list.Items), len(succeeded), len(failed), maxOverlap(migrationSpans(ran)))
+	e.checkSlotsOutlastKubeVirtsCount(slots)
+}
+
+// slotWatch is the migration budget's slots in the bus bucket as kvlive
+// took and freed them, from when watchSlots made it.
+type slotWatch struct {
+	mu      sync.Mutex
+	changes []slotChange
+}
+
+// slotChange is a slot taken by a VM, or freed (vm empty), when the bus
+// stored it.
+type slotChange struct {
+	at      time.Time
+	key, vm string
+}
+
+// watchSlots follows the migration budget's slots until the test ends.
+func (e *env) watchSlots() *slotWatch {
+	e.t.Helper()
+	kv, err := e.js.KeyValue(e.ctx, events.BucketBus)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	w, err := kv.Watch(e.ctx, events.MigrationKeys, jetstream.IncludeHistory())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sw := &slotWatch{}
+	go func() {
+		for entry := range w.Updates() {
+			if entry == nil || entry.Key() == events.MigrationWaitKey {
+				continue
+			}
+			c := slotChange{at: entry.Created(), key: entry.Key()}
+			var ms events.MigrationSlot
+			if entry.Operation() == jetstream.KeyValuePut && json.Unmarshal(entry.Value(), &ms) == nil {
+				c.vm = ms.VM.Name
+			}
+			sw.mu.Lock()
+			sw.changes = append(sw.changes, c)
+			sw.mu.Unlock()
+		}
+	}()
+	return sw
+}
+
+// freed lists the slots freed: the VM each held, and when it was freed.
+func (sw *slotWatch) freed() []slotChange {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	holder := map[string]string{}
+	var out []slotChange
+	for _, c := range sw.changes {
+		if c.vm == "" && holder[c.key] != "" {
+			out = append(out, slotChange{at: c.at, key: c.key, vm: holder[c.key]})
+		}
+		holder[c.key] = c.vm
+	}
+	return out
+}
+
+// vmim is a VirtualMachineInstanceMigration as the API server's audit log
+// tells its life: its VMI, when it was created (to the second), and when the API server
+// received the write that made it final (Succeeded or Failed; zero while
+// none did). The write's receipt, not its answer: a watcher may hear of
+// the write a moment before the audit log stamps its answer.
+type vmim struct {
+	vmi            string
+	created, final time.Time
+}
+
+// migrationObjects reads every VirtualMachineInstanceMigration's life from
+// the audit log, by name.
+func (e *env) migrationObjects() map[string]*vmim {
+	e.t.Helper()
+	out := map[string]*vmim{}
+	for _, verb := range []string{"create", "update", "patch"} {
+		for _, ev := range e.auditEvents(verb, "virtualmachineinstancemigrations") {
+			if ev.ResponseStatus == nil || ev.ResponseStatus.Code >= 300 {
+				continue
+			}
+			var obj struct {
+				Metadata struct {
+					Name              string      `json:"name"`
+					CreationTimestamp metav1.Time `json:"creationTimestamp"`
+				} `json:"metadata"`
+				Spec struct {
+					VMIName string `json:"vmiName"`
+				} `json:"spec"`
+				Status struct {
+					Phase virtv1.VirtualMachineInstanceMigrationPhase
+				} `json:"status"`
+			}
+			_ = json.Unmarshal(ev.RequestObject, &obj)
+			name := cmp.Or(ev.ObjectRef.Name, obj.Metadata.Name)
+			m := out[name]
+			if m == nil {
+				m = &vmim{}
+				out[name] = m
+			}
+			m.vmi = cmp.Or(m.vmi, obj.Spec.VMIName)
+			if m.created.IsZero() {
+				// Created under a generated name, which the create's
+				// request does not carry: its later writes do.
+				m.created = obj.Metadata.CreationTimestamp.Time
+			}
+			if final := obj.Status.Phase == virtv1.MigrationSucceeded || obj.Status.Phase == virtv1.MigrationFailed; final && m.final.IsZero() {
+				m.final = ev.Received
+			}
+		}
+	}
+	return out
+}
+
+// checkSlotsOutlastKubeVirtsCount checks that kvlive freed no slot of its
+// migration budget while KubeVirt still counted the VM's migration among
+// its running ones: the write making every VirtualMachineInstanceMigration
+// of the VM created before the slot was freed final had reached the API
+// server by then, by its audit log (issue 59, item 11). virt-controller counts every migration object
+// not final against parallelMigrationsPerCluster, and finalises one a
+// moment after the VMI shows its end.
+func (e *env) checkSlotsOutlastKubeVirtsCount(sw *slotWatch) {
+	e.t.Helper()
+	objs := e.migrationObjects()
+	freed := sw.freed()
+	if len(freed) == 0 {
+		e.t.Error("no migration slot was freed; the check proves nothing")
+	}
+	for _, f := range freed {
+		for name, m := range objs {
+			if m.vmi != f.vm || m.created.IsZero() || !m.created.Before(f.at) {
+				continue
+			}
+			if m.final.IsZero() || m.final.After(f.at) {
+				e.t.Errorf("%s's slot was freed at %s, while KubeVirt still counted its migration %s (created %s, final %s)",
+					f.vm, f.at.Format("15:04:05.000000"), name, m.created.Format("15:04:05.000000"), m.final.Format("15:04:05.000000"))
+			}
+		}
+	}
+	e.t.Logf("%d slots freed, each after KubeVirt counted its VM's migrations ended", len(freed))
 }
 
 // pinWrites are kvlive's writes of VMs (the pin moves) the API server
@@ -126,7 +273,8 @@ func migrationSpans(ms []framework.Migration) []span {
 // writes in the API server's audit log to the migration's end, as the
 // players ran it), and every verdict is live. Then every VM's next
 // migration fails: the rollout pauses on the first failure, saying so,
-// with no more than the budget's two VMs moved.
+// with no more than the budget's two VMs moved. No slot is freed, after a
+// success or a failure, before KubeVirt counts the migration ended.
 func TestRealKubeVirtLiveMovesKeepToTheMigrationBudget(t *testing.T) {
 	e := newKubeVirtEnv(t)
 	e.kv.Handler.SetMigrationDuration(2 * time.Second)
@@ -140,6 +288,7 @@ func TestRealKubeVirtLiveMovesKeepToTheMigrationBudget(t *testing.T) {
 	e.createVMs("u1.medium", fleet...)
 	e.runKvlive("all stages", "--observe-timeout", "1m", "--migration-budget", "2")
 	e.waitWatched(1)
+	slots := e.watchSlots()
 
 	eventID := e.editInstancetypeTo("u1.medium", 3, "2Gi")
 	e.follow(eventID)
@@ -191,6 +340,9 @@ func TestRealKubeVirtLiveMovesKeepToTheMigrationBudget(t *testing.T) {
 		}
 		return len(held) == 0, strings.Join(held, ", ")
 	})
+	// Freed by success or by failure, no slot went before KubeVirt
+	// counted its migration ended.
+	e.checkSlotsOutlastKubeVirtsCount(slots)
 }
 
 // ranMigration is one migration as the players (framework.Migration) or

@@ -30,9 +30,11 @@ var silenceOnce sync.Once
 // plan reads none when its selection brought them), every create and delete of a
 // VMI (a restart's stop and start, whoever carries it out), and each list
 // and watch of VMs, VMIs and revisions (how an informer took its first
-// list). Request level keeps the patch itself (the request
-// body; no response bodies), so a test can tell what a write tested and
-// replaced. Nothing else is logged, so the log stays small on large fleets.
+// list), and every write of a VirtualMachineInstanceMigration (when
+// KubeVirt created it, and made it final). Request level keeps the patch
+// itself (the request body; no response bodies), so a test can tell what a
+// write tested and replaced. Nothing else is logged, so the log stays small
+// on large fleets.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
@@ -42,6 +44,11 @@ rules:
   resources:
   - group: kubevirt.io
     resources: ["virtualmachines", "virtualmachines/status"]
+- level: Request
+  verbs: ["create", "update", "patch"]
+  resources:
+  - group: kubevirt.io
+    resources: ["virtualmachineinstancemigrations", "virtualmachineinstancemigrations/status"]
 - level: Metadata
   verbs: ["delete", "get"]
   resources:
