@@ -232,7 +232,11 @@ func (e *env) checkSlotsOutlastKubeVirtsCount(sw *slotWatch) {
 	}
 	for _, f := range freed {
 		for name, m := range objs {
-			if m.vmi != f.vm || m.created.IsZero() || !m.created.Before(f.at) {
+			// Creation times are whole seconds: a migration created in
+			// the slot's last second may be KubeVirt's next one (its retry
+			// after a failure), which the slot never stood for. One that
+			// ended by then started seconds before (2 to 3 s here).
+			if m.vmi != f.vm || m.created.IsZero() || !m.created.Before(f.at.Truncate(time.Second)) {
 				continue
 			}
 			if m.final.IsZero() || m.final.After(f.at) {
