@@ -230,20 +230,7 @@ func TestAVMIStartedInItsMovesSecondKeepsItsSlot(t *testing.T) {
 	if took, err := a.tryTake(ctx, plan, 2); err != nil || took == nil || !*took {
 		t.Fatalf("took %v, %v; want the empty budget's slot", took, err)
 	}
-	held := func() []slot {
-		t.Helper()
-		slots, err := a.budget.slots(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []slot
-		for _, s := range slots {
-			if !a.freeIfEnded(ctx, s) {
-				out = append(out, s)
-			}
-		}
-		return out
-	}
+	held := func() []slot { t.Helper(); return stillHeld(t, a) }
 	if s := held(); len(s) != 1 || s[0].MS.VMI != "vmi-1" {
 		t.Fatalf("slots %+v; want a's, naming its VMI vmi-1, held while its migration has not come", s)
 	}
@@ -543,20 +530,7 @@ func TestASlotWithoutAHotplugIsKeptForSlotReactions(t *testing.T) {
 			if took, err := a.tryTake(ctx, livePlan("E", "a"), 1); err != nil || took == nil || !*took {
 				t.Fatalf("took %v, %v; want the empty budget's slot", took, err)
 			}
-			held := func() int {
-				t.Helper()
-				slots, err := a.budget.slots(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				n := 0
-				for _, s := range slots {
-					if !a.freeIfEnded(ctx, s) {
-						n++
-					}
-				}
-				return n
-			}
+			held := func() int { t.Helper(); return len(stillHeld(t, a)) }
 			clk.Step(tc.want - 100*time.Millisecond)
 			if n := held(); n != 1 {
 				t.Fatalf("%d slots held %v after the take; want a's, KubeVirt's reaction still awaited", n, tc.want-100*time.Millisecond)
@@ -598,17 +572,11 @@ func TestASlotIsHeldUntilKubeVirtCountsItsMigrationEnded(t *testing.T) {
 	}
 	held := func() []string {
 		t.Helper()
-		slots, err := a.budget.slots(ctx)
-		if err != nil {
-			t.Fatal(err)
+		var vms []string
+		for _, s := range stillHeld(t, a) {
+			vms = append(vms, s.MS.VM.Name)
 		}
-		var out []string
-		for _, s := range slots {
-			if !a.freeIfEnded(ctx, s) {
-				out = append(out, s.MS.VM.Name)
-			}
-		}
-		return out
+		return vms
 	}
 	if vms := held(); !slices.Equal(vms, []string{"a"}) {
 		t.Fatalf("slots held by %v; want a's alone: its migration's object is not final, b's is not held", vms)
@@ -636,4 +604,21 @@ func TestASlotIsHeldUntilKubeVirtCountsItsMigrationEnded(t *testing.T) {
 	if vms := held(); len(vms) != 0 {
 		t.Errorf("slots held by %v; want a's freed: its migration object still not final %v after its end", vms, DefaultSlotReactions)
 	}
+}
+
+// stillHeld looks at every slot of a's budget as the sweep does, freeing
+// those whose VM needs them no more, and returns the rest.
+func stillHeld(t *testing.T, a *Applier) []slot {
+	t.Helper()
+	slots, err := a.budget.slots(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []slot
+	for _, s := range slots {
+		if !a.freeIfEnded(t.Context(), s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
