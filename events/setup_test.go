@@ -44,18 +44,18 @@ type askedTogether struct {
 	stores, consumers *barrier
 }
 
-func (a *askedTogether) CreateOrUpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+func (a *askedTogether) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	if err := a.stores.wait(ctx, cfg.Name); err != nil {
 		return nil, err
 	}
-	return a.JetStream.CreateOrUpdateStream(ctx, cfg)
+	return a.JetStream.CreateStream(ctx, cfg)
 }
 
-func (a *askedTogether) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+func (a *askedTogether) CreateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	if err := a.stores.wait(ctx, "kv "+cfg.Bucket); err != nil {
 		return nil, err
 	}
-	return a.JetStream.CreateOrUpdateKeyValue(ctx, cfg)
+	return a.JetStream.CreateKeyValue(ctx, cfg)
 }
 
 func (a *askedTogether) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
@@ -98,4 +98,44 @@ func (b *barrier) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return fmt.Sprintf("%d of %d", len(b.asked), b.want)
+}
+
+// TestSetupLeavesACurrentBusAlone: a replica starting on a bus another has
+// set up sends no stream update (nats-server v2.15.3 reads a stream's
+// config unguarded while it adds a consumer, so every start's update raced
+// the other replicas' consumers); a stream whose config differs is
+// updated, and only it.
+func TestSetupLeavesACurrentBusAlone(t *testing.T) {
+	js := testenv.BareJetStream(t)
+	o := events.DefaultStreamOptions()
+	if err := events.Setup(t.Context(), js, o, nil); err != nil {
+		t.Fatal(err)
+	}
+	updated, err := js.Conn().SubscribeSync("$JS.EVENT.ADVISORY.STREAM.UPDATED.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.Setup(t.Context(), js, o, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := events.EnsureStream(t.Context(), js, events.NotifyStreamConfig(o)); err != nil {
+		t.Fatal(err)
+	}
+	if err := events.EnsureStream(t.Context(), js, events.NotifyStreamConfig(o)); err != nil {
+		t.Fatal(err)
+	}
+	changed := events.StreamConfigs(o)[0]
+	changed.Description = "changed by an upgrade"
+	if err := events.EnsureStream(t.Context(), js, changed); err != nil {
+		t.Fatal(err)
+	}
+	// Advisories are sent in the order the updates were made: the changed
+	// stream's is the first, or the second setup's came before it.
+	m, err := updated.NextMsg(30 * time.Second)
+	if err != nil {
+		t.Fatalf("no update of the changed stream: %v", err)
+	}
+	if want := "$JS.EVENT.ADVISORY.STREAM.UPDATED." + changed.Name; m.Subject != want {
+		t.Errorf("first update %s, want only %s", m.Subject, want)
+	}
 }

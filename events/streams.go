@@ -304,10 +304,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions, log *sl
 	}
 	for _, cfg := range KVConfigs(o) {
 		stores.Go(func() error {
-			err := step(sctx, "kv "+cfg.Bucket, func(ctx context.Context) error {
-				_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
-				return err
-			})
+			err := step(sctx, "kv "+cfg.Bucket, func(ctx context.Context) error { return ensureBucket(ctx, js, cfg) })
 			if err != nil {
 				return fmt.Errorf("events: kv %s: %w", cfg.Bucket, err)
 			}
@@ -407,12 +404,35 @@ func Transient(err error) bool {
 	return false
 }
 
+// EnsureStream makes the stream cfg names, or updates it when it differs
+// from cfg. A create with the config the stream already has changes
+// nothing, so replicas starting at once leave a current stream alone: an
+// update is sent only when the stream differs (an upgrade). nats-server
+// v2.15.3 reads a stream's config unguarded while it adds a consumer, so an
+// update on every start raced the consumers other replicas were adding.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	_, err := js.CreateStream(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		_, err = js.UpdateStream(ctx, cfg)
+	}
+	return err
+}
+
+// ensureBucket is EnsureStream for a key-value bucket.
+func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) error {
+	_, err := js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		_, err = js.UpdateKeyValue(ctx, cfg)
+	}
+	return err
+}
+
 // setupStream creates or updates one stream. JetStream cannot change a
 // stream's retention in place: a work stream an older kvlive made with
 // limits retention is re-created, but only when it holds nothing, so no
 // pending work is lost; otherwise the error says what to do.
 func setupStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
-	_, err := js.CreateOrUpdateStream(ctx, cfg)
+	err := EnsureStream(ctx, js, cfg)
 	if err == nil || cfg.Retention != jetstream.WorkQueuePolicy {
 		if err != nil {
 			return fmt.Errorf("events: stream %s: %w", cfg.Name, err)

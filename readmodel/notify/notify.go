@@ -123,8 +123,7 @@ func New(cfg Config) (*Notifier, error) {
 // rollouts and sends to every receiver until ctx ends.
 func (n *Notifier) Run(ctx context.Context) error {
 	if !n.makeUntilDone(ctx, "the notifications stream", []any{"stream", events.StreamNotify}, func(ctx context.Context) error {
-		_, err := n.cfg.JetStream.CreateOrUpdateStream(ctx, events.NotifyStreamConfig(n.cfg.Streams))
-		return err
+		return events.EnsureStream(ctx, n.cfg.JetStream, events.NotifyStreamConfig(n.cfg.Streams))
 	}) {
 		return nil
 	}
