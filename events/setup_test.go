@@ -3,6 +3,7 @@ package events_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,4 +139,60 @@ func TestSetupLeavesACurrentBusAlone(t *testing.T) {
 	if want := "$JS.EVENT.ADVISORY.STREAM.UPDATED." + changed.Name; m.Subject != want {
 		t.Errorf("first update %s, want only %s", m.Subject, want)
 	}
+}
+
+// TestSetupRemakesAnOlderWorkStreamOnlyWhenEmpty: a work stream an older
+// kvlive made with limits retention is re-created as a work queue when it
+// holds nothing; while it holds a message Setup refuses, saying so, and
+// the message stays.
+func TestSetupRemakesAnOlderWorkStreamOnlyWhenEmpty(t *testing.T) {
+	o := events.DefaultStreamOptions()
+	var work jetstream.StreamConfig
+	for _, cfg := range events.StreamConfigs(o) {
+		if cfg.Retention == jetstream.WorkQueuePolicy && cfg.Name != events.StreamPlans {
+			work = cfg
+		}
+	}
+	older := func(t *testing.T, js jetstream.JetStream) {
+		cfg := work
+		cfg.Retention = jetstream.LimitsPolicy
+		if _, err := js.CreateStream(t.Context(), cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("empty", func(t *testing.T) {
+		js := testenv.BareJetStream(t)
+		older(t, js)
+		if err := events.Setup(t.Context(), js, o, nil); err != nil {
+			t.Fatal(err)
+		}
+		s, err := js.Stream(t.Context(), work.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.CachedInfo().Config.Retention; got != jetstream.WorkQueuePolicy {
+			t.Errorf("%s retention %v, want a work queue", work.Name, got)
+		}
+	})
+	t.Run("holding work", func(t *testing.T) {
+		js := testenv.BareJetStream(t)
+		older(t, js)
+		subject := strings.ReplaceAll(work.Subjects[0], ">", "x")
+		if _, err := js.Publish(t.Context(), subject, []byte("pending")); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		err := events.Setup(ctx, js, o, nil)
+		if err == nil || !strings.Contains(err.Error(), "still holds 1 unsettled messages") {
+			t.Fatalf("setup over an older stream holding work: %v", err)
+		}
+		s, err := js.Stream(t.Context(), work.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info, _ := s.Info(t.Context()); info.State.Msgs != 1 || info.Config.Retention != jetstream.LimitsPolicy {
+			t.Errorf("%s after a refused setup: %d messages, retention %v", work.Name, info.State.Msgs, info.Config.Retention)
+		}
+	})
 }
