@@ -581,14 +581,16 @@ func (a *Applier) slotState(s slot) (string, instancetype.Migration) {
 // parallelMigrationsPerCluster, so a slot freed at the VMI's word would
 // open one more than the budget for that moment. A migration whose object
 // the fleet does not hold (not watched, or deleted) is not counted; nor is
-// one still not final SlotReactions after its end (logged: it is
-// KubeVirt's to finish).
+// one still not final SlotReactions after its end (logged and counted in
+// kvlive_migration_slots_freed_not_final_total: it is KubeVirt's to
+// finish).
 func (a *Applier) stillCounted(s slot, uid string, since time.Time) bool {
 	obj := a.budget.fleet.Migration(s.MS.VM.Namespace, uid)
 	if obj == nil || obj.IsFinal() {
 		return false
 	}
 	if a.cfg.Clock.Since(since) > a.cfg.SlotReactions {
+		a.cfg.Metrics.MigrationSlotNotFinal()
 		a.cfg.Log.Warn("applier: a migration the VMI shows ended is still not final; its slot is freed", "vm", s.MS.VM.String(),
 			"migration", obj.Name, "phase", obj.Status.Phase, "ended", since)
 		return false

@@ -22,6 +22,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 
 	"kvlive/events"
+	"kvlive/internal/telemetry"
 	"kvlive/internal/testenv"
 	"kvlive/rollout"
 )
@@ -554,7 +555,8 @@ func TestASlotIsHeldUntilKubeVirtCountsItsMigrationEnded(t *testing.T) {
 	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(now)
 	fleet := waitingFleet(false, "a", "b")
-	a, _ := budgetApplier(t, fleet, Config{Clock: clk, QueueTimeout: time.Hour})
+	metrics := telemetry.New()
+	a, _ := budgetApplier(t, fleet, Config{Clock: clk, QueueTimeout: time.Hour, Metrics: metrics})
 	for _, n := range []string{"a", "b"} {
 		if took, err := a.tryTake(ctx, livePlan("E", n), 2); err != nil || took == nil || !*took {
 			t.Fatalf("take %s: %v, %v", n, took, err)
@@ -604,6 +606,25 @@ func TestASlotIsHeldUntilKubeVirtCountsItsMigrationEnded(t *testing.T) {
 	if vms := held(); len(vms) != 0 {
 		t.Errorf("slots held by %v; want a's freed: its migration object still not final %v after its end", vms, DefaultSlotReactions)
 	}
+	if n := counter(t, metrics, "kvlive_migration_slots_freed_not_final_total"); n != 1 {
+		t.Errorf("kvlive_migration_slots_freed_not_final_total = %v, want 1", n)
+	}
+}
+
+// counter reads the counter name from m.
+func counter(t *testing.T, m *telemetry.Metrics, name string) float64 {
+	t.Helper()
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }
 
 // stillHeld looks at every slot of a's budget as the sweep does, freeing

@@ -49,6 +49,7 @@ type Metrics struct {
 	redecided       *prometheus.CounterVec
 	migrationSlots  prometheus.Gauge
 	slotsGivenUp    prometheus.Counter
+	slotsNotFinal   prometheus.Counter
 	migrationFails  prometheus.Counter
 	previews        *prometheus.CounterVec
 }
@@ -140,6 +141,9 @@ func New() *Metrics {
 		slotsGivenUp: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvlive_migration_slots_given_up_total", Help: "Migration slots freed because no migration of their VM ended within --migration-queue-timeout.",
 		}),
+		slotsNotFinal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvlive_migration_slots_freed_not_final_total", Help: "Migration slots freed although KubeVirt's migration object was still not final 30 s after the VMI showed the migration's end (KubeVirt may count it a moment longer).",
+		}),
 		migrationFails: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvlive_migrations_failed_total", Help: "KubeVirt live migrations of VMs kvlive moved that failed; each stops its rollout (pause, or abort by its policy).",
 		}),
@@ -157,7 +161,7 @@ func New() *Metrics {
 		}),
 	}
 	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.rolloutsSettled, m.rolloutsOpen, m.sweepsFailed, m.notifyFailed, m.verdicts, m.verdictFailed, m.pruned, m.pruneFailed, m.pruneYieldEnded,
-		m.mismatches, m.migrationWaits, m.redecided, m.migrationSlots, m.slotsGivenUp, m.migrationFails, m.previews, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.mismatches, m.migrationWaits, m.redecided, m.migrationSlots, m.slotsGivenUp, m.slotsNotFinal, m.migrationFails, m.previews, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.zeroSeries()
 	return m
 }
@@ -202,6 +206,14 @@ func (m *Metrics) MigrationSlots(n int) {
 func (m *Metrics) MigrationSlotGivenUp() {
 	if m != nil {
 		m.slotsGivenUp.Inc()
+	}
+}
+
+// MigrationSlotNotFinal counts a slot freed while KubeVirt's migration
+// object was still not final, SlotReactions after the VMI showed its end.
+func (m *Metrics) MigrationSlotNotFinal() {
+	if m != nil {
+		m.slotsNotFinal.Inc()
 	}
 }
 
