@@ -27,9 +27,10 @@ func replicated(t *testing.T, c *cluster, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3}); err != nil {
-		t.Fatal(err)
-	}
+	answered(t, ctx, "create stream S", func(ctx context.Context) error {
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3})
+		return err
+	})
 	// In rounds a slow machine (the race detector) keeps up with.
 	for i := range n {
 		if _, err := js.PublishAsync(fmt.Sprintf("s.%d", i%10), []byte(strconv.Itoa(i))); err != nil {
@@ -43,12 +44,33 @@ func replicated(t *testing.T, c *cluster, n int) {
 			}
 		}
 	}
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "B", Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.PutString(ctx, "k", "v"); err != nil {
-		t.Fatal(err)
+	var kv jetstream.KeyValue
+	answered(t, ctx, "create bucket B", func(ctx context.Context) (err error) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "B", Replicas: 3})
+		return err
+	})
+	answered(t, ctx, "put key k", func(ctx context.Context) error {
+		_, err := kv.PutString(ctx, "k", "v")
+		return err
+	})
+}
+
+// answered tries a request of a cluster's set-up until it is answered, 10 s
+// a try, until ctx ends: a cluster that has just formed can leave a
+// replicated create unanswered for a whole try (CI saw a minute go by).
+func answered(t *testing.T, ctx context.Context, what string, try func(context.Context) error) {
+	t.Helper()
+	for {
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := try(tctx)
+		cancel()
+		switch {
+		case err == nil:
+			return
+		case ctx.Err() != nil:
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Logf("%s: %v; trying again", what, err)
 	}
 }
 
