@@ -4,8 +4,10 @@
 #   1. in the background, while the checks below that need none of them
 #      run: builds kube-apiserver, etcd, nats-server, kubectl, otlp-receiver,
 #      golangci-lint, rulecheck and KubeVirt's virt-controller into .bin/
-#      (hack/tools.sh, two at once; copied from ~/.cache/kvlive/tools when
-#      built before at the pinned versions), and installs Debian's chromium
+#      (hack/tools.sh, two at once, the four that share kvlive's
+#      dependencies once vet has compiled them; copied from
+#      ~/.cache/kvlive/tools when built before at the pinned versions),
+#      and installs Debian's chromium
 #      for the dashboard's browser tests where it is missing
 #      (hack/chromium.sh);
 #   2. gofmt, go vet (every file: the integration and bench tags too),
@@ -49,6 +51,7 @@ finish() {
   # its go builds with it (its own process group). chromium.sh is left to
   # finish: an apt-get cut short leaves dpkg to repair.
   [[ -z "${tools_pid:-}" ]] || kill -- "-${tools_pid}" 2>/dev/null || true
+  [[ -z "${tools_later_pid:-}" ]] || kill -- "-${tools_later_pid}" 2>/dev/null || true
   echo "== step times"
   [[ ${#steps[@]} -eq 0 ]] || printf '%s\n' "${steps[@]}"
   [[ -n "$current" ]] && printf '  %-26s %5ds  FAILED\n' "$current" $((SECONDS - step_started))
@@ -71,10 +74,21 @@ image_tags="grpcnotrace"
 
 # The tools build in the background: the checks before the lint need none
 # of them, and a cold build waits on downloads and single-threaded links
-# that leave a core to the checks.
+# that leave a core to the checks. They build in two parts. The ones that
+# share no compiled package with kvlive start now. kube-apiserver, kubectl,
+# etcd and nats-server start once vet has compiled kvlive's dependencies:
+# tools/go.mod pins the modules they share at kvlive's versions, so the
+# build cache already holds about 880 of their packages (see
+# docs/testing.md); begun beside vet, both would compile them.
 started_at=$(date +%s)
-setsid bash -c './hack/tools.sh && echo "tools: ready $(($(date +%s) - $1))s after the run started"' _ "$started_at" \
-  >"${work}/tools.log" 2>&1 &
+tools_later="kube-apiserver kubectl etcd nats-server"
+tools_now="virt-controller golangci-lint otlp-receiver rulecheck prometheus-operator-crds"
+# The first part also downloads the modules the second needs (go list
+# loads their packages), so those wait on no download after vet.
+tools_later_pkgs="k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3 github.com/nats-io/nats-server/v2"
+setsid bash -c '(cd tools && go list -deps $3 >/dev/null) & downloads=$!
+  ./hack/tools.sh $1 && wait $downloads && echo "tools: the first part ready $(($(date +%s) - $2))s after the run started"' \
+  _ "$tools_now" "$started_at" "$tools_later_pkgs" >"${work}/tools.log" 2>&1 &
 tools_pid=$!
 ./hack/chromium.sh >"${work}/chromium.log" 2>&1 &
 chromium_pid=$!
@@ -90,11 +104,31 @@ step "go vet"
 go vet -tags "integration bench ${image_tags}" ./...
 step_done
 
+# The second part of the tools, now that vet has compiled what they share
+# with kvlive.
+setsid bash -c './hack/tools.sh $1 && echo "tools: the second part ready $(($(date +%s) - $2))s after the run started"' \
+  _ "$tools_later" "$started_at" >"${work}/tools-later.log" 2>&1 &
+tools_later_pid=$!
+
 step "go mod tidy"
 cp go.mod "${work}/go.mod"; cp go.sum "${work}/go.sum"
 go mod tidy
 if ! diff -q go.mod "${work}/go.mod" >/dev/null || ! diff -q go.sum "${work}/go.sum" >/dev/null; then
   echo "go.mod/go.sum are not tidy"; git --no-pager diff go.mod go.sum; exit 1
+fi
+step_done
+
+step "tools module aligned"
+# Every module kvlive compiles that the tools module also has must be at
+# kvlive's version there, or the tools' builds compile it, and every
+# package above it, again (see tools/go.mod).
+modules='{{with .Module}}{{.Path}} {{.Version}}{{end}}'
+go list -deps -test -tags "integration bench ${image_tags}" -f "$modules" ./... | LC_ALL=C sort -u >"${work}/kvlive.mods"
+(cd tools && go list -deps -f "$modules" $tools_later_pkgs) | LC_ALL=C sort -u >"${work}/tools.mods"
+misaligned=$(LC_ALL=C join "${work}/kvlive.mods" "${work}/tools.mods" | awk '$2 != $3 { print "  " $1 ": kvlive " $2 ", tools " $3 }')
+if [ -n "$misaligned" ]; then
+  echo "tools/go.mod has other versions of modules kvlive compiles (run: cd tools && go get <module>@<kvlive's version> && go mod tidy):"
+  echo "$misaligned"; exit 1
 fi
 step_done
 
@@ -108,10 +142,13 @@ go run ./hack/testareas -report "${work}/unit.json" -slowest 10
 step_done
 
 step "tools (waited for)"
-tools_rc=0
-wait "$tools_pid" || tools_rc=$?
-cat "${work}/tools.log"
-[[ $tools_rc -eq 0 ]] || { echo "hack/tools.sh failed"; exit 1; }
+for part in tools tools-later; do
+  pid_var="${part/-/_}_pid"
+  tools_rc=0
+  wait "${!pid_var}" || tools_rc=$?
+  cat "${work}/${part}.log"
+  [[ $tools_rc -eq 0 ]] || { echo "hack/tools.sh failed"; exit 1; }
+done
 chromium_rc=0
 wait "$chromium_pid" || chromium_rc=$?
 cat "${work}/chromium.log"
