@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,6 +71,13 @@ func publish(t *testing.T, js jetstream.JetStream, subject, id, typ string, p ev
 // serve starts a dashboard over js and returns its address.
 func serve(t *testing.T, js jetstream.JetStream, cfg Config) string {
 	t.Helper()
+	_, url := started(t, js, cfg)
+	return url
+}
+
+// started starts a dashboard over js and returns it and its address.
+func started(t *testing.T, js jetstream.JetStream, cfg Config) (*Server, string) {
+	t.Helper()
 	cfg.JetStream, cfg.Now = js, func() time.Time { return t0.Add(time.Minute) }
 	d, err := New(t.Context(), cfg)
 	if err != nil {
@@ -79,7 +88,7 @@ func serve(t *testing.T, js jetstream.JetStream, cfg Config) string {
 	}
 	srv := httptest.NewServer(d.Handler())
 	t.Cleanup(srv.Close)
-	return srv.URL
+	return d, srv.URL
 }
 
 func get(t *testing.T, c *http.Client, u string, header ...string) (int, string) {
@@ -273,6 +282,92 @@ func TestALivePageFollowsTheRecords(t *testing.T) {
 			return
 		}
 	}
+}
+
+// TestLivePagesShareOneRenderAndAStalledOneIsClosed: three pages open on
+// one rollout are read and rendered once for all of them, at the start and
+// after a change; a fourth that takes nothing (a stalled reader) holds
+// none of them back and is closed once it has taken nothing for the
+// write timeout.
+func TestLivePagesShareOneRenderAndAStalledOneIsClosed(t *testing.T) {
+	js := testenv.JetStream(t)
+	id := recorded(t, js)
+	d, base := started(t, js, Config{})
+	d.writeTimeout = 500 * time.Millisecond
+	stalled := &stalledWriter{header: http.Header{}, release: make(chan struct{})}
+	defer close(stalled.release)
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/live/rollout/"+id, nil)
+		req.Host = "127.0.0.1"
+		d.Handler().ServeHTTP(stalled, req)
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var feeds []*bufio.Reader
+	for range 3 {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/live/rollout/"+id, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		feed := bufio.NewReader(resp.Body)
+		if first := nextEvent(t, feed); !strings.Contains(first, "shop/vm-a") {
+			t.Fatalf("the first event:\n%s", first)
+		}
+		feeds = append(feeds, feed)
+	}
+	outcome(t, js, id, "vm-b", events.ResultLive, 1)
+	for _, feed := range feeds {
+		for moved := false; !moved; {
+			moved = strings.Contains(nextEvent(t, feed), "shop/vm-b")
+		}
+	}
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stalled page is still open 30s after its write timeout")
+	}
+	if renders := d.renders.Load(); renders > 2 {
+		t.Errorf("the rollout's part was rendered %d times for four pages and one change; want once at the start and once after the change", renders)
+	}
+}
+
+// stalledWriter is a page that takes nothing: a write waits until the
+// write deadline (for ever when none is set, until release) and fails.
+type stalledWriter struct {
+	header   http.Header
+	release  chan struct{}
+	mu       sync.Mutex
+	deadline time.Time
+}
+
+func (w *stalledWriter) Header() http.Header { return w.header }
+func (w *stalledWriter) WriteHeader(int)     {}
+func (w *stalledWriter) Flush()              {}
+
+func (w *stalledWriter) SetWriteDeadline(t time.Time) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.deadline = t
+	return nil
+}
+
+func (w *stalledWriter) Write([]byte) (int, error) {
+	w.mu.Lock()
+	d := w.deadline
+	w.mu.Unlock()
+	wait := make(<-chan time.Time)
+	if !d.IsZero() {
+		wait = time.After(time.Until(d))
+	}
+	select {
+	case <-wait:
+	case <-w.release:
+	}
+	return 0, os.ErrDeadlineExceeded
 }
 
 // nextEvent reads one server-sent event's data, comments skipped.

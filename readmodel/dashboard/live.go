@@ -2,10 +2,10 @@ package dashboard
 
 import (
 	"context"
-	"fmt"
-	"io"
+	"errors"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -98,7 +98,7 @@ func (h *hub) subscribe(want func(change) bool) (*follower, func()) {
 
 // liveRollouts pushes the rollouts table again whenever a rollout changes.
 func (s *Server) liveRollouts(w http.ResponseWriter, r *http.Request) {
-	s.live(w, r, func(c change) bool { return c.stream != "KVLIVE_SPANS" }, func(ctx context.Context) (func(*markup), error) {
+	s.live(w, r, "rollouts", func(c change) bool { return c.stream != "KVLIVE_SPANS" }, func(ctx context.Context) (func(*markup), error) {
 		v, err := s.rolloutsView(ctx)
 		return v.live, err
 	})
@@ -123,7 +123,7 @@ func (s *Server) liveRollout(w http.ResponseWriter, r *http.Request) {
 		}
 		return strings.Contains(c.subject, token) || strings.Contains(c.subject, id)
 	}
-	s.live(w, r, want, func(ctx context.Context) (func(*markup), error) {
+	s.live(w, r, "rollout "+id+"?vms="+filter, want, func(ctx context.Context) (func(*markup), error) {
 		v, err := s.rolloutView(ctx, id, filter)
 		mu.Lock()
 		traceID = v.Trace.ID
@@ -132,10 +132,121 @@ func (s *Server) liveRollout(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// live serves a server-sent event stream: the fragment read makes,
-// pushed at once and again after each change want keeps (at most every
-// liveEvery, and only when it differs), until the browser goes away.
-func (s *Server) live(w http.ResponseWriter, r *http.Request, want func(change) bool, read func(context.Context) (func(*markup), error)) {
+// A live view renders at most every liveEvery, and never more than a
+// renderShare-th of the time: after a render that took d it waits at
+// least renderShare times d. So however many pages are open and however
+// fast changes come, the live pages cost a rollout at most about 1/20 of
+// a core. A page that takes nothing for liveWriteTimeout (a stalled
+// reader) is closed; its browser reconnects when it can.
+const (
+	renderShare      = 20
+	liveWriteTimeout = 10 * time.Second
+)
+
+// views are the live fragments being pushed, one per page and filter,
+// each read and rendered once for every page open on it.
+type views struct {
+	mu sync.Mutex
+	m  map[string]*view
+}
+
+// view is one live fragment: a goroutine renders it after each change its
+// pages want and hands every page the same event; a page that is behind
+// skips to the newest.
+type view struct {
+	viewers int
+	stop    context.CancelFunc
+
+	mu      sync.Mutex
+	event   []byte        // the newest render as a server-sent event
+	seq     uint64        // counts the renders that changed the event
+	changed chan struct{} // closed when event changes
+}
+
+// latest returns the newest event, its number, and a channel closed when
+// a newer one is set.
+func (v *view) latest() ([]byte, uint64, <-chan struct{}) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.event, v.seq, v.changed
+}
+
+func (v *view) set(event []byte) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.event, v.seq = event, v.seq+1
+	close(v.changed)
+	v.changed = make(chan struct{})
+}
+
+// join returns the view key names, starting it (its goroutine and its
+// follower of the hub) when no page has it open; leave when done with it.
+func (s *Server) join(key string, want func(change) bool, read func(context.Context) (func(*markup), error)) *view {
+	s.views.mu.Lock()
+	defer s.views.mu.Unlock()
+	v := s.views.m[key]
+	if v == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		v = &view{stop: cancel, changed: make(chan struct{})}
+		s.views.m[key] = v
+		// Follow before the first read, so no change after it is missed.
+		f, unsubscribe := s.hub.subscribe(want)
+		go func() {
+			defer unsubscribe()
+			s.render(ctx, v, f, read)
+		}()
+	}
+	v.viewers++
+	return v
+}
+
+// leave closes a page's hold on v, stopping v with the last one.
+func (s *Server) leave(key string, v *view) {
+	s.views.mu.Lock()
+	defer s.views.mu.Unlock()
+	if v.viewers--; v.viewers == 0 {
+		v.stop()
+		delete(s.views.m, key)
+	}
+}
+
+// render reads and renders v at once, and again after each change f is
+// poked with, paced by liveEvery and renderShare, until ctx ends.
+func (s *Server) render(ctx context.Context, v *view, f *follower, read func(context.Context) (func(*markup), error)) {
+	last := ""
+	for {
+		began := time.Now()
+		write, err := read(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			write = func(m *markup) { m.wrap(`<p class="error">`, err.Error(), `</p>`) }
+		}
+		body := render(write)
+		took := time.Since(began)
+		s.renders.Add(1)
+		if body != last {
+			v.set(sseEvent(body))
+			last = body
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(max(liveEvery, renderShare*took)):
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.poke:
+		}
+	}
+}
+
+// live serves a server-sent event stream of the view key: its newest
+// render at once and each newer one, until the browser goes away or
+// takes nothing for liveWriteTimeout.
+func (s *Server) live(w http.ResponseWriter, r *http.Request, key string, want func(change) bool, read func(context.Context) (func(*markup), error)) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
@@ -144,51 +255,49 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request, want func(change) 
 		s.cfg.Log.Warn("dashboard: a live page cannot be streamed", "path", r.URL.Path, "err", err)
 		return
 	}
-	f, unsubscribe := s.hub.subscribe(want)
-	defer unsubscribe()
+	v := s.join(key, want, read)
+	defer s.leave(key, v)
+	send := func(b []byte) bool {
+		if err := rc.SetWriteDeadline(time.Now().Add(s.writeTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return false
+		}
+		_, err := w.Write(b)
+		if err == nil {
+			err = rc.Flush()
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			s.cfg.Log.Info("dashboard: closed a live page that took nothing for a while; its browser reconnects when it can",
+				"path", r.URL.Path, "remote", r.RemoteAddr, "waited", s.writeTimeout)
+		}
+		return err == nil
+	}
 	ctx := r.Context()
-	last := ""
 	tick := time.NewTicker(keepAlive)
 	defer tick.Stop()
-	push := true
+	var sent uint64
 	for {
-		if push {
-			write, err := read(ctx)
-			if ctx.Err() != nil {
+		event, seq, changed := v.latest()
+		if seq > sent {
+			if !send(event) {
 				return
 			}
-			if err != nil {
-				write = func(m *markup) { m.wrap(`<p class="error">`, err.Error(), `</p>`) }
-			}
-			body := render(write)
-			if body != last {
-				if err := writeEvent(w, body); err != nil || rc.Flush() != nil {
-					return
-				}
-				last = body
-			}
-			push = false
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(liveEvery):
-			}
+			sent = seq
+			continue
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-f.poke:
-			push = true
+		case <-changed:
 		case <-tick.C:
-			if _, err := fmt.Fprint(w, ": alive\n\n"); err != nil || rc.Flush() != nil {
+			if !send([]byte(": alive\n\n")) {
 				return
 			}
 		}
 	}
 }
 
-// writeEvent writes html as one server-sent event, a data line per line.
-func writeEvent(w io.Writer, html string) error {
+// sseEvent is html as one server-sent event, a data line per line.
+func sseEvent(html string) []byte {
 	var b strings.Builder
 	for line := range strings.Lines(html) {
 		b.WriteString("data: ")
@@ -196,6 +305,5 @@ func writeEvent(w io.Writer, html string) error {
 		b.WriteByte('\n')
 	}
 	b.WriteByte('\n')
-	_, err := io.WriteString(w, b.String())
-	return err
+	return []byte(b.String())
 }

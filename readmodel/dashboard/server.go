@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -55,10 +56,16 @@ type Config struct {
 
 // Server is a running dashboard's handler and the live feed it pushes.
 type Server struct {
-	cfg      Config
-	reader   *inspect.Reader
-	hub      *hub
-	writable bool
+	cfg    Config
+	reader *inspect.Reader
+	hub    *hub
+	views  views
+	// renders counts the live views rendered, for tests.
+	renders atomic.Uint64
+	// writeTimeout is how long a live page may take nothing before it is
+	// closed (liveWriteTimeout; shorter in tests).
+	writeTimeout time.Duration
+	writable     bool
 	// why says how the dashboard decided whether to show buttons.
 	why string
 	mux http.Handler
@@ -85,7 +92,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.By == "" {
 		cfg.By = "kvlive dashboard"
 	}
-	s := &Server{cfg: cfg, reader: inspect.NewReader(cfg.JetStream), doneKey: make([]byte, 32)}
+	s := &Server{cfg: cfg, reader: inspect.NewReader(cfg.JetStream), doneKey: make([]byte, 32),
+		views: views{m: map[string]*view{}}, writeTimeout: liveWriteTimeout}
 	if _, err := rand.Read(s.doneKey); err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)
 	}
