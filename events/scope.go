@@ -76,8 +76,14 @@ func ClaimScope(ctx context.Context, js jetstream.JetStream, scope string) error
 	if err != nil {
 		return fmt.Errorf("kv %s: %w", BucketBus, err)
 	}
+	createConflicted := false
 	for range 2 {
 		claim, rev, err := readScope(ctx, kv)
+		if createConflicted && rev == 0 && errors.Is(err, ErrNoScopeClaim) {
+			// The create conflicted, so the claim exists: a replica of a
+			// replicated bucket, behind its leader, answered the read.
+			claim, rev, err = readMade(ctx, kv)
+		}
 		if err == nil {
 			return checkScope(claim, want)
 		}
@@ -100,6 +106,7 @@ func ClaimScope(ctx context.Context, js jetstream.JetStream, scope string) error
 			_, err = kv.Update(ctx, ScopeKey, b, rev)
 		}
 		if Conflict(err) {
+			createConflicted = rev == 0
 			continue // another replica claimed it first: compare with its claim
 		}
 		if err != nil {
@@ -108,6 +115,34 @@ func ClaimScope(ctx context.Context, js jetstream.JetStream, scope string) error
 		return checkScope(claim, want)
 	}
 	return errors.New("the bus's scope claim was made and cleared again while this replica claimed it")
+}
+
+// scopeCatchUp bounds how long a claim another replica has just made may
+// read as missing, and scopeReadAgain is how often it is read meanwhile.
+const (
+	scopeCatchUp   = 10 * time.Second
+	scopeReadAgain = 100 * time.Millisecond
+)
+
+// readMade reads the scope claim a create just found made, again until a
+// read sees it (every replica of the bucket has it within a moment) or
+// scopeCatchUp passes.
+func readMade(ctx context.Context, kv jetstream.KeyValue) (ScopeClaim, uint64, error) {
+	deadline := time.Now().Add(scopeCatchUp)
+	for {
+		claim, rev, err := readScope(ctx, kv)
+		if rev != 0 || !errors.Is(err, ErrNoScopeClaim) {
+			return claim, rev, err
+		}
+		if time.Now().After(deadline) {
+			return claim, rev, fmt.Errorf("the bus's scope claim, made by another replica, still reads as missing after %v", scopeCatchUp)
+		}
+		select {
+		case <-ctx.Done():
+			return claim, rev, ctx.Err()
+		case <-time.After(scopeReadAgain):
+		}
+	}
 }
 
 // claimant names this process in a claim: host and pid.

@@ -207,3 +207,49 @@ func TestServesNamesTheNamespacesOfTheBus(t *testing.T) {
 		}
 	}
 }
+
+// TestAClaimReadBehindItsCreateIsWaitedFor: on a replicated bucket a read
+// may be answered by a replica behind the leader. A replica whose create
+// of the claim conflicted (another made it) and whose next read still
+// misses it reads again until it sees the claim, instead of failing its
+// start ("made and cleared again"; CI saw it with three replicas on a
+// NATS cluster).
+func TestAClaimReadBehindItsCreateIsWaitedFor(t *testing.T) {
+	js := testenv.JetStream(t) // its set-up claimed every namespace
+	ctx := t.Context()
+	behind := &readsBehind{JetStream: js, misses: 3}
+	if err := events.ClaimScope(ctx, behind, ""); err != nil {
+		t.Fatalf("a replica reading behind the claim: %v", err)
+	}
+	if err := events.ClaimScope(ctx, &readsBehind{JetStream: js, misses: 3}, "y1"); !errors.Is(err, events.ErrScopeMismatch) {
+		t.Errorf("a replica of another scope reading behind the claim: %v, want refused for its scope", err)
+	}
+}
+
+// readsBehind's bus bucket reads its first misses keys as missing, as a
+// replica behind the leader answers.
+type readsBehind struct {
+	jetstream.JetStream
+	misses int
+}
+
+func (r *readsBehind) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	kv, err := r.JetStream.KeyValue(ctx, bucket)
+	if err != nil || bucket != events.BucketBus {
+		return kv, err
+	}
+	return &kvBehind{KeyValue: kv, r: r}, nil
+}
+
+type kvBehind struct {
+	jetstream.KeyValue
+	r *readsBehind
+}
+
+func (kv *kvBehind) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if kv.r.misses > 0 {
+		kv.r.misses--
+		return nil, jetstream.ErrKeyNotFound
+	}
+	return kv.KeyValue.Get(ctx, key)
+}
