@@ -86,6 +86,9 @@ type migrations struct {
 	failed map[string]failures
 	// hotplugs are the hot-plugs asked for, in order.
 	hotplugs []HotplugRecord
+	// ended are the UIDs of the migrations ended, to tell a VMI the
+	// cache shows from before its migration's end.
+	ended map[string]bool
 }
 
 // HotplugRecord is one hot-plug the stand-in asked of a VMI (its Hot*Change
@@ -262,6 +265,12 @@ func (c *Controller) migrate(ctx context.Context, vmi *virtv1.VirtualMachineInst
 		}
 		return c.finishMigration(ctx, vmi, m)
 	}
+	if s := vmi.Status.MigrationState; s != nil && !s.Completed && c.migrationEnded(string(s.MigrationUID)) {
+		// The cache has not caught up with the write that ended this
+		// migration: its hot-plug conditions are the ones it carried.
+		c.queue.AddAfter(key, 50*time.Millisecond)
+		return nil
+	}
 	hot := hotConditions(vmi)
 	if len(hot) == 0 || vmi.DeletionTimestamp != nil {
 		c.dropWaiting(key)
@@ -377,6 +386,7 @@ func (c *Controller) ended(key string, m *migration, at time.Time, failed bool) 
 		c.mig.stats.Succeeded++
 	}
 	c.mig.history = append(c.mig.history, MigrationRecord{VMI: key, UID: m.uid, Started: m.started, Ended: at, Failed: failed})
+	c.mig.ended[m.uid] = true
 	if failed {
 		f := c.mig.failed[key]
 		c.mig.failed[key] = failures{count: f.count + 1, latest: at}
@@ -385,6 +395,13 @@ func (c *Controller) ended(key string, m *migration, at time.Time, failed bool) 
 	}
 	c.mig.mu.Unlock()
 	c.release(key)
+}
+
+// migrationEnded reports whether the migration uid has ended.
+func (c *Controller) migrationEnded(uid string) bool {
+	c.mig.mu.Lock()
+	defer c.mig.mu.Unlock()
+	return c.mig.ended[uid]
 }
 
 // release frees the VMI's migration slot and gives every VMI in line a

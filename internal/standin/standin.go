@@ -82,7 +82,7 @@ func New(cfg Config) *Controller {
 		cfg.MigrationBackoff = defaultMigrationBackoff
 	}
 	c := &Controller{
-		mig:  migrations{running: map[string]*migration{}, evicted: map[string]bool{}, failed: map[string]failures{}},
+		mig:  migrations{running: map[string]*migration{}, evicted: map[string]bool{}, failed: map[string]failures{}, ended: map[string]bool{}},
 		lag:  lag{seen: map[string]seenPins{}},
 		cfg:  cfg,
 		vms:  cfg.VMs,
