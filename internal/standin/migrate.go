@@ -11,6 +11,7 @@ import (
 	k8scorev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	virtv1 "kubevirt.io/api/core/v1"
 )
@@ -50,9 +51,12 @@ type MigrationStats struct {
 // MigrationRecord is one migration the stand-in ended.
 type MigrationRecord struct {
 	// VMI is namespace/name; UID the migration's.
-	VMI, UID       string
-	Started, Ended time.Time
-	Failed         bool
+	VMI, UID string
+	// Started and Ended are when the VMI showed the migration's start and
+	// end; Final is when the stand-in stopped counting it against the
+	// budget: its object went final (Config.MigrationObjects), or Ended.
+	Started, Ended, Final time.Time
+	Failed                bool
 }
 
 // failureReason is what a failed migration of the stand-in's reports.
@@ -61,9 +65,16 @@ const failureReason = "Live migration failed: the stand-in failed it (FailMigrat
 // migration is one running migration.
 type migration struct {
 	uid, source, target string
-	started             time.Time
+	// object is the name of its VirtualMachineInstanceMigration, if any.
+	object  string
+	started time.Time
 	// fails: it ends failed, as one that did not converge.
 	fails bool
+	// ended is when the VMI showed its end; its object is still to be made
+	// final (Config.MigrationObjects).
+	ended      time.Time
+	endFailed  bool
+	objectDone bool
 }
 
 // migrations is the stand-in's migration queue: what runs, by VMI key, and
@@ -259,6 +270,9 @@ func (c *Controller) migrate(ctx context.Context, vmi *virtv1.VirtualMachineInst
 	m := c.mig.running[key]
 	c.mig.mu.Unlock()
 	if m != nil {
+		if !m.ended.IsZero() {
+			return c.finalize(ctx, key, vmi.Namespace, m)
+		}
 		if left := c.cfg.MigrationDuration - time.Since(m.started); left > 0 {
 			c.queue.AddAfter(key, left)
 			return nil
@@ -318,6 +332,19 @@ func (c *Controller) startMigration(ctx context.Context, vmi *virtv1.VirtualMach
 	m.fails = c.mig.fail[c.mig.stats.Started]
 	c.mig.stats.MaxRunning = max(c.mig.stats.MaxRunning, len(c.mig.running))
 	c.mig.mu.Unlock()
+	if c.cfg.MigrationObjects {
+		// An API server sets the UID; a fake clientset keeps the one given.
+		obj, err := c.cfg.Virt.KubevirtV1().VirtualMachineInstanceMigrations(vmi.Namespace).Create(ctx, &virtv1.VirtualMachineInstanceMigration{
+			ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-workload-update-" + m.uid[:8], UID: types.UID(m.uid),
+				Annotations: map[string]string{virtv1.WorkloadUpdateMigrationAnnotation: ""}},
+			Spec: virtv1.VirtualMachineInstanceMigrationSpec{VMIName: vmi.Name},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			c.release(key)
+			return err
+		}
+		m.uid, m.object = string(obj.UID), obj.Name
+	}
 	at := metav1.NewTime(m.started)
 	// A new migration's state replaces the last one's (a merge patch drops
 	// what is null).
@@ -348,7 +375,7 @@ func (c *Controller) finishMigration(ctx context.Context, vmi *virtv1.VirtualMac
 		if err := c.patchVMI(ctx, vmi, map[string]any{}, map[string]any{"migrationState": state}); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
-		c.ended(key, m, end.Time, true) // its VMI, still hot, takes its next turn in the queue
+		c.vmiEnded(ctx, key, vmi.Namespace, m, end.Time, true) // its VMI, still hot, takes its next turn in the queue
 		return nil
 	}
 	status := map[string]any{"nodeName": m.target}
@@ -373,23 +400,76 @@ func (c *Controller) finishMigration(ctx context.Context, vmi *virtv1.VirtualMac
 	if err := c.patchVMI(ctx, vmi, map[string]any{}, status); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	c.ended(key, m, end.Time, false)
+	c.vmiEnded(ctx, key, vmi.Namespace, m, end.Time, false)
 	return nil
 }
 
-// ended records a migration's end and frees its slot.
-func (c *Controller) ended(key string, m *migration, at time.Time, failed bool) {
+// vmiEnded follows the VMI's showing a migration's end: its object, if
+// it has one, is made final FinalizeLag later, and until then the
+// migration counts as running.
+func (c *Controller) vmiEnded(ctx context.Context, key, namespace string, m *migration, at time.Time, failed bool) {
+	c.mig.mu.Lock()
+	m.ended, m.endFailed = at, failed
+	c.mig.mu.Unlock()
+	if m.object == "" {
+		c.ended(key, m, at)
+		return
+	}
+	if c.cfg.FinalizeLag > 0 {
+		c.queue.AddAfter(key, c.cfg.FinalizeLag)
+		return
+	}
+	if err := c.finalize(ctx, key, namespace, m); err != nil {
+		c.queue.AddAfter(key, 100*time.Millisecond)
+	}
+}
+
+// finalize makes the migration's object final once FinalizeLag has passed
+// since the VMI showed its end, and then ends the migration.
+func (c *Controller) finalize(ctx context.Context, key, namespace string, m *migration) error {
+	if left := c.cfg.FinalizeLag - time.Since(m.ended); left > 0 {
+		c.queue.AddAfter(key, left)
+		return nil
+	}
+	// Taken before the write: whoever saw the object final saw it after.
+	final := time.Now()
+	if m.object != "" && !m.objectDone {
+		migrations := c.cfg.Virt.KubevirtV1().VirtualMachineInstanceMigrations(namespace)
+		obj, err := migrations.Get(ctx, m.object, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return err
+		default:
+			obj.Status.Phase = virtv1.MigrationSucceeded
+			if m.endFailed {
+				obj.Status.Phase = virtv1.MigrationFailed
+			}
+			if _, err := migrations.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		m.objectDone = true
+	}
+	c.ended(key, m, final)
+	return nil
+}
+
+// ended records a migration's end (the VMI showed it at m.ended; final
+// counts it no more) and frees its slot.
+func (c *Controller) ended(key string, m *migration, final time.Time) {
+	failed := m.endFailed
 	c.mig.mu.Lock()
 	if failed {
 		c.mig.stats.Failed++
 	} else {
 		c.mig.stats.Succeeded++
 	}
-	c.mig.history = append(c.mig.history, MigrationRecord{VMI: key, UID: m.uid, Started: m.started, Ended: at, Failed: failed})
+	c.mig.history = append(c.mig.history, MigrationRecord{VMI: key, UID: m.uid, Started: m.started, Ended: m.ended, Final: final, Failed: failed})
 	c.mig.ended[m.uid] = true
 	if failed {
 		f := c.mig.failed[key]
-		c.mig.failed[key] = failures{count: f.count + 1, latest: at}
+		c.mig.failed[key] = failures{count: f.count + 1, latest: m.ended}
 	} else {
 		delete(c.mig.failed, key)
 	}

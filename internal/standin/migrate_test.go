@@ -108,3 +108,63 @@ func TestAFailedMigrationLeavesItsHotplugForTheNext(t *testing.T) {
 		t.Errorf("VMI after the second migration: %+v, %v; want 3 sockets, no hot-plug, not failed", got.Status, err)
 	}
 }
+
+// TestMigrationObjectsCountUntilFinal: with migration objects, each
+// migration has a VirtualMachineInstanceMigration whose UID the VMI shows,
+// made final (Succeeded) FinalizeLag after the VMI shows the end; like
+// virt-controller, the stand-in counts a migration until its object is
+// final, so with a budget of one, no migration starts before the last
+// one's object is final.
+func TestMigrationObjectsCountUntilFinal(t *testing.T) {
+	it := testenv.ClusterInstancetype("u1.small", 1, "2Gi")
+	one := uint32(1)
+	kv := &virtv1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Namespace: "kubevirt", Name: "kubevirt"},
+		Spec: virtv1.KubeVirtSpec{Configuration: virtv1.KubeVirtConfiguration{MigrationConfiguration: &virtv1.MigrationConfiguration{ParallelMigrationsPerCluster: &one}},
+			WorkloadUpdateStrategy: virtv1.KubeVirtWorkloadUpdateStrategy{WorkloadUpdateMethods: []virtv1.WorkloadUpdateMethod{virtv1.WorkloadUpdateMethodLiveMigrate}}},
+		Status: virtv1.KubeVirtStatus{Phase: virtv1.KubeVirtPhaseDeployed}}
+	objs := []runtime.Object{it, kv}
+	for i := range 3 {
+		name := fmt.Sprintf("vm-%d", i)
+		vmi := testenv.RunningVMI("ns", name)
+		vmi.Status.NodeName = fmt.Sprintf("node-%d", i)
+		vmi.Spec.Domain.CPU.Sockets = 3
+		vmi.Status.CurrentCPUTopology = &virtv1.CPUTopology{Sockets: 2, Cores: 1, Threads: 1}
+		vmi.Status.Conditions = append(vmi.Status.Conditions, virtv1.VirtualMachineInstanceCondition{Type: virtv1.VirtualMachineInstanceVCPUChange, Status: corev1.ConditionTrue})
+		objs = append(objs, testenv.VM("ns", name, it.Name), vmi)
+	}
+	clients := testenv.FakeClients(nil, objs...)
+	fleet := testenv.StartWholeCache(t, clients)
+	const lag = 300 * time.Millisecond
+	c := New(Config{Kube: clients.Kube, Virt: clients.Virt, VMs: fleet.VMInformer(), VMIs: fleet.VMIInformer(), KubeVirts: fleet.KubeVirtInformer(),
+		Workers: 3, MigrationDuration: 100 * time.Millisecond, MigrationObjects: true, FinalizeLag: lag})
+	runUntilCleanup(t, c)
+
+	testenv.Eventually(t, 30*time.Second, "three migrations", func() bool { return c.Migrations().Succeeded == 3 })
+	h := c.History()
+	objects, err := clients.Virt.KubevirtV1().VirtualMachineInstanceMigrations("ns").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	phases := map[string]virtv1.VirtualMachineInstanceMigrationPhase{}
+	for _, o := range objects.Items {
+		phases[string(o.UID)] = o.Status.Phase
+	}
+	for i, m := range h {
+		if phases[m.UID] != virtv1.MigrationSucceeded {
+			t.Errorf("migration %s of %s: its object's phase %q, want Succeeded (objects %v)", m.UID, m.VMI, phases[m.UID], phases)
+		}
+		if m.Final.Sub(m.Ended) < lag {
+			t.Errorf("migration %s of %s: final %v after the VMI showed its end, want at least %v", m.UID, m.VMI, m.Final.Sub(m.Ended), lag)
+		}
+		if i > 0 && m.Started.Before(h[i-1].Final) {
+			t.Errorf("migration of %s started at %s, before the last one's object was final (%s): two counted at once with a budget of one",
+				m.VMI, m.Started.Format("05.000"), h[i-1].Final.Format("05.000"))
+		}
+	}
+	for _, name := range []string{"vm-0", "vm-1", "vm-2"} {
+		vmi, err := clients.Virt.KubevirtV1().VirtualMachineInstances("ns").Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil || vmi.Status.MigrationState == nil || phases[string(vmi.Status.MigrationState.MigrationUID)] != virtv1.MigrationSucceeded {
+			t.Errorf("%s: its migration %+v is not one of the objects %v (%v)", name, vmi.Status.MigrationState, phases, err)
+		}
+	}
+}

@@ -44,6 +44,20 @@ type Config struct {
 	// as KubeVirt's migration controller holds a workload update's
 	// migration (handleMigrationBackoff). Zero is KubeVirt's 20 s.
 	MigrationBackoff time.Duration
+	// MigrationObjects makes the stand-in keep a
+	// VirtualMachineInstanceMigration for each migration, as KubeVirt's
+	// workload updater and migration controller do: created at its start
+	// (its UID is the VMI's migrationState.migrationUid), and made final
+	// (Succeeded or Failed) FinalizeLag after the VMI shows the end. Like
+	// virt-controller, the stand-in then counts a migration against
+	// parallelMigrationsPerCluster until its object is final. Off, a
+	// migration has no object and counts until the VMI shows its end (an
+	// API server without KubeVirt's migration CRD).
+	MigrationObjects bool
+	// FinalizeLag is how long after the VMI shows a migration's end its
+	// object goes final (KubeVirt: up to a quarter of a second on a busy
+	// controller). Zero finalises it at the next look.
+	FinalizeLag time.Duration
 }
 
 // Controller is the virt-controller stand-in.

@@ -62,13 +62,16 @@ type Config struct {
 	ApplierWorkers int
 	PlannerWorkers int
 	Rate           float64
-	// StandIn also runs the virt-controller stand-in (demo and tests only),
-	// whose live migrations each take StandInMigration; StandInStarted,
-	// when set, is given the stand-in once built (the demo reads how many
+	// StandIn also runs the virt-controller stand-in (demo and tests only,
+	// over in-memory clients), whose live migrations each take
+	// StandInMigration and keep a migration object each, made final
+	// StandInFinalizeLag after the VMI shows the end; StandInStarted, when
+	// set, is given the stand-in once built (the demo reads how many
 	// migrations it ran).
-	StandIn          bool
-	StandInMigration time.Duration
-	StandInStarted   func(*standin.Controller)
+	StandIn            bool
+	StandInMigration   time.Duration
+	StandInFinalizeLag time.Duration
+	StandInStarted     func(*standin.Controller)
 	// ObserveTimeout and TraceFanout tune tracing (see applier.Config and planner.Config).
 	ObserveTimeout time.Duration
 	TraceFanout    int
@@ -265,7 +268,8 @@ func (r *Running) abandon(runs []func() error) error {
 func addStages(ctx context.Context, cfg Config, fleet *kube.Cache, current *atomic.Pointer[watcher.Watcher]) (runs []func() error, _ error) {
 	if cfg.StandIn {
 		s := standin.New(standin.Config{Kube: fleet.Clients.Kube, Virt: fleet.Clients.Virt, VMs: fleet.VMInformer(), VMIs: fleet.VMIInformer(),
-			KubeVirts: fleet.KubeVirtInformer(), Log: cfg.Log, Workers: 4, MigrationDuration: cfg.StandInMigration})
+			KubeVirts: fleet.KubeVirtInformer(), Log: cfg.Log, Workers: 4, MigrationDuration: cfg.StandInMigration,
+			MigrationObjects: true, FinalizeLag: cfg.StandInFinalizeLag})
 		if cfg.StandInStarted != nil {
 			cfg.StandInStarted(s)
 		}
