@@ -93,6 +93,7 @@ func (w *world) check() []string {
 	live := w.liveMoves(writes)
 	failed = append(failed, w.overBudget(live)...)
 	failed = append(failed, w.slotless(live)...)
+	failed = append(failed, w.freedEarly(live)...)
 	failed = append(failed, w.slotsLeft()...)
 	failed = append(failed, w.toldOnce(progress)...)
 	slices.Sort(failed)
@@ -157,10 +158,12 @@ func (w *world) slotNoMigration() time.Duration {
 }
 
 // liveMove is a pin write the stand-in answered with a hot-plug, and the
-// migration that carried it (see liveMoves).
+// migration that carried it (see liveMoves): when it started, when the VMI
+// showed its end, and when its object went final (KubeVirt counts it
+// until then).
 type liveMove struct {
 	write
-	started, ended time.Time
+	started, ended, final time.Time
 }
 
 // liveMoves are kvlive's live moves, by the write log and the stand-in's
@@ -168,8 +171,8 @@ type liveMove struct {
 // hot-plug: the latest write on the VM, before the hot-plug, to a
 // revision among the pins the hot-plug answered. The move stays open from
 // the write until the first migration of the VM started since the
-// hot-plug ends (failed or not). A live move no migration ended is not
-// listed.
+// hot-plug ends (failed or not) and its object is final. A live move no
+// migration ended is not listed.
 func (w *world) liveMoves(writes []write) []liveMove {
 	byVM := map[string][]write{}
 	for _, wr := range writes {
@@ -192,7 +195,7 @@ func (w *world) liveMoves(writes []write) []liveMove {
 		for _, m := range history {
 			if m.VMI == h.VMI && !m.Started.Before(h.At) {
 				taken[*by] = true
-				live = append(live, liveMove{*by, m.Started, m.Ended})
+				live = append(live, liveMove{*by, m.Started, m.Ended, m.Final})
 				break
 			}
 		}
@@ -210,9 +213,9 @@ func (w *world) overBudget(live []liveMove) []string {
 	for _, m := range live {
 		var open []string
 		for _, o := range live {
-			if o.write != m.write && !o.at.After(m.at) && o.ended.After(m.at) {
-				open = append(open, fmt.Sprintf("%s moved at %s, migrated %s–%s", o.vm,
-					o.at.Format("05.000"), o.started.Format("05.000"), o.ended.Format("05.000")))
+			if o.write != m.write && !o.at.After(m.at) && o.final.After(m.at) {
+				open = append(open, fmt.Sprintf("%s moved at %s, migrated %s–%s (final %s)", o.vm,
+					o.at.Format("05.000"), o.started.Format("05.000"), o.ended.Format("05.000"), o.final.Format("05.000")))
 			}
 		}
 		if budget := w.budgetAt(m.at); len(open)+1 > budget {
@@ -248,6 +251,56 @@ func (w *world) slotless(live []liveMove) []string {
 		if !held {
 			failed = append(failed, fmt.Sprintf("%s moved %s → %s live at %s holding no migration slot (the slots then: %v); its outcomes:\n      %s",
 				m.vm, m.from, m.to, m.at.Format("15:04:05.000"), holder, strings.Join(w.outcomesOf(m.vm), "\n      ")))
+		}
+	}
+	return failed
+}
+
+// freedEarly names the live moves whose slot was freed before KubeVirt
+// counted their migration ended: before its object went final (issue 59,
+// item 11). Two frees are by design: of an object still not final past
+// the slot's reactions time, and of every slot of an aborted rollout
+// (item 6: the slot must not outlive that decision). The slot is the one
+// the VM held at the write; freed is its next change to another VM or
+// none.
+func (w *world) freedEarly(live []liveMove) []string {
+	w.mu.Lock()
+	slots, controls := slices.Clone(w.slots), slices.Clone(w.controls)
+	w.mu.Unlock()
+	aborted := map[string]time.Time{} // by control key
+	for _, c := range controls {
+		if _, seen := aborted[c.id]; !seen && c.State == events.StateAborted {
+			aborted[c.id] = c.at
+		}
+	}
+	reactions := cmp.Or(w.sc.slotReactions, applier.DefaultSlotReactions)
+	var failed []string
+	for _, m := range live {
+		if m.final.Sub(m.ended) > reactions {
+			continue
+		}
+		key, id := "", ""
+		for _, e := range slots {
+			if !e.at.After(m.at) {
+				if e.vm == m.vm {
+					key, id = e.key, e.id
+				} else if e.key == key {
+					key = ""
+				}
+			}
+		}
+		if key == "" {
+			continue // slotless says so
+		}
+		for _, e := range slots {
+			if e.key == key && e.at.After(m.at) && e.vm != m.vm {
+				if at, ok := aborted[events.ControlKey(id)]; e.at.Before(m.final) && (!ok || at.After(e.at)) {
+					failed = append(failed, fmt.Sprintf("%s moved %s → %s live at %s: its slot %s freed at %s, before KubeVirt counted its migration ended (the VMI showed the end at %s, the object final at %s); its outcomes:\n      %s",
+						m.vm, m.from, m.to, m.at.Format("15:04:05.000"), key, e.at.Format("15:04:05.000"), m.ended.Format("15:04:05.000"), m.final.Format("15:04:05.000"),
+						strings.Join(w.outcomesOf(m.vm), "\n      ")))
+				}
+				break
+			}
 		}
 	}
 	return failed

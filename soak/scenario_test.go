@@ -30,7 +30,11 @@ type scenario struct {
 	// moves wait for their turn longer than that (issue 59, item 4).
 	rate          float64
 	slotReactions time.Duration
-	steps         []step
+	// finalizeLag is how long after the VMI shows a migration's end the
+	// stand-in makes its migration object final (KubeVirt: up to a
+	// quarter of a second), counting it against the budget until then.
+	finalizeLag time.Duration
+	steps       []step
 }
 
 // step is one thing the schedule does, at a time after the replicas
@@ -127,6 +131,7 @@ func draw(seed int64) scenario {
 		sc.rate, sc.slotReactions = 1, 2*time.Second
 		sc.migration += 500 * time.Millisecond
 	}
+	sc.finalizeLag = []time.Duration{0, 50 * time.Millisecond, 250 * time.Millisecond, 400 * time.Millisecond}[rand.New(rand.NewPCG(uint64(seed), 5)).IntN(4)]
 	batching := rand.New(rand.NewPCG(uint64(seed), 3))
 	for i := range sc.steps {
 		if sc.steps[i].do == doEdit {
@@ -139,7 +144,7 @@ func draw(seed int64) scenario {
 // String is the scenario as a failing seed prints it.
 func (sc scenario) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d VMs, %d replicas, a budget of %d, migrations of %v", sc.seed, sc.vms, sc.replicas, sc.budget, sc.migration)
+	fmt.Fprintf(&b, "seed %d: %d VMs, %d replicas, a budget of %d, migrations of %v (their objects final %v after)", sc.seed, sc.vms, sc.replicas, sc.budget, sc.migration, sc.finalizeLag)
 	if sc.rate > 0 {
 		fmt.Fprintf(&b, ", %v moves a second a replica, a slot without a hot-plug kept %v", sc.rate, sc.slotReactions)
 	}

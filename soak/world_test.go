@@ -80,6 +80,8 @@ type slotEntry struct {
 	key string
 	at  time.Time
 	vm  string
+	// id is the event id of the rollout whose move holds it.
+	id string
 }
 
 // watchBus keeps every write of the control bucket in w.controls, and
@@ -104,7 +106,7 @@ func (w *world) watchBus(ctx context.Context) error {
 		var ms events.MigrationSlot
 		entry := slotEntry{key: e.Key(), at: e.Created()}
 		if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &ms) == nil {
-			entry.vm = ms.VM.Namespace + "/" + ms.VM.Name
+			entry.vm, entry.id = ms.VM.Namespace+"/"+ms.VM.Name, ms.EventID
 		}
 		w.slots = append(w.slots, entry)
 	})
@@ -364,7 +366,7 @@ func newWorld(t *testing.T, sc scenario) *world {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	sr, err := pipeline.Start(ctx, pipeline.Config{Clients: w.clients, JetStream: w.js, StandIn: true,
-		StandInMigration: sc.migration, StandInStarted: func(c *standin.Controller) { w.standin = c }})
+		StandInMigration: sc.migration, StandInFinalizeLag: sc.finalizeLag, StandInStarted: func(c *standin.Controller) { w.standin = c }})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
