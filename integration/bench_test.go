@@ -55,7 +55,7 @@ var (
 	benchMemoryStopped = flag.String("bench.memory-stopped", "", "fleet sizes (comma separated) of stopped VMs whose kvlive run RSS is read")
 	benchRollouts      = flag.Int("bench.store-rollouts", 100, "rollouts the store holds for the per-event commands")
 	benchPlans         = flag.Int("bench.plans", 20000, "plans sent through each bus")
-	benchSections      = flag.String("bench.sections", "stopped,bus", "sections to run: stopped and bus by default (about 10 minutes); apply (kvlive and the loops with the stand-in reacting, kubectl, latency and the store), latency alone, planner, memory, revisions (ControllerRevisions after 10 edits), switch (a switch's preview among 100,000 unrelated revisions) and migrations (a live rollout of 1,000 running VMs through the stand-in's migrations, about 8 minutes) when named")
+	benchSections      = flag.String("bench.sections", "stopped,bus", "sections to run: stopped and bus by default (about 10 minutes); apply (kvlive and the loops with the stand-in reacting, kubectl, latency and the store), latency alone, planner, memory, revisions (ControllerRevisions after 10 edits), switch (a switch's preview among 100,000 unrelated revisions), migrations (a live rollout of 1,000 running VMs through the stand-in's migrations, about 8 minutes) and pages (a 1,000-VM re-pin with and without three live dashboard pages and a stalled one, about 3 minutes) when named")
 	benchCached        = flag.String("bench.cached", "10000,100000", "cached fleet sizes (comma separated) the planner plans against")
 )
 
@@ -149,7 +149,7 @@ func TestBench(t *testing.T) {
 	for _, s := range []struct {
 		name string
 		run  func(*testing.T, *benchTable)
-	}{{"stopped", benchStopped}, {"apply", benchApply}, {"latency", benchLatencyAlone}, {"planner", benchPlanner}, {"memory", benchRSS}, {"bus", benchBus}, {"revisions", benchRevisions}, {"switch", benchSwitchPlan}, {"migrations", benchMigrations}} {
+	}{{"stopped", benchStopped}, {"apply", benchApply}, {"latency", benchLatencyAlone}, {"planner", benchPlanner}, {"memory", benchRSS}, {"bus", benchBus}, {"revisions", benchRevisions}, {"switch", benchSwitchPlan}, {"migrations", benchMigrations}, {"pages", benchPages}} {
 		if slices.Contains(strings.Split(*benchSections, ","), s.name) {
 			t.Run(s.name, func(t *testing.T) { s.run(t, tab) })
 		}
@@ -878,25 +878,38 @@ func rss(t *testing.T, p *kvliveProc) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var total uint64
 	var parts []string
 	for line := range strings.Lines(string(raw)) {
 		if strings.HasPrefix(line, "Rss") {
 			parts = append(parts, strings.Join(strings.Fields(line), " "))
 		}
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			total = kb * 1024
-		}
 	}
-	if total == 0 {
+	total, ok := statusRSS(string(raw))
+	if !ok {
 		t.Fatal("no VmRSS")
 	}
 	t.Logf("kvlive run RSS %s: %s", mib(total), strings.Join(parts, ", "))
 	return total
+}
+
+// vmRSS is kvlive run's resident memory, if it can be read.
+func vmRSS(p *kvliveProc) (uint64, bool) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, false
+	}
+	return statusRSS(string(raw))
+}
+
+// statusRSS reads VmRSS from a /proc/<pid>/status.
+func statusRSS(status string) (uint64, bool) {
+	for line := range strings.Lines(status) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb * 1024, err == nil
+		}
+	}
+	return 0, false
 }
 
 func mib(b uint64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }

@@ -352,7 +352,12 @@ func (e *env) stoppedRollout(on *fleetOn, swtch bool, profileAPI bool) applyRun 
 	} else {
 		id = e.benchEdit(on.it)
 	}
+	during := func() {}
+	if e.onRollout != nil {
+		during = e.onRollout(id)
+	}
 	p := e.follow(id)
+	during()
 	var first, last time.Time
 	wrote := 0
 	for _, o := range p.Outcomes {

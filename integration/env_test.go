@@ -76,6 +76,10 @@ type env struct {
 	// followTimeout, when set, replaces rolloutTimeout as the bound on
 	// following one rollout: the bench's large fleets take longer.
 	followTimeout time.Duration
+	// onRollout, when set, is called by the bench's stoppedRollout with
+	// the rollout's event id as soon as it is known; what it returns is
+	// called once the rollout's outcomes are all in.
+	onRollout func(id string) (done func())
 
 	mu    sync.Mutex
 	procs []*kvliveProc
