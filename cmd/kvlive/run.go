@@ -241,7 +241,7 @@ func (o *runOptions) Run(ctx context.Context) (err error) {
 			err = errors.Join(err, dashboardServed(), notified())
 		}
 	}()
-	if dashboardServed, err = o.serveDashboard(beside, log, js, tp, func() []drift.Row {
+	if dashboardServed, err = o.serveDashboard(beside, log, js, tp, m, func() []drift.Row {
 		if r := ready.Load(); r != nil {
 			return r.Drift()
 		}
@@ -311,7 +311,7 @@ func noWait() error { return nil }
 
 // serveDashboard serves the dashboard on --dashboard-addr, its drift from
 // the pipeline's cache; without the flag it serves nothing.
-func (o *runOptions) serveDashboard(ctx context.Context, log *slog.Logger, js jetstream.JetStream, tp *sdktrace.TracerProvider, measure func() []drift.Row) (func() error, error) {
+func (o *runOptions) serveDashboard(ctx context.Context, log *slog.Logger, js jetstream.JetStream, tp *sdktrace.TracerProvider, m *telemetry.Metrics, measure func() []drift.Row) (func() error, error) {
 	if o.dashboard.addr == "" {
 		return noWait, nil
 	}
@@ -320,7 +320,7 @@ func (o *runOptions) serveDashboard(ctx context.Context, log *slog.Logger, js je
 		return nil, err
 	}
 	return serveDashboard(ctx, log.With("component", "dashboard"), ln, tlsConfig != nil, dashboard.Config{
-		JetStream: js, ReadOnly: o.dashboard.readOnly, Token: token, Drift: measure, Tracer: tp, By: whoAmI() + " (dashboard of kvlive run)",
+		JetStream: js, ReadOnly: o.dashboard.readOnly, Token: token, Drift: measure, Tracer: tp, By: whoAmI() + " (dashboard of kvlive run)", Metrics: m,
 	})
 }
 

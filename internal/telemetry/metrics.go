@@ -50,6 +50,7 @@ type Metrics struct {
 	migrationSlots  prometheus.Gauge
 	slotsGivenUp    prometheus.Counter
 	slotsNotFinal   prometheus.Counter
+	pagesClosed     prometheus.Counter
 	migrationFails  prometheus.Counter
 	previews        *prometheus.CounterVec
 }
@@ -144,6 +145,9 @@ func New() *Metrics {
 		slotsNotFinal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvlive_migration_slots_freed_not_final_total", Help: "Migration slots freed although KubeVirt's migration object was still not final 30 s after the VMI showed the migration's end (KubeVirt may count it a moment longer).",
 		}),
+		pagesClosed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvlive_dashboard_pages_closed_total", Help: "Live dashboard pages closed because they took nothing for 10 s (a stalled reader); the browser reconnects when it can.",
+		}),
 		migrationFails: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvlive_migrations_failed_total", Help: "KubeVirt live migrations of VMs kvlive moved that failed; each stops its rollout (pause, or abort by its policy).",
 		}),
@@ -161,7 +165,7 @@ func New() *Metrics {
 		}),
 	}
 	reg.MustRegister(m.events, m.plans, m.outcomes, m.applyDuration, m.held, m.released, m.settled, m.deadFailed, m.gates, m.batches, m.batched, m.outcomeRetry, m.drainFailed, m.agedOut, m.keptPastHorizon, m.rolloutsSettled, m.rolloutsOpen, m.sweepsFailed, m.notifyFailed, m.verdicts, m.verdictFailed, m.pruned, m.pruneFailed, m.pruneYieldEnded,
-		m.mismatches, m.migrationWaits, m.redecided, m.migrationSlots, m.slotsGivenUp, m.slotsNotFinal, m.migrationFails, m.previews, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.mismatches, m.migrationWaits, m.redecided, m.migrationSlots, m.slotsGivenUp, m.slotsNotFinal, m.pagesClosed, m.migrationFails, m.previews, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.zeroSeries()
 	return m
 }
@@ -214,6 +218,13 @@ func (m *Metrics) MigrationSlotGivenUp() {
 func (m *Metrics) MigrationSlotNotFinal() {
 	if m != nil {
 		m.slotsNotFinal.Inc()
+	}
+}
+
+// PageClosed counts a live dashboard page closed for taking nothing.
+func (m *Metrics) PageClosed() {
+	if m != nil {
+		m.pagesClosed.Inc()
 	}
 }
 

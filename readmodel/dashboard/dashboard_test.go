@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kvlive/events"
+	"kvlive/internal/telemetry"
 	"kvlive/internal/testenv"
 	"kvlive/rollout"
 )
@@ -292,7 +293,8 @@ func TestALivePageFollowsTheRecords(t *testing.T) {
 func TestLivePagesShareOneRenderAndAStalledOneIsClosed(t *testing.T) {
 	js := testenv.JetStream(t)
 	id := recorded(t, js)
-	d, base := started(t, js, Config{})
+	metrics := telemetry.New()
+	d, base := started(t, js, Config{Metrics: metrics})
 	d.writeTimeout = 500 * time.Millisecond
 	stalled := &stalledWriter{header: http.Header{}, release: make(chan struct{})}
 	defer close(stalled.release)
@@ -330,9 +332,28 @@ func TestLivePagesShareOneRenderAndAStalledOneIsClosed(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the stalled page is still open 30s after its write timeout")
 	}
+	if closed := closedPages(t, metrics); closed != 1 {
+		t.Errorf("kvlive_dashboard_pages_closed_total = %v, want 1 (the stalled page)", closed)
+	}
 	if renders := d.renders.Load(); renders > 2 {
 		t.Errorf("the rollout's part was rendered %d times for four pages and one change; want once at the start and once after the change", renders)
 	}
+}
+
+// closedPages reads kvlive_dashboard_pages_closed_total from m.
+func closedPages(t *testing.T, m *telemetry.Metrics) float64 {
+	t.Helper()
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "kvlive_dashboard_pages_closed_total" {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatal("no kvlive_dashboard_pages_closed_total")
+	return 0
 }
 
 // stalledWriter is a page that takes nothing: a write waits until the

@@ -266,6 +266,7 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request, key string, want f
 			err = rc.Flush()
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
+			s.cfg.Metrics.PageClosed()
 			s.cfg.Log.Info("dashboard: closed a live page that took nothing for a while; its browser reconnects when it can",
 				"path", r.URL.Path, "remote", r.RemoteAddr, "waited", s.writeTimeout)
 		}

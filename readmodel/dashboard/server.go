@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"kvlive/drift"
+	"kvlive/internal/telemetry"
 	"kvlive/readmodel/inspect"
 )
 
@@ -52,6 +53,9 @@ type Config struct {
 	Log *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Metrics counts the live pages closed for taking nothing; nil
+	// counts nothing (kvlive dashboard serves no metrics).
+	Metrics *telemetry.Metrics
 }
 
 // Server is a running dashboard's handler and the live feed it pushes.
